@@ -1,0 +1,52 @@
+#include "kernels/embedding.h"
+
+#include <stddef.h>
+#include <string.h>
+
+void embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                       int B, int T, int C, int v0, int Vl) {
+    #pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        float *o = out + (size_t)bt * C;
+        int tok = tokens[bt] - v0;
+        const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
+        if (tok >= 0 && tok < Vl) {
+            const float *e = wte + (size_t)tok * C;
+            if (p) {
+                #pragma omp simd
+                for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+            } else {
+                memcpy(o, e, (size_t)C * sizeof(float));
+            }
+        } else if (p) {
+            memcpy(o, p, (size_t)C * sizeof(float));
+        } else {
+            memset(o, 0, (size_t)C * sizeof(float));
+        }
+    }
+}
+
+void embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                        int B, int T, int C, int v0, int Vl) {
+    // Split channels into blocks; a thread owns a block of every row, so the
+    // scatter by token needs no atomics and keeps (b,t) order.
+    int nblk = (C + 63) / 64;
+    #pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * 64, c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *d = dout + (size_t)bt * C;
+            int tok = tokens[bt] - v0;
+            if (dwte && tok >= 0 && tok < Vl) {
+                float *w = dwte + (size_t)tok * C;
+                #pragma omp simd
+                for (int c = c0; c < c1; c++) w[c] += d[c];
+            }
+            if (dwpe) {
+                float *w = dwpe + (size_t)(bt % T) * C;
+                #pragma omp simd
+                for (int c = c0; c < c1; c++) w[c] += d[c];
+            }
+        }
+    }
+}

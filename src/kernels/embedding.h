@@ -1,0 +1,19 @@
+// kernels/embedding — token + position embedding.
+//
+// The token table may be a vocabulary slice: rows [v0, v0+Vl) of the full
+// table (vocab-parallel); tokens outside it contribute zero on this rank.
+#ifndef TSR_KERNELS_EMBEDDING_H
+#define TSR_KERNELS_EMBEDDING_H
+
+// out (B,T,C) = wte[tok - v0] (if v0 <= tok < v0+Vl, else 0) + wpe[t] (wpe may be NULL).
+// wte (Vl,C), wpe (≥T,C), tokens (B,T).
+void embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                       int B, int T, int C, int v0, int Vl);
+
+// dwte (Vl,C) += dout rows by token, dwpe (T,C) += dout summed over the batch
+// (either may be NULL). Each output row is accumulated in (b,t) order,
+// independent of the thread count.
+void embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                        int B, int T, int C, int v0, int Vl);
+
+#endif

@@ -1,0 +1,78 @@
+#include "kernels/matmul.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+
+#include "core/check.h"
+
+#ifdef TSR_OPENBLAS
+void openblas_set_num_threads(int num_threads);
+char *openblas_get_config(void);
+int openblas_get_parallel(void);
+#endif
+
+static int g_threads = 0;   // 0: not yet set, OpenMP's default
+
+void kernels_set_threads(int n) {
+    CHECK(n >= 1);
+    g_threads = n;
+    omp_set_num_threads(n);
+#ifdef TSR_OPENBLAS
+    openblas_set_num_threads(n);
+#endif
+}
+
+int kernels_threads(void) { return g_threads ? g_threads : omp_get_max_threads(); }
+
+const char *kernels_blas_info(void) {
+#ifdef TSR_OPENBLAS
+    static char buf[160];
+    static const char *par[] = {"sequential", "pthreads", "openmp"};
+    int p = openblas_get_parallel();
+    snprintf(buf, sizeof buf, "%s (%s)", openblas_get_config(), p >= 0 && p <= 2 ? par[p] : "?");
+    return buf;
+#else
+    return "CBLAS";
+#endif
+}
+
+void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+                    int N, int C, int OC) {
+    if (N == 0 || OC == 0) return;
+    if (bias) {
+        #pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = bias[o];
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
+                bias ? 1.0f : 0.0f, out, OC);
+}
+
+void colsum_add(float *colsum, const float *a, int N, int M) {
+    // Columns are split into blocks of 64; each block is summed over rows in
+    // order by one thread.
+    int nblk = (M + 63) / 64;
+    #pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblk; blk++) {
+        int m0 = blk * 64, m1 = m0 + 64 < M ? m0 + 64 : M;
+        float acc[64] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *row = a + (size_t)n * M;
+            #pragma omp simd
+            for (int m = m0; m < m1; m++) acc[m - m0] += row[m];
+        }
+        for (int m = m0; m < m1; m++) colsum[m] += acc[m - m0];
+    }
+}
+
+void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                     const float *inp, const float *weight, int N, int C, int OC, int accumulate) {
+    if (N == 0) return;
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
+                    accumulate ? 1.0f : 0.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                dweight, C);
+    if (dbias) colsum_add(dbias, dout, N, OC);
+}

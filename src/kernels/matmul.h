@@ -1,0 +1,32 @@
+// kernels/matmul — linear layers through CBLAS (row-major), and the thread
+// count shared by BLAS and the OpenMP kernels.
+//
+// Shapes: N rows (B·T), C input channels, OC output channels.
+// weight (OC,C) row-major, so out = inp · weight^T (llm.c's convention;
+// Hugging Face Conv1D stores the transpose, io/ converts).
+#ifndef TSR_KERNELS_MATMUL_H
+#define TSR_KERNELS_MATMUL_H
+
+// Sets the threads of both OpenMP kernels and BLAS. With Debian's OpenMP
+// build of OpenBLAS they are one pool; BLAS called inside an OpenMP parallel
+// region runs on the calling thread.
+void kernels_set_threads(int n);
+int kernels_threads(void);
+// Human-readable name of the linked BLAS and its threading ("OpenBLAS 0.3.21 (openmp)").
+const char *kernels_blas_info(void);
+
+// out (N,OC) = inp (N,C) · weight (OC,C)^T + bias (OC); bias may be NULL.
+void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+                    int N, int C, int OC);
+
+// dinp (N,C) = dout (N,OC) · weight (OC,C), overwritten (accumulate=0) or added to;
+// dweight (OC,C) += dout^T · inp; dbias (OC) += column sums of dout (NULL skips it).
+// dinp may be NULL (first layer of a stage that needs no input gradient).
+void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                     const float *inp, const float *weight, int N, int C, int OC, int accumulate);
+
+// colsum (M) += column sums of a (N,M); each column summed in row order, so
+// the result does not depend on the thread count.
+void colsum_add(float *colsum, const float *a, int N, int M);
+
+#endif

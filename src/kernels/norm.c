@@ -1,0 +1,71 @@
+#include "kernels/norm.h"
+
+#include <math.h>
+#include <stddef.h>
+
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                       const float *weight, const float *bias, int N, int C) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        float s = 0.0f;
+        #pragma omp simd reduction(+:s)
+        for (int c = 0; c < C; c++) s += x[c];
+        float m = s / C;
+        float v = 0.0f;
+        #pragma omp simd reduction(+:v)
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        float r = 1.0f / sqrtf(v / C + 1e-5f);
+        #pragma omp simd
+        for (int c = 0; c < C; c++) y[c] = (x[c] - m) * r * weight[c] + bias[c];
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, const float *mean,
+                        const float *rstd, int N, int C) {
+    #pragma omp parallel
+    {
+        // Input gradient: rows are independent.
+        #pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
+            float m = mean[n], r = rstd[n];
+            float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+            #pragma omp simd reduction(+:dnorm_mean, dnorm_norm_mean)
+            for (int c = 0; c < C; c++) {
+                float dn = weight[c] * dy[c];
+                dnorm_mean += dn;
+                dnorm_norm_mean += dn * (x[c] - m) * r;
+            }
+            dnorm_mean /= C;
+            dnorm_norm_mean /= C;
+            #pragma omp simd
+            for (int c = 0; c < C; c++) {
+                float xhat = (x[c] - m) * r;
+                dx[c] += (weight[c] * dy[c] - dnorm_mean - xhat * dnorm_norm_mean) * r;
+            }
+        }
+        // Parameter gradients: columns in blocks, rows summed in order.
+        int nblk = (C + 63) / 64;
+        #pragma omp for schedule(static)
+        for (int blk = 0; blk < nblk; blk++) {
+            int c0 = blk * 64, c1 = c0 + 64 < C ? c0 + 64 : C;
+            float dw[64] = {0}, db[64] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+                float m = mean[n], r = rstd[n];
+                #pragma omp simd
+                for (int c = c0; c < c1; c++) {
+                    dw[c - c0] += dy[c] * (x[c] - m) * r;
+                    db[c - c0] += dy[c];
+                }
+            }
+            for (int c = c0; c < c1; c++) { dweight[c] += dw[c - c0]; dbias[c] += db[c - c0]; }
+        }
+    }
+}

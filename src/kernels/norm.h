@@ -1,0 +1,16 @@
+// kernels/norm — LayerNorm over the last dimension.
+#ifndef TSR_KERNELS_NORM_H
+#define TSR_KERNELS_NORM_H
+
+// out (N,C) = (inp - mean) · rstd · weight + bias, per row; saves mean (N)
+// and rstd (N) for the backward pass. eps = 1e-5 as GPT-2.
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                       const float *weight, const float *bias, int N, int C);
+
+// Adds to dinp (N,C), dweight (C), dbias (C). dweight/dbias columns are summed
+// over rows in order, independent of the thread count.
+void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, const float *mean,
+                        const float *rstd, int N, int C);
+
+#endif

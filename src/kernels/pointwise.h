@@ -1,0 +1,16 @@
+// kernels/pointwise — elementwise kernels: GELU (tanh form), residual adds.
+#ifndef TSR_KERNELS_POINTWISE_H
+#define TSR_KERNELS_POINTWISE_H
+
+#include <stddef.h>
+
+// out (n) = gelu(inp), tanh approximation as GPT-2:
+// 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))), computed as x·sigmoid(2u).
+void gelu_forward(float *out, const float *inp, size_t n);
+// dinp (n) = gelu'(inp) · dout; dinp may alias dout.
+void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+// out (N,C) = x + y + bias (bias (C) may be NULL); out may alias x or y.
+void residual_forward(float *out, const float *x, const float *y, const float *bias, int N, int C);
+
+#endif

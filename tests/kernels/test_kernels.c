@@ -1,0 +1,403 @@
+// Every kernel against a naive float64 reference (forward) and against
+// central finite differences of that reference (backward), on awkward shapes.
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/rng.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/crossentropy.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/pointwise.h"
+#include "test.h"
+
+#include <omp.h>
+
+static uint64_t draw_stream = 1;
+
+static void randn(float *x, size_t n, float std) {
+    uint64_t s = draw_stream++;
+    for (size_t i = 0; i < n; i++) x[i] = (float)(std * rng_normal(7, s, i));
+}
+static double *to_d(const float *x, size_t n) {
+    double *d = malloc(n * sizeof *d + 1);
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+static float *fbuf(size_t n) { return calloc(n + 1, sizeof(float)); }
+
+// ---- finite differences over a float64 reference ----
+// A reference maps inputs in[0..nin) to out (nout); loss = sum(out · R).
+typedef void (*RefFn)(double *out, double **in, const void *ctx);
+
+static double ref_loss(RefFn f, double **in, const double *R, size_t nout, const void *ctx) {
+    double *out = calloc(nout + 1, sizeof *out), L = 0;
+    f(out, in, ctx);
+    for (size_t i = 0; i < nout; i++) L += out[i] * R[i];
+    free(out);
+    return L;
+}
+
+// grad (n) = d loss / d in[k][i], central differences with step h·max(1,|x|).
+static void fd_grad(double *grad, RefFn f, double **in, int k, size_t n, const double *R, size_t nout,
+                    const void *ctx) {
+    for (size_t i = 0; i < n; i++) {
+        double x = in[k][i], h = 1e-6 * (fabs(x) > 1 ? fabs(x) : 1);
+        in[k][i] = x + h;
+        double lp = ref_loss(f, in, R, nout, ctx);
+        in[k][i] = x - h;
+        double lm = ref_loss(f, in, R, nout, ctx);
+        in[k][i] = x;
+        grad[i] = (lp - lm) / (2 * h);
+    }
+}
+
+// Checks a float gradient against finite differences of the reference.
+static double fd_check(const float *g, RefFn f, double **in, int k, size_t n, const double *R,
+                       size_t nout, const void *ctx) {
+    double *fd = malloc(n * sizeof *fd + 1);
+    fd_grad(fd, f, in, k, n, R, nout, ctx);
+    double e = rel_err_fd(g, fd, n, 1e-6);
+    free(fd);
+    return e;
+}
+
+// ---- linear ----
+typedef struct { int N, C, OC, bias; } LinCtx;
+static void ref_linear(double *out, double **in, const void *vctx) {
+    const LinCtx *c = vctx;
+    for (int n = 0; n < c->N; n++)
+        for (int o = 0; o < c->OC; o++) {
+            double s = c->bias ? in[2][o] : 0;
+            for (int i = 0; i < c->C; i++) s += in[0][n * c->C + i] * in[1][o * c->C + i];
+            out[n * c->OC + o] = s;
+        }
+}
+
+static void check_linear(int N, int C, int OC, int bias) {
+    LinCtx ctx = {N, C, OC, bias};
+    float *x = fbuf(N * C), *w = fbuf(OC * C), *b = fbuf(OC), *y = fbuf(N * OC), *dy = fbuf(N * OC);
+    float *dx = fbuf(N * C), *dw = fbuf(OC * C), *db = fbuf(OC);
+    randn(x, N * C, 1); randn(w, OC * C, 0.5f); randn(b, OC, 1); randn(dy, N * OC, 1);
+    double *in[3] = {to_d(x, N * C), to_d(w, OC * C), to_d(b, OC)};
+    double *yr = calloc(N * OC + 1, sizeof(double)), *R = to_d(dy, N * OC);
+    linear_forward(y, x, w, bias ? b : NULL, N, C, OC);
+    ref_linear(yr, in, &ctx);
+    double e = rel_err_fd(y, yr, N * OC, 1e-6);
+    EXPECT(e < 1e-5, "linear fwd N=%d C=%d OC=%d rel err %.2e", N, C, OC, e);
+    // dweight/dbias accumulate: start from a known value and subtract it.
+    for (int i = 0; i < OC * C; i++) dw[i] = 1.0f;
+    linear_backward(dx, dw, bias ? db : NULL, dy, x, w, N, C, OC, 0);
+    for (int i = 0; i < OC * C; i++) dw[i] -= 1.0f;
+    e = fd_check(dx, ref_linear, in, 0, N * C, R, N * OC, &ctx);
+    EXPECT(e < 1e-4, "linear dinp rel err %.2e", e);
+    e = fd_check(dw, ref_linear, in, 1, OC * C, R, N * OC, &ctx);
+    EXPECT(e < 1e-4, "linear dweight rel err %.2e", e);
+    if (bias) {
+        e = fd_check(db, ref_linear, in, 2, OC, R, N * OC, &ctx);
+        EXPECT(e < 1e-4, "linear dbias rel err %.2e", e);
+    }
+    free(x); free(w); free(b); free(y); free(dy); free(dx); free(dw); free(db);
+    for (int i = 0; i < 3; i++) free(in[i]);
+    free(yr); free(R);
+}
+
+static void test_linear(void) {
+    check_linear(7, 13, 5, 1);
+    check_linear(1, 1, 1, 1);
+    check_linear(33, 17, 65, 0);
+    check_linear(70, 64, 130, 1);
+}
+
+// ---- layernorm ----
+typedef struct { int N, C; } NCtx;
+static void ref_layernorm(double *out, double **in, const void *vctx) {
+    const NCtx *c = vctx;
+    for (int n = 0; n < c->N; n++) {
+        const double *x = in[0] + n * c->C;
+        double m = 0, v = 0;
+        for (int i = 0; i < c->C; i++) m += x[i];
+        m /= c->C;
+        for (int i = 0; i < c->C; i++) v += (x[i] - m) * (x[i] - m);
+        v /= c->C;
+        double r = 1 / sqrt(v + 1e-5);
+        for (int i = 0; i < c->C; i++) out[n * c->C + i] = (x[i] - m) * r * in[1][i] + in[2][i];
+    }
+}
+
+static void check_layernorm(int N, int C) {
+    NCtx ctx = {N, C};
+    float *x = fbuf(N * C), *w = fbuf(C), *b = fbuf(C), *y = fbuf(N * C), *dy = fbuf(N * C);
+    float *mean = fbuf(N), *rstd = fbuf(N), *dx = fbuf(N * C), *dw = fbuf(C), *db = fbuf(C);
+    randn(x, N * C, 2); randn(w, C, 1); randn(b, C, 1); randn(dy, N * C, 1);
+    for (int i = 0; i < N * C; i++) x[i] += 0.5f;
+    double *in[3] = {to_d(x, N * C), to_d(w, C), to_d(b, C)};
+    double *yr = calloc(N * C + 1, sizeof(double)), *R = to_d(dy, N * C);
+    layernorm_forward(y, mean, rstd, x, w, b, N, C);
+    ref_layernorm(yr, in, &ctx);
+    double e = rel_err_fd(y, yr, N * C, 1e-6);
+    EXPECT(e < 1e-5, "layernorm fwd N=%d C=%d rel err %.2e", N, C, e);
+    layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+    e = fd_check(dx, ref_layernorm, in, 0, N * C, R, N * C, &ctx);
+    EXPECT(e < 1e-4, "layernorm dinp N=%d C=%d rel err %.2e", N, C, e);
+    e = fd_check(dw, ref_layernorm, in, 1, C, R, N * C, &ctx);
+    EXPECT(e < 1e-4, "layernorm dweight rel err %.2e", e);
+    e = fd_check(db, ref_layernorm, in, 2, C, R, N * C, &ctx);
+    EXPECT(e < 1e-4, "layernorm dbias rel err %.2e", e);
+    free(x); free(w); free(b); free(y); free(dy); free(mean); free(rstd); free(dx); free(dw); free(db);
+    for (int i = 0; i < 3; i++) free(in[i]);
+    free(yr); free(R);
+}
+
+static void test_layernorm(void) {
+    check_layernorm(5, 7);
+    check_layernorm(1, 3);
+    check_layernorm(13, 130);
+}
+
+// ---- gelu ----
+static void ref_gelu(double *out, double **in, const void *vctx) {
+    const NCtx *c = vctx;
+    for (int i = 0; i < c->N; i++) {
+        double x = in[0][i];
+        // 0.5·x·(1 + tanh u) written as x·sigmoid(2u): equal, but without the
+        // cancellation of 1 + tanh u for very negative u in double.
+        double u = sqrt(2 / M_PI) * (x + 0.044715 * x * x * x);
+        out[i] = x / (1 + exp(-2 * u));
+    }
+}
+
+static void test_gelu(void) {
+    int n = 1003;
+    NCtx ctx = {n, 1};
+    float *x = fbuf(n), *y = fbuf(n), *dy = fbuf(n), *dx = fbuf(n);
+    randn(x, n, 3); randn(dy, n, 1);
+    x[0] = 0; x[1] = 1e-4f; x[2] = -1e-4f; x[3] = 20; x[4] = -20; x[5] = 5.5f;
+    double *in[1] = {to_d(x, n)}, *yr = calloc(n, sizeof(double)), *R = to_d(dy, n);
+    gelu_forward(y, x, n);
+    ref_gelu(yr, in, &ctx);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {   // elementwise relative error (values span many magnitudes)
+        double e = fabs(y[i] - yr[i]) / (fabs(yr[i]) + 1e-30);
+        if (fabs(yr[i]) > 1e-30 && e > worst) worst = e;
+        if (fabs(yr[i]) <= 1e-30 && fabs(y[i]) > 1e-30) worst = INFINITY;
+    }
+    EXPECT(worst < 1e-5, "gelu fwd elementwise rel err %.2e", worst);
+    gelu_backward(dx, x, dy, n);
+    double e = fd_check(dx, ref_gelu, in, 0, n, R, n, &ctx);
+    EXPECT(e < 1e-4, "gelu backward rel err %.2e", e);
+    gelu_backward(dy, x, dy, n);   // in place
+    EXPECT(memcmp(dx, dy, n * sizeof(float)) == 0, "gelu backward in place differs");
+    free(x); free(y); free(dy); free(dx); free(in[0]); free(yr); free(R);
+}
+
+static void test_residual(void) {
+    int N = 5, C = 9;
+    float *x = fbuf(N * C), *y = fbuf(N * C), *b = fbuf(C), *o = fbuf(N * C);
+    randn(x, N * C, 1); randn(y, N * C, 1); randn(b, C, 1);
+    residual_forward(o, x, y, b, N, C);
+    int bad = 0;
+    for (int i = 0; i < N * C; i++) bad += o[i] != x[i] + y[i] + b[i % C];
+    EXPECT(bad == 0, "%d wrong sums", bad);
+    residual_forward(x, x, y, NULL, N, C);   // aliasing out == x
+    bad = 0;
+    for (int i = 0; i < N * C; i++) bad += fabsf(x[i] + b[i % C] - o[i]) > 1e-6f;
+    EXPECT(bad == 0, "%d wrong aliased sums", bad);
+    free(x); free(y); free(b); free(o);
+}
+
+// ---- attention ----
+typedef struct { int B, T, C, NH; } AttCtx;
+static void ref_attention(double *out, double **in, const void *vctx) {
+    const AttCtx *c = vctx;
+    int B = c->B, T = c->T, C = c->C, NH = c->NH, HS = C / NH;
+    const double *qkv = in[0];
+    double *p = malloc(T * sizeof *p);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *q = qkv + (b * T + t) * 3 * C + h * HS;
+                double m = -INFINITY, s = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *k = qkv + (b * T + j) * 3 * C + C + h * HS;
+                    double d = 0;
+                    for (int i = 0; i < HS; i++) d += q[i] * k[i];
+                    p[j] = d / sqrt(HS);
+                    if (p[j] > m) m = p[j];
+                }
+                for (int j = 0; j <= t; j++) { p[j] = exp(p[j] - m); s += p[j]; }
+                double *o = out + (b * T + t) * C + h * HS;
+                for (int i = 0; i < HS; i++) {
+                    double a = 0;
+                    for (int j = 0; j <= t; j++) a += p[j] / s * qkv[(b * T + j) * 3 * C + 2 * C + h * HS + i];
+                    o[i] = a;
+                }
+            }
+    free(p);
+}
+
+static void check_attention(int B, int T, int C, int NH) {
+    AttCtx ctx = {B, T, C, NH};
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+    float *qkv = fbuf(nq), *out = fbuf(no), *lse = fbuf(B * NH * T), *dout = fbuf(no), *dqkv = fbuf(nq);
+    float *scratch = fbuf(attention_scratch_floats(T, omp_get_max_threads()));
+    randn(qkv, nq, 1); randn(dout, no, 1);
+    for (size_t i = 0; i < nq; i++) dqkv[i] = 123.0f;    // must be overwritten
+    double *in[1] = {to_d(qkv, nq)}, *ref = calloc(no, sizeof(double)), *R = to_d(dout, no);
+    attention_forward(out, lse, qkv, scratch, B, T, C, NH);
+    ref_attention(ref, in, &ctx);
+    double e = rel_err_fd(out, ref, no, 1e-6);
+    EXPECT(e < 1e-5, "attention fwd B=%d T=%d C=%d NH=%d rel err %.2e", B, T, C, NH, e);
+    attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
+    e = fd_check(dqkv, ref_attention, in, 0, nq, R, no, &ctx);
+    EXPECT(e < 1e-4, "attention backward B=%d T=%d C=%d NH=%d rel err %.2e", B, T, C, NH, e);
+    free(qkv); free(out); free(lse); free(dout); free(dqkv); free(scratch);
+    free(in[0]); free(ref); free(R);
+}
+
+static void test_attention(void) {
+    check_attention(2, 9, 12, 3);
+    check_attention(1, 1, 4, 1);
+    check_attention(1, 70, 5, 1);      // crosses a query block, odd head size
+    check_attention(2, 131, 8, 2);     // three blocks, last partial
+}
+
+// ---- embedding ----
+typedef struct { int B, T, C, v0, Vl; const int *tok; } EmbCtx;
+static void ref_embedding(double *out, double **in, const void *vctx) {
+    const EmbCtx *c = vctx;
+    for (int bt = 0; bt < c->B * c->T; bt++)
+        for (int i = 0; i < c->C; i++) {
+            int tok = c->tok[bt] - c->v0;
+            double e = (tok >= 0 && tok < c->Vl) ? in[0][tok * c->C + i] : 0;
+            out[bt * c->C + i] = e + in[1][(bt % c->T) * c->C + i];
+        }
+}
+
+static void test_embedding(void) {
+    for (int v0 = 0; v0 <= 4; v0 += 4) {    // whole table, then a vocabulary slice
+        int B = 3, T = 5, C = 7, V = 11, Vl = v0 ? 4 : V;
+        int tok[15];
+        for (int i = 0; i < B * T; i++) tok[i] = (int)rng_below(3, 3, i, V);
+        tok[0] = tok[1] = 5;   // a repeated token accumulates twice
+        EmbCtx ctx = {B, T, C, v0, Vl, tok};
+        float *wte = fbuf(Vl * C), *wpe = fbuf(T * C), *out = fbuf(B * T * C), *dout = fbuf(B * T * C);
+        float *dwte = fbuf(Vl * C), *dwpe = fbuf(T * C);
+        randn(wte, Vl * C, 1); randn(wpe, T * C, 1); randn(dout, B * T * C, 1);
+        double *in[2] = {to_d(wte, Vl * C), to_d(wpe, T * C)}, *ref = calloc(B * T * C, sizeof(double));
+        double *R = to_d(dout, B * T * C);
+        embedding_forward(out, tok, wte, wpe, B, T, C, v0, Vl);
+        ref_embedding(ref, in, &ctx);
+        double e = rel_err_fd(out, ref, B * T * C, 1e-6);
+        EXPECT(e < 1e-6, "embedding fwd v0=%d rel err %.2e", v0, e);
+        embedding_backward(dwte, dwpe, dout, tok, B, T, C, v0, Vl);
+        e = fd_check(dwte, ref_embedding, in, 0, Vl * C, R, B * T * C, &ctx);
+        EXPECT(e < 1e-4, "embedding dwte v0=%d rel err %.2e", v0, e);
+        e = fd_check(dwpe, ref_embedding, in, 1, T * C, R, B * T * C, &ctx);
+        EXPECT(e < 1e-4, "embedding dwpe v0=%d rel err %.2e", v0, e);
+        free(wte); free(wpe); free(out); free(dout); free(dwte); free(dwpe);
+        free(in[0]); free(in[1]); free(ref); free(R);
+    }
+}
+
+// ---- cross-entropy ----
+typedef struct { int N, V, Vp; const int *tgt; } CeCtx;
+static void ref_ce(double *out, double **in, const void *vctx) {
+    const CeCtx *c = vctx;
+    for (int n = 0; n < c->N; n++) {
+        const double *x = in[0] + n * c->Vp;
+        if (c->tgt[n] < 0) { out[n] = 0; continue; }
+        double m = -INFINITY, s = 0;
+        for (int v = 0; v < c->V; v++) if (x[v] > m) m = x[v];
+        for (int v = 0; v < c->V; v++) s += exp(x[v] - m);
+        out[n] = m + log(s) - x[c->tgt[n]];
+    }
+}
+
+static void check_ce(int N, int V, int Vp) {
+    int *tgt = malloc(N * sizeof *tgt);
+    for (int n = 0; n < N; n++) tgt[n] = (int)rng_below(5, 5, n, V);
+    if (N > 2) tgt[1] = -1;
+    CeCtx ctx = {N, V, Vp, tgt};
+    float *x = fbuf(N * Vp), *loss = fbuf(N), *g = fbuf(N * Vp);
+    randn(x, N * Vp, 3);
+    double *in[1] = {to_d(x, N * Vp)}, *ref = calloc(N, sizeof(double)), *R = calloc(N, sizeof(double));
+    memcpy(g, x, N * Vp * sizeof(float));
+    crossentropy_forward(g, loss, tgt, N, V, Vp, 0.0f);   // forward only: logits untouched
+    EXPECT(memcmp(g, x, N * Vp * sizeof(float)) == 0, "forward-only call changed the logits");
+    ref_ce(ref, in, &ctx);
+    double e = rel_err_fd(loss, ref, N, 1e-6);
+    EXPECT(e < 1e-5, "cross-entropy loss N=%d V=%d rel err %.2e", N, V, e);
+    for (int n = 0; n < N; n++) R[n] = 0.25;      // dscale
+    crossentropy_forward(g, loss, tgt, N, V, Vp, 0.25f);
+    e = fd_check(g, ref_ce, in, 0, N * Vp, R, N, &ctx);
+    EXPECT(e < 1e-4, "cross-entropy gradient N=%d V=%d Vp=%d rel err %.2e", N, V, Vp, e);
+    free(tgt); free(x); free(loss); free(g); free(in[0]); free(ref); free(R);
+}
+
+static void test_crossentropy(void) {
+    check_ce(4, 7, 7);
+    check_ce(9, 13, 16);     // padded vocabulary
+    check_ce(3, 300, 384);
+}
+
+// ---- adamw ----
+static void test_adamw(void) {
+    size_t n = 1001;
+    float *p = fbuf(n), *g = fbuf(n), *m = fbuf(n), *v = fbuf(n);
+    randn(p, n, 1); randn(g, n, 1);
+    double *pd = to_d(p, n), *md = calloc(n, sizeof(double)), *vd = calloc(n, sizeof(double));
+    AdamWArgs a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                   .grad_scale = 0.5f};
+    double worst = 0;
+    for (int step = 1; step <= 3; step++) {
+        a.bc1 = 1.0f - powf(a.beta1, step);
+        a.bc2 = 1.0f - powf(a.beta2, step);
+        adamw_update(p, g, m, v, n, &a);
+        for (size_t i = 0; i < n; i++) {
+            double gg = 0.5 * g[i];
+            md[i] = 0.9 * md[i] + 0.1 * gg;
+            vd[i] = 0.95 * vd[i] + 0.05 * gg * gg;
+            double mh = md[i] / (1 - pow(0.9, step)), vh = vd[i] / (1 - pow(0.95, step));
+            pd[i] -= 1e-2 * (mh / (sqrt(vh) + 1e-8) + 0.1 * pd[i]);
+        }
+    }
+    worst = rel_err_fd(p, pd, n, 1e-6);
+    EXPECT(worst < 1e-5, "adamw params after 3 steps rel err %.2e", worst);
+    free(p); free(g); free(m); free(v); free(pd); free(md); free(vd);
+}
+
+// Threads must not change results of the kernels with reductions.
+static void test_thread_invariance(void) {
+    int N = 37, C = 130;
+    float *x = fbuf(N * C), *dy = fbuf(N * C), *w = fbuf(C), *mean = fbuf(N), *rstd = fbuf(N), *y = fbuf(N * C);
+    float *dx1 = fbuf(N * C), *dw1 = fbuf(C), *db1 = fbuf(C), *dx2 = fbuf(N * C), *dw2 = fbuf(C), *db2 = fbuf(C);
+    randn(x, N * C, 1); randn(dy, N * C, 1); randn(w, C, 1);
+    int saved = kernels_threads();
+    kernels_set_threads(1);
+    layernorm_forward(y, mean, rstd, x, w, w, N, C);
+    layernorm_backward(dx1, dw1, db1, dy, x, w, mean, rstd, N, C);
+    kernels_set_threads(2);
+    layernorm_backward(dx2, dw2, db2, dy, x, w, mean, rstd, N, C);
+    kernels_set_threads(saved);
+    EXPECT(memcmp(dw1, dw2, C * 4) == 0 && memcmp(db1, db2, C * 4) == 0 && memcmp(dx1, dx2, N * C * 4) == 0,
+           "layernorm backward differs between 1 and 2 threads");
+    free(x); free(dy); free(w); free(mean); free(rstd); free(y);
+    free(dx1); free(dw1); free(db1); free(dx2); free(dw2); free(db2);
+}
+
+int main(void) {
+    kernels_set_threads(2);
+    RUN(test_linear);
+    RUN(test_layernorm);
+    RUN(test_gelu);
+    RUN(test_residual);
+    RUN(test_attention);
+    RUN(test_embedding);
+    RUN(test_crossentropy);
+    RUN(test_adamw);
+    RUN(test_thread_invariance);
+    return test_finish();
+}
