@@ -36,11 +36,24 @@ double rng_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
 }
 
 double rng_normal(uint64_t seed, uint64_t stream, uint64_t index) {
+    // Indices 2k and 2k+1 share Philox block k of the stream's upper half:
+    // the cosine and sine halves of one Box-Muller pair.
     uint32_t r[4];
-    rng_philox(seed, stream, index, r);
+    rng_philox(seed, stream ^ 0x8000000000000000ull, index >> 1, r);
     double u1 = 1.0 - u53(r[0], r[1]);       // (0, 1]: log is finite
     double u2 = u53(r[2], r[3]);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    double rad = sqrt(-2.0 * log(u1)), ang = 6.283185307179586 * u2;
+    return rad * ((index & 1) ? sin(ang) : cos(ang));
+}
+
+void rng_normal_pair(uint64_t seed, uint64_t stream, uint64_t pair, double out[2]) {
+    uint32_t r[4];
+    rng_philox(seed, stream ^ 0x8000000000000000ull, pair, r);
+    double u1 = 1.0 - u53(r[0], r[1]);
+    double u2 = u53(r[2], r[3]);
+    double rad = sqrt(-2.0 * log(u1)), ang = 6.283185307179586 * u2;
+    out[0] = rad * cos(ang);
+    out[1] = rad * sin(ang);
 }
 
 uint64_t rng_below(uint64_t seed, uint64_t stream, uint64_t index, uint64_t n) {

@@ -14,8 +14,11 @@ void rng_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4])
 
 // Uniform in [0, 1) with 53 random bits.
 double rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);
-// Standard normal (Box-Muller on one Philox block).
+// Standard normal (Box-Muller): indices 2k and 2k+1 are the two halves of
+// one pair, so filling a tensor costs one Philox block per two elements.
 double rng_normal(uint64_t seed, uint64_t stream, uint64_t index);
+// Both normals of pair k: out = {rng_normal(.., 2k), rng_normal(.., 2k+1)}.
+void rng_normal_pair(uint64_t seed, uint64_t stream, uint64_t pair, double out[2]);
 // A uniformly random integer in [0, n), n > 0, without modulo bias.
 uint64_t rng_below(uint64_t seed, uint64_t stream, uint64_t index, uint64_t n);
 

@@ -1,0 +1,113 @@
+#include "model/config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct { const char *name; int L, NH, C, T; } Preset;
+
+static const Preset presets[] = {
+    {"gpt2-tiny", 4, 4, 128, 64},
+    {"gpt2-124m", 12, 12, 768, 1024},
+    {"gpt2-350m", 24, 16, 1024, 1024},
+    {"gpt2-774m", 36, 20, 1280, 1024},
+    {"gpt2-1558m", 48, 25, 1600, 1024},
+};
+
+const char *config_preset_list(void) { return "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m"; }
+
+void config_set_vocab(ModelConfig *c, int vocab) {
+    c->vocab = vocab;
+    c->vocab_padded = (vocab + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD;
+}
+
+int config_preset(ModelConfig *c, const char *name, Err *err) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const Preset *p = &presets[i];
+        if (strcmp(p->name, name) != 0) continue;
+        memset(c, 0, sizeof *c);
+        snprintf(c->name, sizeof c->name, "%s", p->name);
+        c->n_layer = p->L;
+        c->n_head = p->NH;
+        c->d_model = p->C;
+        c->d_ff = 4 * p->C;
+        c->max_seq = p->T;
+        config_set_vocab(c, 50257);
+        return 0;
+    }
+    return err_set(err, ERR_USAGE, "unknown model preset '%s' (known: %s)", name, config_preset_list());
+}
+
+static int get_int(const Json *j, const char *key, int *out, Err *err) {
+    const Json *v = json_get(j, key);
+    if (!v) return 0;
+    int64_t x;
+    if (json_int64(v, &x) || x < 1 || x > (1 << 30))
+        return err_set(err, ERR_USAGE, "model field '%s' must be a positive integer", key);
+    *out = (int)x;
+    return 0;
+}
+
+int config_from_json(ModelConfig *c, const Json *j, Err *err) {
+    static const char *known[] = {"preset", "n_layer", "n_head", "d_model", "d_ff", "max_seq", "vocab"};
+    if (!j || j->type != JSON_OBJ) return err_set(err, ERR_USAGE, "model must be a JSON object");
+    for (const Json *m = j->child; m; m = m->next) {
+        int ok = 0;
+        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= strcmp(m->key, known[i]) == 0;
+        if (!ok) return err_set(err, ERR_USAGE, "unknown model field '%s'", m->key);
+    }
+    const Json *p = json_get(j, "preset");
+    if (p) {
+        if (p->type != JSON_STR) return err_set(err, ERR_USAGE, "model field 'preset' must be a string");
+        if (config_preset(c, p->text, err)) return -1;
+    } else {
+        memset(c, 0, sizeof *c);
+        config_set_vocab(c, 50257);
+    }
+    int vocab = c->vocab;
+    if (get_int(j, "n_layer", &c->n_layer, err) || get_int(j, "n_head", &c->n_head, err) ||
+        get_int(j, "d_model", &c->d_model, err) || get_int(j, "d_ff", &c->d_ff, err) ||
+        get_int(j, "max_seq", &c->max_seq, err) || get_int(j, "vocab", &vocab, err))
+        return -1;
+    config_set_vocab(c, vocab);
+    if (!json_get(j, "d_ff") && !p) c->d_ff = 4 * c->d_model;
+    if (!p || j->len > 1) snprintf(c->name, sizeof c->name, "custom");
+    return 0;
+}
+
+void config_to_json(const ModelConfig *c, JsonBuf *b) {
+    jb_obj_begin(b);
+    jb_key(b, "arch"); jb_str(b, "gpt2");
+    jb_key(b, "name"); jb_str(b, c->name);
+    jb_key(b, "n_layer"); jb_int(b, c->n_layer);
+    jb_key(b, "n_head"); jb_int(b, c->n_head);
+    jb_key(b, "d_model"); jb_int(b, c->d_model);
+    jb_key(b, "d_ff"); jb_int(b, c->d_ff);
+    jb_key(b, "max_seq"); jb_int(b, c->max_seq);
+    jb_key(b, "vocab"); jb_int(b, c->vocab);
+    jb_key(b, "vocab_padded"); jb_int(b, c->vocab_padded);
+    jb_obj_end(b);
+}
+
+int config_validate(const ModelConfig *c, Err *err) {
+    if (c->n_layer < 1 || c->n_layer > 4096) return err_set(err, ERR_USAGE, "n_layer must be in 1..4096 (got %d)", c->n_layer);
+    if (c->n_head < 1) return err_set(err, ERR_USAGE, "n_head must be at least 1 (got %d)", c->n_head);
+    if (c->d_model < 1 || c->d_model > 65536) return err_set(err, ERR_USAGE, "d_model must be in 1..65536 (got %d)", c->d_model);
+    if (c->d_model % c->n_head)
+        return err_set(err, ERR_USAGE, "n_head (%d) must divide d_model (%d)", c->n_head, c->d_model);
+    if (c->d_ff < 1 || c->d_ff > 1 << 20) return err_set(err, ERR_USAGE, "d_ff must be in 1..1048576 (got %d)", c->d_ff);
+    if (c->max_seq < 1 || c->max_seq > 1 << 20) return err_set(err, ERR_USAGE, "max_seq must be in 1..1048576 (got %d)", c->max_seq);
+    if (c->vocab < 2 || c->vocab > 1 << 24) return err_set(err, ERR_USAGE, "vocab must be in 2..16777216 (got %d)", c->vocab);
+    return 0;
+}
+
+int64_t config_param_count(const ModelConfig *c, int padded) {
+    int64_t C = c->d_model, F = c->d_ff, L = c->n_layer;
+    int64_t V = padded ? c->vocab_padded : c->vocab;
+    int64_t layer = 2 * C                 // ln_1
+                  + 3 * C * C + 3 * C     // c_attn
+                  + C * C + C             // attn c_proj
+                  + 2 * C                 // ln_2
+                  + F * C + F             // c_fc
+                  + C * F + C;            // mlp c_proj
+    return V * C + (int64_t)c->max_seq * C + L * layer + 2 * C;
+}

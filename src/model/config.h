@@ -1,0 +1,46 @@
+// model/config — model hyper-parameters, presets, and their validation.
+//
+// Glossary of dimension letters used across src/: B batch, T sequence,
+// C channels (d_model), NH heads, HS head size (C/NH), F FFN width (d_ff),
+// V vocabulary, Vp padded vocabulary, L layers, N rows (B·T).
+#ifndef TSR_MODEL_CONFIG_H
+#define TSR_MODEL_CONFIG_H
+
+#include <stdint.h>
+
+#include "core/check.h"
+#include "core/json.h"
+
+enum { VOCAB_PAD = 128 };   // Vp is V rounded up to a multiple of this
+
+typedef struct ModelConfig {
+    char name[32];     // preset name, or "custom"
+    int n_layer;       // L
+    int n_head;        // NH
+    int d_model;       // C
+    int d_ff;          // F
+    int max_seq;       // longest T (learned position table rows)
+    int vocab;         // V: real tokens
+    int vocab_padded;  // Vp: rows of the embedding table
+} ModelConfig;
+
+// Fills c from a preset name (gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m,
+// gpt2-1558m). Presets carry the GPT-2 vocabulary (50257); the trainer sets
+// the tokenizer's vocabulary with config_set_vocab.
+int config_preset(ModelConfig *c, const char *name, Err *err);
+// Comma-separated list of preset names, for help and errors.
+const char *config_preset_list(void);
+// Reads a model object: {"preset": "gpt2-tiny"} and/or explicit fields
+// n_layer, n_head, d_model, d_ff, max_seq, vocab (each overriding the preset).
+// Unknown keys are errors.
+int config_from_json(ModelConfig *c, const Json *j, Err *err);
+void config_to_json(const ModelConfig *c, JsonBuf *b);
+// Sets V and Vp.
+void config_set_vocab(ModelConfig *c, int vocab);
+// Checks ranges and divisibility; the message names the field.
+int config_validate(const ModelConfig *c, Err *err);
+// Exact parameter count of the whole model, with V (padded=0) or Vp rows of
+// the tied embedding.
+int64_t config_param_count(const ModelConfig *c, int padded);
+
+#endif

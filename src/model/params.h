@@ -1,0 +1,68 @@
+// model/params — the parameter table and the flat buffers it describes
+// (DESIGN §1.4).
+//
+// A rank holds one contiguous float buffer of parameters (and, alike, of
+// gradients and optimizer moments). The table says where each tensor lives
+// in it, its global shape, and which slice of the global tensor this rank
+// holds (tensor parallelism splits one dimension). Buckets, ZeRO partitions
+// and checkpoint shards are ranges of these buffers.
+//
+// Initial values are a pure function of (seed, name, global element index),
+// so every layout starts from the same model.
+#ifndef TSR_MODEL_PARAMS_H
+#define TSR_MODEL_PARAMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/check.h"
+#include "model/config.h"
+
+// The part of the model one rank runs: layers [layer_begin, layer_end) and
+// tensor-parallel slice tp_rank of tp_size. The whole model is
+// {0, L, 0, 1}.
+typedef struct ModelSlice {
+    int layer_begin, layer_end;
+    int tp_rank, tp_size;
+} ModelSlice;
+
+ModelSlice slice_whole(const ModelConfig *c);
+int slice_is_first(const ModelSlice *s);   // holds the embeddings
+int slice_is_last(const ModelSlice *s, const ModelConfig *c);   // holds ln_f and the head
+
+enum { PARAM_NO_DECAY = 1 };             // flags
+enum { INIT_NORMAL, INIT_ZERO, INIT_ONE };
+enum { PARAM_MAX_DIM = 3 };
+
+typedef struct ParamInfo {
+    char name[64];                   // Hugging Face GPT-2 name without "transformer."
+    int ndim;
+    int64_t shape[PARAM_MAX_DIM];    // global shape
+    int shard_dim;                   // split dimension, -1 when this rank holds all of it
+    int64_t shard_off;               // first global index held along shard_dim
+    int64_t lshape[PARAM_MAX_DIM];   // local shape
+    size_t offset;                   // first float in the flat buffer
+    size_t numel;                    // local elements
+    int layer;                       // transformer block, -1 for embeddings and ln_f
+    int flags;                       // PARAM_NO_DECAY
+    int init;                        // INIT_NORMAL (std), INIT_ZERO, INIT_ONE
+    float std;
+    int64_t init_rows;               // global rows (dim 0) drawn at init; later rows start at 0
+} ParamInfo;
+
+typedef struct ParamTable {
+    ParamInfo *p;
+    int n;
+    size_t total;    // floats in the flat buffer
+} ParamTable;
+
+// Builds the table of the slice's tensors in flat-buffer order: wte, wpe,
+// then each block's tensors, then ln_f. Errors name the dimension that the
+// tensor-parallel size does not divide.
+int ptable_build(ParamTable *t, const ModelConfig *c, const ModelSlice *s, Err *err);
+void ptable_free(ParamTable *t);
+const ParamInfo *ptable_find(const ParamTable *t, const char *name);
+// Writes every tensor's initial values (normal(0, std), zeros or ones) into params.
+void ptable_init(const ParamTable *t, float *params, uint64_t seed);
+
+#endif

@@ -1,0 +1,67 @@
+// model/stage — forward and backward of one rank's part of the model
+// (DESIGN §1.1): a contiguous range of transformer blocks and a
+// tensor-parallel slice of heads, FFN columns and vocabulary. With the whole
+// slice it is the whole model; there is no second implementation.
+//
+// A stage owns its flat parameter and gradient buffers (described by its
+// ParamTable) and its activations, sized for at most B×T tokens at a time.
+// The first stage embeds tokens; others read stage_input(). The last stage
+// computes the loss (and the output head); others leave stage_output().
+//
+// Gradients accumulate (+=) into the gradient buffer across calls until the
+// caller zeroes it, which is what gradient accumulation needs.
+#ifndef TSR_MODEL_STAGE_H
+#define TSR_MODEL_STAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/check.h"
+#include "model/config.h"
+#include "model/params.h"
+
+typedef struct StageActs StageActs;   // internal: activations and scratch
+
+typedef struct Stage {
+    ModelConfig cfg;
+    ModelSlice slice;
+    ParamTable table;
+    float *params;     // table.total floats (MEM_PARAMS)
+    float *grads;      // table.total floats (MEM_GRADS)
+    int B, T;          // activation capacity
+    StageActs *acts;
+} Stage;
+
+// Allocates parameters (uninitialised: call ptable_init or load them),
+// gradients (zero) and activations for up to B×T tokens.
+int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, Err *err);
+void stage_free(Stage *s);
+
+// Runs the stage forward on B×T tokens (B ≤ s->B, T ≤ s->T). tokens (B,T)
+// are read by the first stage (and for position ids), targets (B,T) by the
+// last, where -1 skips a position. On the last stage returns the sum of
+// the per-token losses; when dscale != 0 it also back-propagates the head
+// with d(loss_sum)·dscale, so stage_backward can follow.
+double stage_forward(Stage *s, const int *tokens, const int *targets, int B, int T, float dscale);
+
+// Back-propagates through the blocks (after stage_forward with dscale != 0
+// on the last stage, or after the caller filled stage_grad_output()),
+// adding into s->grads. On the first stage ends in the embeddings.
+void stage_backward(Stage *s, const int *tokens, int B, int T);
+
+// Logits (B,Vp) of position pos of every row, after a forward pass on the
+// last stage with dscale == 0 and targets == NULL.
+void stage_logits(Stage *s, int B, int T, int pos, float *logits);
+
+// Pipeline boundaries, (B,T,C) each.
+float *stage_input(Stage *s);          // input of a non-first stage
+float *stage_output(Stage *s);         // output of a non-last stage
+float *stage_grad_output(Stage *s);    // gradient arriving at a non-last stage
+float *stage_grad_input(Stage *s);     // gradient leaving the stage's input
+
+// Bytes of activations the stage holds for capacity B×T (MEM_ACTS) and of
+// its scratch (MEM_WORKSPACE).
+size_t stage_act_bytes(const Stage *s);
+size_t stage_workspace_bytes(const Stage *s);
+
+#endif

@@ -1,0 +1,242 @@
+// The whole model: parameter table, deterministic init, and the gradient of
+// the full forward pass against finite differences.
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/rng.h"
+#include "kernels/matmul.h"
+#include "model/stage.h"
+#include "ref.h"
+#include "test.h"
+
+static ModelConfig tiny_cfg(int L, int NH, int C, int F, int T, int V) {
+    ModelConfig c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "test");
+    c.n_layer = L; c.n_head = NH; c.d_model = C; c.d_ff = F; c.max_seq = T;
+    config_set_vocab(&c, V);
+    return c;
+}
+
+static void make_batch(int *tok, int *tgt, int B, int T, int V, uint64_t seed) {
+    for (int i = 0; i < B * T; i++) {
+        tok[i] = (int)rng_below(seed, 11, i, V);
+        tgt[i] = (int)rng_below(seed, 12, i, V);
+    }
+}
+
+static void test_param_counts(void) {
+    Err e;
+    ModelConfig c;
+    EXPECT(config_preset(&c, "gpt2-124m", &e) == 0, "%s", e.msg);
+    EXPECT(config_param_count(&c, 0) == 124439808LL, "gpt2-124m has %lld", (long long)config_param_count(&c, 0));
+    EXPECT(c.vocab_padded == 50304, "padded vocab %d", c.vocab_padded);
+    ModelSlice s = slice_whole(&c);
+    ParamTable t;
+    EXPECT(ptable_build(&t, &c, &s, &e) == 0, "%s", e.msg);
+    EXPECT((int64_t)t.total == config_param_count(&c, 1), "table %zu vs %lld", t.total,
+           (long long)config_param_count(&c, 1));
+    EXPECT(t.n == 2 + 12 * 12 + 2, "%d tensors", t.n);
+    const ParamInfo *p = ptable_find(&t, "h.11.mlp.c_proj.weight");
+    EXPECT(p && p->shape[0] == 768 && p->shape[1] == 3072 && (p->flags & PARAM_NO_DECAY) == 0, "c_proj entry");
+    p = ptable_find(&t, "h.0.ln_1.bias");
+    EXPECT(p && (p->flags & PARAM_NO_DECAY), "ln bias must not decay");
+    ptable_free(&t);
+    EXPECT(config_preset(&c, "gpt2-9b", &e) == -1 && strstr(e.msg, "gpt2-9b"), "unknown preset message: %s", e.msg);
+}
+
+static void test_init(void) {
+    Err e;
+    ModelConfig c = tiny_cfg(2, 2, 16, 64, 8, 300);
+    ModelSlice s = slice_whole(&c);
+    ParamTable t;
+    EXPECT(ptable_build(&t, &c, &s, &e) == 0, "%s", e.msg);
+    float *a = mem_alloc(MEM_PARAMS, t.total * 4), *b = mem_alloc(MEM_PARAMS, t.total * 4);
+    ptable_init(&t, a, 42);
+    ptable_init(&t, b, 42);
+    EXPECT(memcmp(a, b, t.total * 4) == 0, "init is not repeatable");
+    ptable_init(&t, b, 43);
+    EXPECT(memcmp(a, b, t.total * 4) != 0, "seed does not change init");
+    const ParamInfo *w = ptable_find(&t, "h.1.mlp.c_fc.weight");
+    double m = 0, v = 0;
+    for (size_t i = 0; i < w->numel; i++) { m += a[w->offset + i]; v += a[w->offset + i] * a[w->offset + i]; }
+    m /= w->numel; v = v / w->numel - m * m;
+    EXPECT(fabs(sqrt(v) - 0.02) < 0.002 && fabs(m) < 0.002, "c_fc std %.4f mean %.4f", sqrt(v), m);
+    const ParamInfo *pr = ptable_find(&t, "h.0.attn.c_proj.weight");
+    v = 0;
+    for (size_t i = 0; i < pr->numel; i++) v += a[pr->offset + i] * a[pr->offset + i];
+    double want = 0.02 / sqrt(2.0 * 2);
+    EXPECT(fabs(sqrt(v / pr->numel) - want) < 0.15 * want, "c_proj std %.4f want %.4f", sqrt(v / pr->numel), want);
+    const ParamInfo *wte = ptable_find(&t, "wte.weight");
+    int pad_nonzero = 0;
+    for (size_t i = 300 * 16; i < wte->numel; i++) pad_nonzero += a[wte->offset + i] != 0;
+    EXPECT(pad_nonzero == 0, "%d padded vocabulary entries not zero", pad_nonzero);
+    const ParamInfo *g = ptable_find(&t, "ln_f.weight");
+    EXPECT(a[g->offset] == 1.0f && a[g->offset + 15] == 1.0f, "norm gains start at one");
+    // A tensor-parallel slice draws exactly the global elements it holds.
+    ModelSlice s2 = {0, 2, 1, 2};
+    ParamTable t2;
+    EXPECT(ptable_build(&t2, &c, &s2, &e) == 0, "%s", e.msg);
+    float *h = mem_alloc(MEM_PARAMS, t2.total * 4);
+    ptable_init(&t2, h, 42);
+    const char *names[] = {"h.0.attn.c_attn.weight", "h.1.mlp.c_fc.weight", "h.1.mlp.c_proj.weight", "wte.weight"};
+    for (int k = 0; k < 4; k++) {
+        const ParamInfo *pg = ptable_find(&t, names[k]), *pl = ptable_find(&t2, names[k]);
+        int bad = 0;
+        for (size_t i = 0; i < pl->numel; i++) {
+            // local (i0, i1, i2) -> global, with the shard offset on shard_dim
+            int64_t idx[3] = {0, 0, 0}, r = (int64_t)i;
+            for (int d = pl->ndim - 1; d >= 0; d--) { idx[d] = r % pl->lshape[d]; r /= pl->lshape[d]; }
+            idx[pl->shard_dim] += pl->shard_off;
+            int64_t gi = 0;
+            for (int d = 0; d < pg->ndim; d++) gi = gi * pg->shape[d] + idx[d];
+            bad += h[pl->offset + i] != a[pg->offset + gi];
+        }
+        EXPECT(bad == 0, "%s: %d elements of the tp slice differ from the whole model", names[k], bad);
+    }
+    mem_free(a); mem_free(b); mem_free(h);
+    ptable_free(&t); ptable_free(&t2);
+}
+
+// The gradient of the whole model against central differences of the
+// float64 reference model (tests/ref.h), one random direction per tensor
+// and one over all of them: g·u vs (L(θ+hu) − L(θ−hu))/2h. The fp32 loss
+// must also match the reference.
+static void check_model_grad(ModelConfig c, int B, int T) {
+    Err e;
+    Stage st;
+    ModelSlice s = slice_whole(&c);
+    EXPECT(stage_init(&st, &c, &s, B, T, &e) == 0, "%s", e.msg);
+    ptable_init(&st.table, st.params, 5);
+    // Larger weights than GPT-2's init so every path carries signal.
+    for (size_t i = 0; i < st.table.total; i++) st.params[i] *= 4.0f;
+    for (int k = 0; k < st.table.n; k++) {           // nonzero biases, gains off one
+        const ParamInfo *p = &st.table.p[k];
+        if (p->init != INIT_NORMAL)
+            for (size_t i = 0; i < p->numel; i++)
+                st.params[p->offset + i] += (float)(0.3 * rng_normal(9, k, i));
+    }
+    int *tok = malloc(B * T * sizeof(int)), *tgt = malloc(B * T * sizeof(int));
+    make_batch(tok, tgt, B, T, c.vocab, 77);
+    tgt[1] = -1;                                      // a skipped position
+    memset(st.grads, 0, st.table.total * 4);
+    double loss = stage_forward(&st, tok, tgt, B, T, 1.0f / (B * T)) / (B * T);
+    stage_backward(&st, tok, B, T);
+    size_t n = st.table.total;
+    RefGpt g = {c.n_layer, c.n_head, c.d_model, c.d_ff, c.max_seq, c.vocab, c.vocab_padded};
+    double *P = malloc(n * sizeof *P), *u = malloc(n * sizeof *u);
+    for (size_t i = 0; i < n; i++) P[i] = st.params[i];
+    double ref = ref_gpt2_loss(&g, P, tok, tgt, B, T);
+    EXPECT(fabs(loss - ref) < 1e-5 * fabs(ref), "loss %.9g vs reference %.9g", loss, ref);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int k = -1; k < st.table.n; k++) {
+        size_t lo = k < 0 ? 0 : st.table.p[k].offset, hi = k < 0 ? n : lo + st.table.p[k].numel;
+        memset(u, 0, n * sizeof *u);
+        double gu = 0, un = 0;
+        for (size_t i = lo; i < hi; i++) {
+            u[i] = rng_normal(13, (uint64_t)(k + 1), i);
+            gu += (double)st.grads[i] * u[i];
+            un += u[i] * u[i];
+        }
+        double h = 1e-5 / sqrt(un);
+        for (size_t i = lo; i < hi; i++) P[i] = st.params[i] + h * u[i];
+        double lp = ref_gpt2_loss(&g, P, tok, tgt, B, T);
+        for (size_t i = lo; i < hi; i++) P[i] = st.params[i] - h * u[i];
+        double lm = ref_gpt2_loss(&g, P, tok, tgt, B, T);
+        for (size_t i = lo; i < hi; i++) P[i] = st.params[i];
+        double fd = (lp - lm) / (2 * h);
+        double err = fabs(fd - gu) / (fabs(fd) + 1e-4);
+        if (getenv("GRAD_DEBUG"))
+            fprintf(stderr, "%-28s g.u %+.8e fd %+.8e err %.2e\n", k < 0 ? "(all)" : st.table.p[k].name, gu, fd, err);
+        if (err > worst) { worst = err; worst_name = k < 0 ? "(all)" : st.table.p[k].name; }
+    }
+    EXPECT(worst < 1e-4, "L=%d NH=%d C=%d F=%d T=%d V=%d: worst directional derivative rel err %.2e in %s",
+           c.n_layer, c.n_head, c.d_model, c.d_ff, T, c.vocab, worst, worst_name);
+    free(P); free(u); free(tok); free(tgt);
+    stage_free(&st);
+}
+
+// Mean loss of the batch with the current parameters.
+static double loss_of(Stage *st, const int *tok, const int *tgt, int B, int T) {
+    return stage_forward(st, tok, tgt, B, T, 0.0f) / (B * T);
+}
+
+static void test_model_gradient(void) {
+    check_model_grad(tiny_cfg(2, 2, 8, 12, 9, 13), 2, 9);
+    check_model_grad(tiny_cfg(1, 1, 5, 7, 11, 7), 3, 11);
+    check_model_grad(tiny_cfg(3, 3, 12, 48, 70, 29), 1, 67);
+}
+
+static void test_accumulate_and_repeat(void) {
+    Err e;
+    ModelConfig c = tiny_cfg(2, 2, 16, 32, 12, 50);
+    Stage st;
+    ModelSlice s = slice_whole(&c);
+    EXPECT(stage_init(&st, &c, &s, 4, 12, &e) == 0, "%s", e.msg);
+    ptable_init(&st.table, st.params, 1);
+    int tok[48], tgt[48];
+    make_batch(tok, tgt, 4, 12, 50, 3);
+    double l0 = loss_of(&st, tok, tgt, 4, 12);
+    EXPECT(fabs(l0 - log(50.0)) < 0.05, "initial loss %.4f vs ln V %.4f", l0, log(50.0));
+    size_t n = st.table.total;
+    float *g1 = malloc(n * 4);
+    stage_forward(&st, tok, tgt, 4, 12, 0.5f);
+    stage_backward(&st, tok, 4, 12);
+    memcpy(g1, st.grads, n * 4);
+    stage_forward(&st, tok, tgt, 4, 12, 0.5f);
+    stage_backward(&st, tok, 4, 12);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad += fabsf(st.grads[i] - 2 * g1[i]) > 1e-6f * (1 + fabsf(g1[i]));
+    EXPECT(bad == 0, "%d gradients did not accumulate to twice", bad);
+    // Repeat: same inputs, same bits.
+    memset(st.grads, 0, n * 4);
+    double la = stage_forward(&st, tok, tgt, 4, 12, 0.5f);
+    stage_backward(&st, tok, 4, 12);
+    memcpy(g1, st.grads, n * 4);
+    memset(st.grads, 0, n * 4);
+    double lb = stage_forward(&st, tok, tgt, 4, 12, 0.5f);
+    stage_backward(&st, tok, 4, 12);
+    EXPECT(la == lb && memcmp(g1, st.grads, n * 4) == 0, "forward/backward is not bitwise repeatable");
+    // A smaller batch than the capacity equals the same rows run alone.
+    double lsmall = stage_forward(&st, tok, tgt, 2, 12, 0.0f);
+    Stage st2;
+    EXPECT(stage_init(&st2, &c, &s, 2, 12, &e) == 0, "%s", e.msg);
+    memcpy(st2.params, st.params, n * 4);
+    double lsmall2 = stage_forward(&st2, tok, tgt, 2, 12, 0.0f);
+    EXPECT(lsmall == lsmall2, "loss depends on activation capacity: %.9g vs %.9g", lsmall, lsmall2);
+    stage_free(&st2);
+    free(g1);
+    stage_free(&st);
+}
+
+static void test_bad_configs(void) {
+    Err e;
+    Stage st;
+    ModelConfig c = tiny_cfg(2, 3, 16, 32, 12, 50);
+    ModelSlice s = slice_whole(&c);
+    EXPECT(stage_init(&st, &c, &s, 1, 12, &e) == -1 && strstr(e.msg, "n_head"), "heads not dividing d_model: %s", e.msg);
+    c = tiny_cfg(2, 2, 16, 32, 12, 50);
+    EXPECT(stage_init(&st, &c, &s, 1, 13, &e) == -1 && strstr(e.msg, "max_seq"), "T above max_seq: %s", e.msg);
+    mem_fail_after(2);
+    EXPECT(stage_init(&st, &c, &s, 1, 12, &e) == -1 && strstr(e.msg, "out of memory"), "allocation failure: %s", e.msg);
+    mem_fail_after(0);
+    EXPECT(mem_current(MEM_PARAMS) == 0 && mem_current(MEM_ACTS) == 0, "failed init leaked memory");
+    Json *j = json_parse("{\"preset\":\"gpt2-tiny\",\"n_layer\":2,\"bogus\":1}", 44, &e);
+    EXPECT(j && config_from_json(&c, j, &e) == -1 && strstr(e.msg, "bogus"), "unknown field: %s", e.msg);
+    json_free(j);
+    j = json_parse("{\"preset\":\"gpt2-tiny\",\"n_layer\":2}", 34, &e);
+    EXPECT(j && config_from_json(&c, j, &e) == 0 && c.n_layer == 2 && c.d_model == 128 && !strcmp(c.name, "custom"),
+           "preset with override");
+    json_free(j);
+}
+
+int main(void) {
+    kernels_set_threads(2);
+    RUN(test_param_counts);
+    RUN(test_init);
+    RUN(test_model_gradient);
+    RUN(test_accumulate_and_repeat);
+    RUN(test_bad_configs);
+    return test_finish();
+}

@@ -1,0 +1,118 @@
+// tests/ref.h — naive float64 reference implementations of the kernels and
+// of the whole GPT-2 forward pass: the oracles for tests/. Written for
+// clarity, not speed.
+#ifndef TSR_TEST_REF_H
+#define TSR_TEST_REF_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// out (N,OC) = inp (N,C) · w (OC,C)^T + b (OC or NULL)
+static void ref_linear_d(double *out, const double *inp, const double *w, const double *b, int N, int C, int OC) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = b ? b[o] : 0;
+            for (int i = 0; i < C; i++) s += inp[(size_t)n * C + i] * w[(size_t)o * C + i];
+            out[(size_t)n * OC + o] = s;
+        }
+}
+
+static void ref_layernorm_d(double *out, const double *inp, const double *w, const double *b, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const double *x = inp + (size_t)n * C;
+        double m = 0, v = 0;
+        for (int i = 0; i < C; i++) m += x[i];
+        m /= C;
+        for (int i = 0; i < C; i++) v += (x[i] - m) * (x[i] - m);
+        v /= C;
+        double r = 1 / sqrt(v + 1e-5);
+        for (int i = 0; i < C; i++) out[(size_t)n * C + i] = (x[i] - m) * r * w[i] + b[i];
+    }
+}
+
+// 0.5·x·(1 + tanh u) written as x·sigmoid(2u): equal, but without the
+// cancellation of 1 + tanh u for very negative u in double.
+static double ref_gelu1(double x) {
+    double u = sqrt(2 / M_PI) * (x + 0.044715 * x * x * x);
+    return x / (1 + exp(-2 * u));
+}
+
+// out (B,T,C) from qkv (B,T,3C), causal, NH heads.
+static void ref_attention_d(double *out, const double *qkv, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    double *p = malloc((size_t)T * sizeof *p);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * HS;
+                double m = -INFINITY, s = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * HS;
+                    double d = 0;
+                    for (int i = 0; i < HS; i++) d += q[i] * k[i];
+                    p[j] = d / sqrt(HS);
+                    if (p[j] > m) m = p[j];
+                }
+                for (int j = 0; j <= t; j++) { p[j] = exp(p[j] - m); s += p[j]; }
+                double *o = out + ((size_t)b * T + t) * C + h * HS;
+                for (int i = 0; i < HS; i++) {
+                    double a = 0;
+                    for (int j = 0; j <= t; j++) a += p[j] / s * qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * HS + i];
+                    o[i] = a;
+                }
+            }
+    free(p);
+}
+
+// -log softmax(x[0..V))[tgt]
+static double ref_ce1(const double *x, int V, int tgt) {
+    double m = -INFINITY, s = 0;
+    for (int v = 0; v < V; v++) if (x[v] > m) m = x[v];
+    for (int v = 0; v < V; v++) s += exp(x[v] - m);
+    return m + log(s) - x[tgt];
+}
+
+// The GPT-2 forward pass in float64 over parameters laid out as the
+// whole-model flat buffer (model/params.c order); returns the mean loss.
+typedef struct { int L, NH, C, F, T, V, Vp; } RefGpt;
+
+static double ref_gpt2_loss(const RefGpt *g, const double *P, const int *tok, const int *tgt, int B, int T) {
+    int C = g->C, F = g->F, N = B * T;
+    const double *wte = P, *wpe = P + (size_t)g->Vp * C, *w = wpe + (size_t)g->T * C;
+    double *x = malloc(sizeof(double) * N * C), *ln = malloc(sizeof(double) * N * C);
+    double *qkv = malloc(sizeof(double) * N * 3 * C), *att = malloc(sizeof(double) * N * C);
+    double *prj = malloc(sizeof(double) * N * C), *h = malloc(sizeof(double) * N * F);
+    double *logit = malloc(sizeof(double) * g->Vp);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) x[n * C + c] = wte[(size_t)tok[n] * C + c] + wpe[(size_t)(n % T) * C + c];
+    for (int l = 0; l < g->L; l++) {
+        const double *ln1w = w, *ln1b = ln1w + C, *qw = ln1b + C, *qb = qw + 3 * C * C, *pw = qb + 3 * C;
+        const double *pb = pw + C * C, *ln2w = pb + C, *ln2b = ln2w + C, *fw = ln2b + C, *fb = fw + (size_t)F * C;
+        const double *fpw = fb + F, *fpb = fpw + (size_t)C * F;
+        w = fpb + C;
+        ref_layernorm_d(ln, x, ln1w, ln1b, N, C);
+        ref_linear_d(qkv, ln, qw, qb, N, C, 3 * C);
+        ref_attention_d(att, qkv, B, T, C, g->NH);
+        ref_linear_d(prj, att, pw, pb, N, C, C);
+        for (int i = 0; i < N * C; i++) x[i] += prj[i];
+        ref_layernorm_d(ln, x, ln2w, ln2b, N, C);
+        ref_linear_d(h, ln, fw, fb, N, C, F);
+        for (int i = 0; i < N * F; i++) h[i] = ref_gelu1(h[i]);
+        ref_linear_d(prj, h, fpw, fpb, N, F, C);
+        for (int i = 0; i < N * C; i++) x[i] += prj[i];
+    }
+    ref_layernorm_d(ln, x, w, w + C, N, C);
+    double loss = 0;
+    int count = 0;
+    for (int n = 0; n < N; n++) {
+        if (tgt[n] < 0) continue;
+        ref_linear_d(logit, ln + (size_t)n * C, wte, NULL, 1, C, g->V);
+        loss += ref_ce1(logit, g->V, tgt[n]);
+        count++;
+    }
+    free(x); free(ln); free(qkv); free(att); free(prj); free(h); free(logit);
+    return loss / N;
+}
+
+#endif
