@@ -391,3 +391,8 @@ void jb_num(JsonBuf *b, double v) {
 }
 void jb_bool(JsonBuf *b, int v) { jb_sep(b); jb_puts(b, v ? "true" : "false"); }
 void jb_null(JsonBuf *b) { jb_sep(b); jb_puts(b, "null"); }
+
+void jb_raw(JsonBuf *b, const char *json) {
+    if (json[0] != '\n') jb_sep(b);
+    jb_puts(b, json);
+}

@@ -60,5 +60,7 @@ void jb_num(JsonBuf *b, double v);        // shortest text that reads back exact
 void jb_numf(JsonBuf *b, double v, int sig);   // v with `sig` significant digits
 void jb_bool(JsonBuf *b, int v);
 void jb_null(JsonBuf *b);
+// Appends text that is already a JSON value (or whitespace) as the next value.
+void jb_raw(JsonBuf *b, const char *json);
 
 #endif

@@ -3,6 +3,10 @@
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "core/alloc.h"
+#include "core/timer.h"
 
 #include "core/check.h"
 
@@ -75,4 +79,27 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
                 dweight, C);
     if (dbias) colsum_add(dbias, dout, N, OC);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double kernels_sgemm_gflops(int n, int reps) {
+    size_t nn = (size_t)n * n;
+    float *a = mem_alloc(MEM_WORKSPACE, 3 * nn * sizeof(float));
+    if (!a || reps < 1 || reps > 64) { mem_free(a); return 0.0; }
+    float *b = a + nn, *c = b + nn;
+    for (size_t i = 0; i < 2 * nn; i++) a[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
+    double t[64];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    for (int r = 0; r < reps; r++) {
+        double t0 = timer_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        t[r] = timer_now() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    mem_free(a);
+    return 2.0 * n * (double)n * n / t[reps / 2] * 1e-9;
 }

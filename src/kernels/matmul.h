@@ -15,6 +15,11 @@ int kernels_threads(void);
 // Human-readable name of the linked BLAS and its threading ("OpenBLAS 0.3.21 (openmp)").
 const char *kernels_blas_info(void);
 
+// Measured SGEMM throughput in GFLOP/s on n×n×n products with the current
+// threads (median of `reps` timed calls after a warm-up): the machine's
+// practical ceiling that MFU is quoted against.
+double kernels_sgemm_gflops(int n, int reps);
+
 // out (N,OC) = inp (N,C) · weight (OC,C)^T + bias (OC); bias may be NULL.
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                     int N, int C, int OC);

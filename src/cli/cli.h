@@ -1,0 +1,14 @@
+// cli/cli — the subcommands of the `tessera` binary. Each returns the
+// process exit status: 0 success, 1 failure while running, 2 bad usage or input.
+#ifndef TSR_CLI_CLI_H
+#define TSR_CLI_CLI_H
+
+#include "core/check.h"
+
+int cmd_train(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
+
+// Prints "tessera <cmd>: <message>" to stderr and returns the exit status for e.
+int cli_fail(const char *cmd, const Err *e);
+
+#endif

@@ -1,0 +1,38 @@
+// tessera — train GPT-2 style language models in C.
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const char *usage =
+    "usage: tessera <command> [flags]   (tessera <command> --help for its flags)\n"
+    "\n"
+    "commands:\n"
+    "  train    train a model on a text file (single process, fp32)\n"
+    "  sample   generate text from a checkpoint\n"
+    "\n"
+    "examples:\n"
+    "  tessera train --model gpt2-tiny --data ../shared/data/tinyshakespeare.txt --steps 300 --ckpt-dir runs/tiny\n"
+    "  tessera sample --ckpt runs/tiny --prompt \"ROMEO:\" --tokens 200\n"
+    "\n"
+    "exit status: 0 success, 1 failure while running, 2 bad usage or input\n";
+
+int cli_fail(const char *cmd, const Err *e) {
+    fprintf(stderr, "tessera %s: %s\n", cmd, e->msg);
+    return e->code ? e->code : 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        puts("tessera 0.1");
+        return 0;
+    }
+    if (!strcmp(argv[1], "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "sample")) return cmd_sample(argc - 2, argv + 2);
+    fprintf(stderr, "tessera: unknown command '%s' (see tessera --help)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,118 @@
+// tessera sample — generate text from a checkpoint.
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/flags.h"
+#include "core/rng.h"
+#include "data/tokenizer.h"
+#include "io/checkpoint.h"
+#include "kernels/matmul.h"
+#include "model/stage.h"
+
+// Draws a token from logits (V) at temperature (0 = argmax) among the top_k
+// most likely (0 = all), with uniform u in [0,1).
+static int pick(float *logits, int V, double temperature, int top_k, double u) {
+    int best = 0;
+    for (int v = 1; v < V; v++) if (logits[v] > logits[best]) best = v;
+    if (temperature <= 0) return best;
+    float cut = -INFINITY;
+    if (top_k > 0 && top_k < V) {   // the k-th largest logit, by a partial selection
+        float *tmp = malloc((size_t)V * sizeof *tmp);
+        memcpy(tmp, logits, (size_t)V * sizeof *tmp);
+        for (int i = 0; i < top_k; i++) {
+            int m = i;
+            for (int v = i + 1; v < V; v++) if (tmp[v] > tmp[m]) m = v;
+            float t = tmp[i]; tmp[i] = tmp[m]; tmp[m] = t;
+        }
+        cut = tmp[top_k - 1];
+        free(tmp);
+    }
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += logits[v] >= cut ? exp((logits[v] - logits[best]) / temperature) : 0;
+    double r = u * sum, acc = 0;
+    for (int v = 0; v < V; v++) {
+        if (logits[v] < cut) continue;
+        acc += exp((logits[v] - logits[best]) / temperature);
+        if (acc > r) return v;
+    }
+    return best;
+}
+
+int cmd_sample(int argc, char **argv) {
+    const char *ckpt = NULL, *prompt = "\n";
+    int tokens = 200, top_k = 40, threads = 0;
+    double temperature = 0.8;
+    uint64_t seed = 1337;
+    Flag f[] = {
+        {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0},
+        {"prompt", FLAG_STR, &prompt, 0, 0, "TEXT", "text to continue (default: a newline)", 0},
+        {"tokens", FLAG_INT, &tokens, 1, 1 << 24, "N", "tokens to generate (default 200)", 0},
+        {"temperature", FLAG_FLOAT, &temperature, 0, 100, "X", "softmax temperature, 0 = greedy (default 0.8)", 0},
+        {"top-k", FLAG_INT, &top_k, 0, 1 << 24, "K", "sample among the K most likely, 0 = all (default 40)", 0},
+        {"seed", FLAG_U64, &seed, 0, 9.2e18, "N", "sampling seed (default 1337)", 0},
+        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0},
+    };
+    int nf = (int)(sizeof f / sizeof f[0]), help;
+    Json *unused = NULL, *meta = NULL;
+    Err e = {0};
+    if (flags_parse(f, nf, argc, argv, "sample", &help, &unused, &e)) return cli_fail("sample", &e);
+    if (help) {
+        printf("usage: tessera sample --ckpt PATH [flags]\n\nContinues a prompt with a trained model.\n\n");
+        flags_print(f, nf);
+        return 0;
+    }
+    if (!ckpt) { err_set(&e, ERR_USAGE, "--ckpt PATH is required"); return cli_fail("sample", &e); }
+    kernels_set_threads(threads ? threads : omp_get_num_procs());
+    char dir[4200];
+    ModelConfig mc;
+    Tokenizer tok;
+    Stage st;
+    memset(&st, 0, sizeof st);
+    memset(&tok, 0, sizeof tok);
+    if (ckpt_resolve(ckpt, dir, sizeof dir, &e) || ckpt_read_meta(dir, &meta, &e) || ckpt_read_config(meta, &mc, &e))
+        goto fail;
+    const Json *tn = json_get(json_get(meta, "train"), "tokenizer");
+    if (tokenizer_open(&tok, tn && tn->type == JSON_STR ? tn->text : "byte", &e)) goto fail;
+    if (tok.vocab != mc.vocab) {
+        err_set(&e, ERR_USAGE, "%s: the model's vocabulary (%d) does not match its tokenizer's (%d)", dir, mc.vocab, tok.vocab);
+        goto fail;
+    }
+    ModelSlice sl = slice_whole(&mc);
+    if (stage_init(&st, &mc, &sl, 1, mc.max_seq, &e) || ckpt_load(dir, &st, NULL, &e)) goto fail;
+    size_t plen = strlen(prompt);
+    int total = (int)plen + tokens;
+    int *ids = malloc((size_t)(total > 0 ? total : 1) * sizeof *ids);
+    float *logits = malloc((size_t)mc.vocab_padded * sizeof *logits);
+    int n = (int)tokenizer_encode(&tok, prompt, plen, ids, plen);
+    fputs(prompt, stdout);
+    fflush(stdout);
+    uint64_t stream = rng_stream_of("sample");
+    for (int i = 0; i < tokens; i++) {
+        int T = n < mc.max_seq ? n : mc.max_seq;   // the last max_seq tokens are the context
+        const int *ctx = ids + n - T;
+        stage_forward(&st, ctx, NULL, 1, T, 0.0f);
+        stage_logits(&st, 1, T, T - 1, logits);
+        int id = pick(logits, mc.vocab, temperature, top_k, rng_uniform(seed, stream, (uint64_t)i));
+        ids[n++] = id;
+        char buf[64];
+        size_t bl = tokenizer_decode(&tok, id, buf, sizeof buf);
+        fwrite(buf, 1, bl, stdout);
+        fflush(stdout);
+    }
+    putchar('\n');
+    free(ids);
+    free(logits);
+    stage_free(&st);
+    tokenizer_close(&tok);
+    json_free(meta);
+    return 0;
+fail:
+    stage_free(&st);
+    tokenizer_close(&tok);
+    json_free(meta);
+    return cli_fail("sample", &e);
+}

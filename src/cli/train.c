@@ -1,0 +1,95 @@
+// tessera train — flags to a TrainConfig, then train/.
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/flags.h"
+#include "train/trainer.h"
+
+int cmd_train(int argc, char **argv) {
+    const char *model = "gpt2-tiny", *config = NULL, *data = NULL, *tokenizer = "byte", *log = NULL;
+    const char *schedule = "cosine", *ckpt_dir = NULL;
+    int batch = 8, seq = 0, accum = 1, steps = 100, warmup = 10, log_every = 10, threads = 0, ckpt_every = 0;
+    uint64_t seed = 1337;
+    double lr = 6e-4, min_lr = -1, wd = 0.1, clip = 1.0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, peak = 0;
+    Flag f[] = {
+        {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m", 0},
+        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {n_layer, n_head, d_model, d_ff, max_seq}", 0},
+        {"data", FLAG_STR, &data, 0, 0, "PATH", "training text file (required)", 0},
+        {"tokenizer", FLAG_STR, &tokenizer, 0, 0, "byte", "byte (vocabulary 256)", 0},
+        {"batch", FLAG_INT, &batch, 1, 1 << 16, "B", "sequences per micro-batch (default 8)", 0},
+        {"seq", FLAG_INT, &seq, 1, 1 << 20, "T", "tokens per sequence (default: the model's max_seq, at most 256)", 0},
+        {"grad-accum", FLAG_INT, &accum, 1, 1 << 16, "K", "micro-batches per optimizer step (default 1)", 0},
+        {"steps", FLAG_INT, &steps, 1, 1 << 30, "N", "optimizer steps (default 100)", 0},
+        {"lr", FLAG_FLOAT, &lr, 0, 10, "X", "peak learning rate (default 6e-4)", 0},
+        {"min-lr", FLAG_FLOAT, &min_lr, 0, 10, "X", "cosine floor (default lr/10)", 0},
+        {"warmup", FLAG_INT, &warmup, 0, 1 << 30, "N", "linear warmup steps (default 10)", 0},
+        {"lr-schedule", FLAG_STR, &schedule, 0, 0, "S", "cosine (default) or constant", 0},
+        {"weight-decay", FLAG_FLOAT, &wd, 0, 10, "X", "AdamW decoupled weight decay, not on biases and norms (default 0.1)", 0},
+        {"clip", FLAG_FLOAT, &clip, 0, 1e9, "X", "max global gradient norm, 0 = off (default 1.0)", 0},
+        {"beta1", FLAG_FLOAT, &beta1, 0, 0.999999, "X", "AdamW beta1 (default 0.9)", 0},
+        {"beta2", FLAG_FLOAT, &beta2, 0, 0.999999, "X", "AdamW beta2 (default 0.95)", 0},
+        {"eps", FLAG_FLOAT, &eps, 1e-30, 1, "X", "AdamW epsilon (default 1e-8)", 0},
+        {"seed", FLAG_U64, &seed, 0, 9.2e18, "N", "seed of init and data order (default 1337)", 0},
+        {"log", FLAG_STR, &log, 0, 0, "FILE.jsonl", "append one JSON object per logged step", 0},
+        {"log-every", FLAG_INT, &log_every, 1, 1 << 30, "N", "print and log every N steps (default 10)", 0},
+        {"ckpt-dir", FLAG_STR, &ckpt_dir, 0, 0, "DIR", "save checkpoints under DIR (at the end, and every --ckpt-every)", 0},
+        {"ckpt-every", FLAG_INT, &ckpt_every, 0, 1 << 30, "N", "steps between checkpoints (default 0: only at the end)", 0},
+        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores)", 0},
+        {"peak-gflops", FLAG_FLOAT, &peak, 0, 1e9, "X", "peak GFLOP/s for MFU (default: measured SGEMM)", 0},
+    };
+    int nf = (int)(sizeof f / sizeof f[0]), help;
+    Json *cfg = NULL;
+    Err e = {0};
+    if (flags_parse(f, nf, argc, argv, "train", &help, &cfg, &e)) return cli_fail("train", &e);
+    if (help) {
+        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model on one process (fp32).\n\n");
+        flags_print(f, nf);
+        return 0;
+    }
+    TrainConfig tc;
+    memset(&tc, 0, sizeof tc);
+    int rc = 2;
+    const Json *jm = cfg ? json_get(cfg, "model") : NULL;
+    int model_on_argv = 0;   // --model on the command line wins over the config file
+    for (int i = 0; i < argc; i++) model_on_argv |= !strncmp(argv[i], "--model", 7);
+    if (jm && jm->type == JSON_OBJ && !model_on_argv) {
+        if (config_from_json(&tc.model, jm, &e)) { err_prefix(&e, "--config: model"); goto out; }
+    } else if (config_preset(&tc.model, model, &e)) {
+        err_prefix(&e, "--model");
+        goto out;
+    }
+    if (!data) { err_set(&e, ERR_USAGE, "--data PATH is required (a text file to train on)"); goto out; }
+    if (strcmp(schedule, "cosine") && strcmp(schedule, "constant")) {
+        err_set(&e, ERR_USAGE, "--lr-schedule: expected cosine or constant, got '%s'", schedule);
+        goto out;
+    }
+    if (!seq) seq = tc.model.max_seq < 256 ? tc.model.max_seq : 256;
+    tc.data = data;
+    tc.tokenizer = tokenizer;
+    tc.log_path = log;
+    tc.ckpt_dir = ckpt_dir;
+    tc.ckpt_every = ckpt_every;
+    tc.batch = batch;
+    tc.seq = seq;
+    tc.accum = accum;
+    tc.steps = steps;
+    tc.log_every = log_every;
+    tc.threads = threads ? threads : omp_get_num_procs();
+    tc.seed = seed;
+    tc.peak_gflops = peak;
+    tc.progress = isatty(STDOUT_FILENO);
+    tc.opt = (OptimConfig){
+        .lr = (float)lr, .min_lr = (float)(min_lr >= 0 ? min_lr : lr / 10), .warmup = warmup, .steps = steps,
+        .schedule = strcmp(schedule, "constant") ? LR_COSINE : LR_CONSTANT, .beta1 = (float)beta1,
+        .beta2 = (float)beta2, .eps = (float)eps, .weight_decay = (float)wd, .clip = (float)clip,
+    };
+    if (tc.opt.min_lr > tc.opt.lr) { err_set(&e, ERR_USAGE, "--min-lr %g is above --lr %g", min_lr, lr); goto out; }
+    rc = train_run(&tc, &e) ? e.code : 0;
+out:
+    json_free(cfg);
+    if (rc && e.msg[0]) return cli_fail("train", &e);
+    return rc;
+}

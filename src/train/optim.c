@@ -1,0 +1,74 @@
+#include "train/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/alloc.h"
+#include "kernels/adamw.h"
+
+float lr_at(const OptimConfig *o, int step) {
+    if (step < o->warmup) return o->lr * (float)(step + 1) / (float)o->warmup;
+    if (o->schedule == LR_CONSTANT) return o->lr;
+    int span = o->steps - o->warmup;
+    if (span <= 0) return o->lr;
+    double progress = (double)(step - o->warmup) / span;
+    if (progress > 1.0) progress = 1.0;
+    return (float)(o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(M_PI * progress)));
+}
+
+int adamw_init(AdamW *a, size_t n, Err *err) {
+    a->n = n;
+    a->t = 0;
+    a->m = mem_alloc(MEM_OPTIM, n * sizeof(float));
+    a->v = mem_alloc(MEM_OPTIM, n * sizeof(float));
+    if (!a->m || !a->v) {
+        adamw_free(a);
+        return err_set(err, ERR_RUN, "out of memory allocating optimizer state (%zu floats)", 2 * n);
+    }
+    return 0;
+}
+
+void adamw_free(AdamW *a) {
+    mem_free(a->m);
+    mem_free(a->v);
+    a->m = a->v = NULL;
+}
+
+void adamw_step(AdamW *a, const ParamTable *t, float *params, const float *grads, float lr,
+                const OptimConfig *o, float grad_scale) {
+    a->t++;
+    AdamWArgs args = {
+        .lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+        .bc1 = 1.0f - powf(o->beta1, (float)a->t), .bc2 = 1.0f - powf(o->beta2, (float)a->t),
+        .grad_scale = grad_scale,
+    };
+    // Runs of neighbouring tensors with the same decay setting go in one call.
+    int k = 0;
+    while (k < t->n) {
+        int decay = !(t->p[k].flags & PARAM_NO_DECAY), j = k + 1;
+        while (j < t->n && (!(t->p[j].flags & PARAM_NO_DECAY)) == decay) j++;
+        size_t off = t->p[k].offset, n = t->p[j - 1].offset + t->p[j - 1].numel - off;
+        args.weight_decay = decay ? o->weight_decay : 0.0f;
+        adamw_update(params + off, grads + off, a->m + off, a->v + off, n, &args);
+        k = j;
+    }
+}
+
+double sum_squares(const float *g, size_t n) {
+    enum { BLK = 1 << 16 };
+    size_t nb = (n + BLK - 1) / BLK;
+    double *part = malloc((nb + 1) * sizeof *part);
+    CHECKF(part, "out of memory");
+    #pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * BLK, hi = lo + BLK < n ? lo + BLK : n;
+        double s = 0;
+        #pragma omp simd reduction(+:s)
+        for (size_t i = lo; i < hi; i++) s += (double)g[i] * g[i];
+        part[b] = s;
+    }
+    double s = 0;
+    for (size_t b = 0; b < nb; b++) s += part[b];
+    free(part);
+    return s;
+}

@@ -1,0 +1,172 @@
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/json.h"
+#include "core/timer.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "io/checkpoint.h"
+#include "kernels/matmul.h"
+#include "model/stage.h"
+
+double train_flops_per_token(const ModelConfig *c, int T) {
+    return 6.0 * (double)config_param_count(c, 0) + 12.0 * c->n_layer * (double)T * c->d_model;
+}
+
+static void print_memory(void) {
+    char b[32];
+    printf("memory:    ");
+    for (int t = 0; t < MEM_NTAGS; t++)
+        if (mem_peak(t)) printf("%s %s, ", mem_tag_name(t), mem_fmt(mem_peak(t), b, sizeof b));
+    printf("total %s\n", mem_fmt(mem_peak_total(), b, sizeof b));
+}
+
+static void progress_bar(int step, int total, double elapsed) {
+    int width = 30, fill = (int)((double)step / total * width);
+    double eta = step ? elapsed / step * (total - step) : 0;
+    printf("\r[");
+    for (int i = 0; i < width; i++) putchar(i < fill ? '=' : (i == fill ? '>' : ' '));
+    printf("] %d/%d  ETA %dm%02ds ", step, total, (int)eta / 60, (int)eta % 60);
+    fflush(stdout);
+}
+
+static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls) {
+    JsonBuf b;
+    jb_init(&b);
+    jb_obj_begin(&b);
+    jb_key(&b, "steps_done"); jb_int(&b, step);
+    jb_key(&b, "seed"); jb_int(&b, (int64_t)tc->seed);
+    jb_key(&b, "tokenizer"); jb_str(&b, tc->tokenizer);
+    jb_key(&b, "data"); jb_str(&b, tc->data);
+    jb_key(&b, "batch"); jb_int(&b, tc->batch);
+    jb_key(&b, "seq"); jb_int(&b, tc->seq);
+    jb_key(&b, "grad_accum"); jb_int(&b, tc->accum);
+    jb_key(&b, "loader"); jb_obj_begin(&b);
+    jb_key(&b, "epoch"); jb_int(&b, ls.epoch);
+    jb_key(&b, "pos"); jb_int(&b, ls.pos);
+    jb_obj_end(&b);
+    jb_obj_end(&b);
+    return b.s;
+}
+
+static int save_ckpt(const TrainConfig *tc, int step, const Stage *st, const AdamW *opt, const Loader *ld, Err *err) {
+    char *meta = train_meta_json(tc, step, loader_state(ld));
+    double t0 = timer_now();
+    int rc = ckpt_save(tc->ckpt_dir, step, st, opt, meta, err);
+    free(meta);
+    if (rc == 0) printf("checkpoint: %s/step_%08d (%.2f s)\n", tc->ckpt_dir, step, timer_now() - t0);
+    return rc;
+}
+
+int train_run(const TrainConfig *tc, Err *err) {
+    Tokenizer tok;
+    if (tokenizer_open(&tok, tc->tokenizer, err)) return -1;
+    ModelConfig mc = tc->model;
+    config_set_vocab(&mc, tok.vocab);
+    if (config_validate(&mc, err)) return -1;
+    if (tc->seq > mc.max_seq)
+        return err_set(err, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, mc.max_seq);
+    if (tc->threads > 0) kernels_set_threads(tc->threads);
+
+    Loader *ld = NULL;
+    Stage st;
+    AdamW opt = {0};
+    FILE *log = NULL;
+    int *inp = NULL, *tgt = NULL, rc = -1;
+    memset(&st, 0, sizeof st);
+    if (loader_open_text(&ld, tc->data, &tok, tc->seq, tc->seed, err)) goto done;
+    ModelSlice slice = slice_whole(&mc);
+    if (stage_init(&st, &mc, &slice, tc->batch, tc->seq, err)) goto done;
+    if (adamw_init(&opt, st.table.total, err)) goto done;
+    ptable_init(&st.table, st.params, tc->seed);
+    if (tc->log_path && !(log = fopen(tc->log_path, "a"))) {
+        err_set(err, ERR_USAGE, "--log %s: cannot open for appending", tc->log_path);
+        goto done;
+    }
+    inp = malloc((size_t)tc->batch * tc->seq * sizeof *inp);
+    tgt = malloc((size_t)tc->batch * tc->seq * sizeof *tgt);
+    if (!inp || !tgt) { err_set(err, ERR_RUN, "out of memory"); goto done; }
+
+    int B = tc->batch, T = tc->seq, K = tc->accum;
+    double tokens_per_step = (double)B * T * K;
+    double flops_tok = train_flops_per_token(&mc, T);
+    double peak = tc->peak_gflops;
+    const char *peak_src = "--peak-gflops";
+    if (peak <= 0) { peak = kernels_sgemm_gflops(1024, 5); peak_src = "measured SGEMM 1024³"; }
+    int64_t np = config_param_count(&mc, 0);
+    printf("model:     %s — %d layers, %d heads, d_model %d, d_ff %d, max_seq %d, vocab %d (padded %d)\n", mc.name,
+           mc.n_layer, mc.n_head, mc.d_model, mc.d_ff, mc.max_seq, mc.vocab, mc.vocab_padded);
+    printf("params:    %.2fM (%lld; %zu with vocabulary padding)\n", np / 1e6, (long long)np, st.table.total);
+    printf("data:      %s — %lld tokens (%s tokenizer), %lld sequences of %d+1 per epoch\n", tc->data,
+           (long long)loader_tokens(ld), tc->tokenizer, (long long)loader_samples(ld), T);
+    printf("batch:     %d × %d tokens × %d accumulation = %.0f tokens per step, %d steps\n", B, T, K,
+           tokens_per_step, tc->steps);
+    printf("optimizer: AdamW lr %g → %g (%s, warmup %d), betas %g/%g, eps %g, weight decay %g, clip %g\n",
+           tc->opt.lr, tc->opt.schedule == LR_COSINE ? tc->opt.min_lr : tc->opt.lr,
+           tc->opt.schedule == LR_COSINE ? "cosine" : "constant", tc->opt.warmup, tc->opt.beta1, tc->opt.beta2,
+           tc->opt.eps, tc->opt.weight_decay, tc->opt.clip);
+    printf("compute:   %d threads, %s; %.3g GFLOP per token; MFU against %.1f GFLOP/s (%s)\n", kernels_threads(),
+           kernels_blas_info(), flops_tok * 1e-9, peak, peak_src);
+    print_memory();
+    fflush(stdout);
+
+    double t_start = timer_now();
+    for (int step = 0; step < tc->steps; step++) {
+        double t0 = timer_now();
+        memset(st.grads, 0, st.table.total * sizeof(float));
+        double loss_sum = 0;
+        float dscale = (float)(1.0 / tokens_per_step);
+        for (int k = 0; k < K; k++) {
+            loader_next(ld, inp, tgt, B);
+            loss_sum += stage_forward(&st, inp, tgt, B, T, dscale);
+            stage_backward(&st, inp, B, T);
+        }
+        double loss = loss_sum / tokens_per_step;
+        double norm = sqrt(sum_squares(st.grads, st.table.total));
+        float gscale = (tc->opt.clip > 0 && norm > tc->opt.clip) ? (float)(tc->opt.clip / norm) : 1.0f;
+        float lr = lr_at(&tc->opt, step);
+        adamw_step(&opt, &st.table, st.params, st.grads, lr, &tc->opt, gscale);
+        double dt = timer_now() - t0;
+        if (!isfinite(loss)) {
+            err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
+            goto done;
+        }
+        int last = step + 1 == tc->steps;
+        if ((step + 1) % tc->log_every == 0 || last || step == 0) {
+            double tps = tokens_per_step / dt, mfu = tps * flops_tok / (peak * 1e9);
+            if (tc->progress) printf("\r\033[K");
+            printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%\n", step + 1,
+                   tc->steps, loss, lr, norm, dt * 1e3, tps, 100 * mfu);
+            if (log) {
+                fprintf(log, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms\":%.3f,"
+                             "\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"mem_peak_bytes\":%zu}\n",
+                        step + 1, loss, lr, norm, dt * 1e3, tps, mfu, mem_peak_total());
+                fflush(log);
+            }
+        }
+        if (tc->progress && !last) progress_bar(step + 1, tc->steps, timer_now() - t_start);
+        if (tc->ckpt_dir && tc->ckpt_every > 0 && (step + 1) % tc->ckpt_every == 0 && !last &&
+            save_ckpt(tc, step + 1, &st, &opt, ld, err))
+            goto done;
+    }
+    double total = timer_now() - t_start;
+    if (tc->ckpt_dir && save_ckpt(tc, tc->steps, &st, &opt, ld, err)) goto done;
+    printf("done:      %d steps in %.1f s, %.0f tokens/s average\n", tc->steps, total,
+           tokens_per_step * tc->steps / total);
+    print_memory();
+    rc = 0;
+done:
+    if (log) fclose(log);
+    free(inp);
+    free(tgt);
+    adamw_free(&opt);
+    stage_free(&st);
+    loader_free(ld);
+    tokenizer_close(&tok);
+    return rc;
+}

@@ -1,0 +1,37 @@
+// train/trainer — the training loop of one process: data, forward/backward
+// over gradient-accumulation micro-batches, clipping, AdamW, LR schedule,
+// progress, the JSONL metrics log and checkpoints.
+#ifndef TSR_TRAIN_TRAINER_H
+#define TSR_TRAIN_TRAINER_H
+
+#include <stdint.h>
+
+#include "core/check.h"
+#include "model/config.h"
+#include "train/optim.h"
+
+typedef struct TrainConfig {
+    ModelConfig model;         // vocabulary is replaced by the tokenizer's
+    const char *data;          // text file
+    const char *tokenizer;     // "byte"
+    const char *log_path;      // JSONL metrics (appended), or NULL
+    const char *ckpt_dir;      // checkpoints, or NULL
+    int ckpt_every;            // steps between checkpoints (0: only at the end)
+    int batch, seq, accum, steps;
+    int log_every;             // print/log every this many steps (and the last)
+    int threads;
+    uint64_t seed;
+    OptimConfig opt;
+    double peak_gflops;        // MFU denominator; 0 = measure SGEMM at start
+    int progress;              // draw a progress bar (stdout is a terminal)
+} TrainConfig;
+
+// FLOPs of one training step per token: 6·N + 12·L·T·C (PaLM's convention:
+// N parameters without padding, plus attention's score/value products).
+double train_flops_per_token(const ModelConfig *c, int T);
+
+// Runs the whole training; prints the header, one line per logged step and
+// a summary to stdout. Returns 0, or -1 with err set.
+int train_run(const TrainConfig *tc, Err *err);
+
+#endif
