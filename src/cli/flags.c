@@ -81,8 +81,9 @@ static int load_config(Flag *flags, int n, const char *path, Json **out, Err *er
     for (const Json *m = j->child; m; m = m->next) {
         Flag *f = flags_find(flags, n, m->key);
         if (!f || !strcmp(m->key, "config")) {
+            err_set(err, ERR_USAGE, "--config %s: unknown key '%s'", path, m->key);
             json_free(j);
-            return err_set(err, ERR_USAGE, "--config %s: unknown key '%s'", path, m->key);
+            return -1;
         }
         // "model" may be an object (a model definition), kept in the tree
         // for the caller; everything else is a scalar set through its flag.
@@ -90,8 +91,9 @@ static int load_config(Flag *flags, int n, const char *path, Json **out, Err *er
         const char *v = m->type == JSON_NUM || m->type == JSON_STR ? m->text
                       : m->type == JSON_BOOL ? (m->boolean ? "true" : "false") : NULL;
         if (!v) {
+            err_set(err, ERR_USAGE, "--config %s: key '%s' must be a number or string", path, m->key);
             json_free(j);
-            return err_set(err, ERR_USAGE, "--config %s: key '%s' must be a number or string", path, m->key);
+            return -1;
         }
         if (set_value(f, v, src, err)) { json_free(j); return -1; }
     }
