@@ -22,7 +22,7 @@ else
     CFLAGS += $(shell pkg-config --cflags cblas)
     LDLIBS += $(shell pkg-config --libs cblas)
   else
-    $(error no CBLAS found: run scripts/deps.sh (installs libopenblas-openmp-dev and pkg-config))
+    BLAS_PC := none
   endif
 endif
 
@@ -41,16 +41,18 @@ TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 all: features tessera
 
 features:
+	@if [ "$(BLAS_PC)" = none ]; then \
+	  echo "tessera build: no CBLAS found: run scripts/deps.sh (installs libopenblas-openmp-dev and pkg-config)"; exit 1; fi
 	@printf 'tessera build: CBLAS %s ✓  OpenMP ✓  (%s)\n' "$(BLAS_PC)" "$(CC) $(OPT) $(ARCH)"
 
-tessera: $(CLI_OBJ) $(LIB)
+tessera: $(CLI_OBJ) $(LIB) | features
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c | features
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -61,13 +63,20 @@ $(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h
 test: tessera $(TEST_BIN)
 	@bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh
 
-demo: tessera
-	@bash scripts/demo.sh
+demo:
+	bash scripts/deps.sh
+	$(MAKE) tessera
+	bash scripts/demo.sh
 
-bench: tessera
+bench: tessera $(BENCH_BIN)
 	@bash bench/run.sh
 
 clean:
 	rm -rf $(BUILD) tessera
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+
+BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)

@@ -16,7 +16,7 @@
 
 // The output head runs over at most this many logits at once (rows × Vp),
 // so the (B·T, Vp) logits matrix never exists whole.
-enum { HEAD_CHUNK_FLOATS = 8 << 20 };
+enum { HEAD_CHUNK_FLOATS = 16 << 20 };
 
 enum { BLOCK_TENSORS = 12 };
 static const char *block_suffix[BLOCK_TENSORS] = {

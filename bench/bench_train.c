@@ -1,0 +1,75 @@
+// bench_train — median time of one full training step (forward, backward,
+// gradient norm, AdamW) of a preset model at B×T on random tokens, with
+// tokens/s, MFU and peak memory. One configuration per process, so the
+// peak memory is that configuration's.
+//   bench_train PRESET B T VOCAB STEPS THREADS SGEMM_GFLOPS
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "kernels/matmul.h"
+#include "model/stage.h"
+#include "train/optim.h"
+#include "train/trainer.h"
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static long rss_peak_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) v = atol(line + 6);
+    if (f) fclose(f);
+    return v;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 8) {
+        fprintf(stderr, "usage: bench_train PRESET B T VOCAB STEPS THREADS SGEMM_GFLOPS\n");
+        return 2;
+    }
+    int B = atoi(argv[2]), T = atoi(argv[3]), V = atoi(argv[4]), steps = atoi(argv[5]), threads = atoi(argv[6]);
+    double ceiling = atof(argv[7]);
+    Err e;
+    ModelConfig c;
+    if (config_preset(&c, argv[1], &e)) { fprintf(stderr, "%s\n", e.msg); return 2; }
+    config_set_vocab(&c, V);
+    kernels_set_threads(threads);
+    Stage st;
+    ModelSlice s = slice_whole(&c);
+    AdamW opt;
+    if (stage_init(&st, &c, &s, B, T, &e) || adamw_init(&opt, st.table.total, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    ptable_init(&st.table, st.params, 1);
+    int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
+    OptimConfig oc = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f};
+    double *t = malloc(sizeof(double) * (steps + 1));
+    for (int i = -1; i < steps; i++) {   // one warm-up step
+        for (int k = 0; k < B * T; k++) {
+            tok[k] = (int)rng_below(1, 1, (uint64_t)(i + 1) * B * T + k, V);
+            tgt[k] = (int)rng_below(1, 2, (uint64_t)(i + 1) * B * T + k, V);
+        }
+        double t0 = timer_now();
+        memset(st.grads, 0, st.table.total * sizeof(float));
+        stage_forward(&st, tok, tgt, B, T, 1.0f / (B * T));
+        stage_backward(&st, tok, B, T);
+        double norm = sqrt(sum_squares(st.grads, st.table.total));
+        adamw_step(&opt, &st.table, st.params, st.grads, oc.lr, &oc, norm > 1 ? (float)(1 / norm) : 1.0f);
+        if (i >= 0) t[i] = timer_now() - t0;
+    }
+    qsort(t, (size_t)steps, sizeof *t, cmp);
+    double med = t[steps / 2], tps = B * T / med, flops = train_flops_per_token(&c, T) * tps * 1e-9;
+    printf("%-10s %3d %4d %6d | %9.1f | %8.0f | %6.1f | %5.1f%% | %5.1f%% | %7.0f | %7.0f\n", argv[1], B, T, V, med * 1e3,
+           tps, flops, 100 * flops / ceiling, 100 * flops / 204.8, mem_peak_total() / 1048576.0, rss_peak_kib() / 1024.0);
+    return 0;
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# make bench: training-step speed and memory of tessera, next to a PyTorch
+# reference of the same step in the same invocation when python3-torch is
+# installed (this machine is shared: compare the ratios, not the absolutes).
+set -u
+cd "$(dirname "$0")/.."
+THREADS=${THREADS:-2}
+B=build/bench
+ceiling=$($B/sgemm "$THREADS")
+echo "SGEMM ceiling (2048³, $THREADS threads): $ceiling GFLOP/s; FMA peak 204.8 GFLOP/s (3.2 GHz × 32 flop × 2 cores)"
+echo
+printf '%-10s %3s %4s %6s | %9s | %8s | %6s | %6s | %6s | %7s | %7s\n' model B T vocab "ms/step" "tok/s" GFLOP/s \
+  "MFU/sg" "MFU/pk" "tagMiB" "RSS MiB"
+configs=("gpt2-124m 4 64 50257 5" "gpt2-124m 8 256 50257 3" "gpt2-tiny 12 64 256 30")
+have_torch=0
+PY=${PYTHON:-/usr/bin/python3}; [ -x "$PY" ] || PY=python3
+OMP_WAIT_POLICY=PASSIVE $PY -c "import torch" 2>/dev/null && have_torch=1
+for c in "${configs[@]}"; do
+  read -r preset b t v steps <<<"$c"
+  out=$($B/bench_train "$preset" "$b" "$t" "$v" "$steps" "$THREADS" "$ceiling")
+  echo "$out"
+  if [ "$have_torch" = 1 ]; then
+    ref=$(OMP_WAIT_POLICY=PASSIVE $PY bench/torch_ref.py "$preset" "$b" "$t" "$v" "$steps" "$THREADS" "$ceiling" 2>/dev/null)
+    echo "$ref"
+    ms=$(echo "$out" | awk -F'|' '{print $2}'); rms=$(echo "$ref" | awk -F'|' '{print $2}')
+    [ -n "$rms" ] && awk -v a="$ms" -v b="$rms" 'BEGIN { printf "%-27s   speedup vs PyTorch: %.2fx\n", "", b / a }'
+  fi
+done
+[ "$have_torch" = 1 ] || echo "(python3-torch not installed: no PyTorch reference rows)"
+echo
+echo "MFU/sg: against the measured SGEMM ceiling; MFU/pk: against the FMA peak; FLOPs per token 6N + 12·L·T·C."
+echo "tagMiB: peak of tessera's tagged allocator; RSS: the process's peak resident memory."
