@@ -5,13 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CORPUS=${CORPUS:-../shared/data/tinyshakespeare.txt}
-STEPS=${STEPS:-600}
+STEPS=${STEPS:-1000}
 if [ ! -f "$CORPUS" ]; then
   echo "demo: $CORPUS not found; set CORPUS=path/to/text.txt" >&2
   exit 2
 fi
 echo "== tessera demo: training gpt2-tiny (0.8M parameters) on $CORPUS for $STEPS steps"
-rm -rf runs/demo
+rm -rf runs/demo runs/demo.jsonl
+mkdir -p runs
 ./tessera train --model gpt2-tiny --data "$CORPUS" --batch 16 --seq 64 --steps "$STEPS" \
   --lr 2e-3 --warmup 30 --log-every 50 --ckpt-dir runs/demo --log runs/demo.jsonl
 echo

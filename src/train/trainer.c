@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +86,7 @@ int train_run(const TrainConfig *tc, Err *err) {
     if (adamw_init(&opt, st.table.total, err)) goto done;
     ptable_init(&st.table, st.params, tc->seed);
     if (tc->log_path && !(log = fopen(tc->log_path, "a"))) {
-        err_set(err, ERR_USAGE, "--log %s: cannot open for appending", tc->log_path);
+        err_set(err, ERR_USAGE, "--log %s: %s", tc->log_path, strerror(errno));
         goto done;
     }
     inp = malloc((size_t)tc->batch * tc->seq * sizeof *inp);
