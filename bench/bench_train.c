@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
     }
     qsort(t, (size_t)steps, sizeof *t, cmp);
     double med = t[steps / 2], tps = B * T / med, flops = train_flops_per_token(&c, T) * tps * 1e-9;
-    printf("%-10s %3d %4d %6d | %9.1f | %8.0f | %6.1f | %5.1f%% | %5.1f%% | %7.0f | %7.0f\n", argv[1], B, T, V, med * 1e3,
+    printf("%-16s %3d %4d %6d | %9.1f | %8.0f | %6.1f | %5.1f%% | %5.1f%% | %7.0f | %7.0f\n", argv[1], B, T, V, med * 1e3,
            tps, flops, 100 * flops / ceiling, 100 * flops / 204.8, mem_peak_total() / 1048576.0, rss_peak_kib() / 1024.0);
     return 0;
 }

@@ -9,7 +9,7 @@ B=build/bench
 ceiling=$($B/sgemm "$THREADS")
 echo "SGEMM ceiling (2048³, $THREADS threads): $ceiling GFLOP/s; FMA peak 204.8 GFLOP/s (3.2 GHz × 32 flop × 2 cores)"
 echo
-printf '%-10s %3s %4s %6s | %9s | %8s | %6s | %6s | %6s | %7s | %7s\n' model B T vocab "ms/step" "tok/s" GFLOP/s \
+printf '%-16s %3s %4s %6s | %9s | %8s | %6s | %6s | %6s | %7s | %7s\n' model B T vocab "ms/step" "tok/s" GFLOP/s \
   "MFU/sg" "MFU/pk" "tagMiB" "RSS MiB"
 configs=("gpt2-124m 4 64 50257 5" "gpt2-124m 8 256 50257 3" "gpt2-tiny 12 64 256 30")
 have_torch=0
@@ -23,7 +23,7 @@ for c in "${configs[@]}"; do
     ref=$(OMP_WAIT_POLICY=PASSIVE $PY bench/torch_ref.py "$preset" "$b" "$t" "$v" "$steps" "$THREADS" "$ceiling" 2>/dev/null)
     echo "$ref"
     ms=$(echo "$out" | awk -F'|' '{print $2}'); rms=$(echo "$ref" | awk -F'|' '{print $2}')
-    [ -n "$rms" ] && awk -v a="$ms" -v b="$rms" 'BEGIN { printf "%-27s   speedup vs PyTorch: %.2fx\n", "", b / a }'
+    [ -n "$rms" ] && awk -v a="$ms" -v b="$rms" 'BEGIN { printf "%-33s   speedup vs PyTorch: %.2fx\n", "", b / a }'
   fi
 done
 [ "$have_torch" = 1 ] || echo "(python3-torch not installed: no PyTorch reference rows)"

@@ -78,7 +78,7 @@ def main():
     tps = B * T / med
     gf = (6 * n + 12 * L * T * C) * tps * 1e-9
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{'torch ' + preset:<10} {B:3d} {T:4d} {V:6d} | {med * 1e3:9.1f} | {tps:8.0f} | {gf:6.1f} | "
+    print(f"{'torch ' + preset:<16} {B:3d} {T:4d} {V:6d} | {med * 1e3:9.1f} | {tps:8.0f} | {gf:6.1f} | "
           f"{100 * gf / ceiling:5.1f}% | {100 * gf / 204.8:5.1f}% |       - | {rss:7.0f}")
 
 
