@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -314,10 +315,18 @@ static const unsigned char *find_tensor(const Json *tensors, const char *name, c
 int ckpt_load(const char *stepdir, Stage *s, AdamW *opt, Err *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/rank_00000.tsr", stepdir);
-    char *buf;
-    size_t len;
-    if (read_file(path, &buf, &len, err)) return -1;
-    const unsigned char *u = (const unsigned char *)buf;
+    // Mapped, not read: a caller that wants only the parameters touches
+    // only their pages.
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st)) { close(fd); return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno)); }
+    size_t len = (size_t)st.st_size;
+    void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (len && map == MAP_FAILED) return err_set(err, ERR_RUN, "%s: cannot map: %s", path, strerror(errno));
+    const unsigned char *u = map;
+    const char *buf = map;
     int rc = -1;
     Json *idx = NULL;
     if (len < HEADER_BYTES || memcmp(u, MAGIC, 8)) { err_set(err, ERR_USAGE, "%s: not a tessera tensor file (bad magic)", path); goto done; }
@@ -346,6 +355,6 @@ int ckpt_load(const char *stepdir, Stage *s, AdamW *opt, Err *err) {
     rc = 0;
 done:
     json_free(idx);
-    free(buf);
+    if (len) munmap(map, len);
     return rc;
 }

@@ -190,8 +190,6 @@ void stage_free(Stage *s) {
     memset(s, 0, sizeof *s);
 }
 
-size_t stage_act_bytes(const Stage *s) { return s->acts->act_bytes; }
-size_t stage_workspace_bytes(const Stage *s) { return s->acts->ws_bytes; }
 float *stage_input(Stage *s) { return s->acts->x0; }
 float *stage_output(Stage *s) { return s->acts->nl ? s->acts->blk[s->acts->nl - 1].res3 : s->acts->x0; }
 float *stage_grad_output(Stage *s) { return s->acts->dres; }

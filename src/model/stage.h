@@ -59,9 +59,4 @@ float *stage_output(Stage *s);         // output of a non-last stage
 float *stage_grad_output(Stage *s);    // gradient arriving at a non-last stage
 float *stage_grad_input(Stage *s);     // gradient leaving the stage's input
 
-// Bytes of activations the stage holds for capacity B×T (MEM_ACTS) and of
-// its scratch (MEM_WORKSPACE).
-size_t stage_act_bytes(const Stage *s);
-size_t stage_workspace_bytes(const Stage *s);
-
 #endif
