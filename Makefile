@@ -8,7 +8,7 @@ OPT     ?= -O3
 CFLAGS  ?= $(OPT) $(ARCH)
 CFLAGS  += -std=c11 -D_GNU_SOURCE -fopenmp -Wall -Wextra -Wshadow \
            -Wmissing-prototypes -Wstrict-prototypes -Werror=implicit-function-declaration \
-           -fno-math-errno -MMD -MP -Isrc
+           -fno-math-errno -fno-trapping-math -MMD -MP -Isrc
 LDLIBS  += -lm
 
 # ---- feature probes (announced once per build) ----
@@ -46,19 +46,25 @@ features:
 	@printf 'tessera build: CBLAS %s ✓  OpenMP ✓  (%s)\n' "$(BLAS_PC)" "$(CC) $(OPT) $(ARCH)"
 
 tessera: $(CLI_OBJ) $(LIB) | features
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(Q)ar rcs $@ $^
+
+# V=1 shows the full commands.
+Q := $(if $(V),,@)
 
 $(BUILD)/%.o: %.c | features
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	@$(if $(Q),echo "  CC    $<")
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h
+$(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h tests/ref.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDLIBS)
+	@$(if $(Q),echo "  CC    $<")
+	$(Q)$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDLIBS)
 
 test: tessera $(TEST_BIN)
 	@bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh
@@ -79,4 +85,5 @@ clean:
 BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+	@$(if $(Q),echo "  CC    $<")
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)

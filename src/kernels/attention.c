@@ -24,6 +24,7 @@ static void softmax_rows(float *S, int nq, int nk, int q0, float *lse_out, const
             l = lse_in[i];
         } else {
             float m = -INFINITY;
+            #pragma omp simd reduction(max:m)
             for (int j = 0; j < nv; j++) m = s[j] > m ? s[j] : m;
             float sum = 0.0f;
             #pragma omp simd reduction(+:sum)

@@ -18,17 +18,30 @@ void crossentropy_forward(float *logits, float *losses, const int *targets, int 
             continue;
         }
         float m = -INFINITY;
+        #pragma omp simd reduction(max:m)
         for (int v = 0; v < V; v++) m = x[v] > m ? x[v] : m;
+        float xt = x[tgt];
+        if (dscale == 0.0f) {
+            float sum = 0.0f;
+            #pragma omp simd reduction(+:sum)
+            for (int v = 0; v < V; v++) sum += vexpf(x[v] - m);
+            losses[n] = m + logf(sum) - xt;
+            continue;
+        }
+        // With a gradient: keep exp(x − m) in place, then scale it to
+        // dscale · softmax — one exponential per logit.
         float sum = 0.0f;
         #pragma omp simd reduction(+:sum)
-        for (int v = 0; v < V; v++) sum += vexpf(x[v] - m);
-        float lse = m + logf(sum);
-        losses[n] = lse - x[tgt];
-        if (dscale != 0.0f) {
-            #pragma omp simd
-            for (int v = 0; v < V; v++) x[v] = dscale * vexpf(x[v] - lse);
-            x[tgt] -= dscale;
-            for (int v = V; v < Vp; v++) x[v] = 0.0f;
+        for (int v = 0; v < V; v++) {
+            float e = vexpf(x[v] - m);
+            x[v] = e;
+            sum += e;
         }
+        losses[n] = m + logf(sum) - xt;
+        float k = dscale / sum;
+        #pragma omp simd
+        for (int v = 0; v < V; v++) x[v] *= k;
+        x[tgt] -= dscale;
+        for (int v = V; v < Vp; v++) x[v] = 0.0f;
     }
 }

@@ -6,7 +6,6 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 // exp(x) for x in [-87, 88], relative error below 2e-7: x = n·ln2 + r with
 // a two-part ln2 (Cody-Waite), a degree-6 polynomial for exp(r) (Cephes),
@@ -14,7 +13,8 @@
 // exp of a very negative number is ~1e-38, not 0 — callers that need an
 // exact zero (masked logits) write it themselves.
 static inline float vexpf(float x) {
-    x = fminf(fmaxf(x, -87.0f), 88.0f);
+    // Ternaries, not fminf/fmaxf: their NaN rules keep GCC from vectorizing.
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
     float n = floorf(x * 1.44269504088896341f + 0.5f);
     float r = x - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
@@ -25,10 +25,10 @@ static inline float vexpf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    // 2^n in the exponent field (a union: C11 defines type punning through
+    // one, and unlike memcpy it does not stop the loop from vectorizing).
+    union { int32_t i; float f; } scale = {.i = ((int32_t)n + 127) << 23};
+    return p * scale.f;
 }
 
 #endif
