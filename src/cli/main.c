@@ -10,6 +10,7 @@ static const char *usage =
     "commands:\n"
     "  train    train a model on a text file (single process, fp32)\n"
     "  sample   generate text from a checkpoint\n"
+    "  tokenize text on stdin to token ids and back (--decode)\n"
     "\n"
     "examples:\n"
     "  tessera train --model gpt2-tiny --data ../shared/data/tinyshakespeare.txt --steps 300 --ckpt-dir runs/tiny\n"
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(argv[1], "sample")) return cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     fprintf(stderr, "tessera: unknown command '%s' (see tessera --help)\n", argv[1]);
     return 2;
 }

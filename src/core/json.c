@@ -177,6 +177,40 @@ static int lit(Parser *ps, const char *w) {
     return 0;
 }
 
+// The keys of one object being parsed, for the duplicate check: an
+// open-addressing set of pointers to the keys (owned by the members).
+typedef struct { const char **slot; size_t cap, n; } KeySet;
+
+static uint64_t key_hash(const char *k) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *k; k++) { h ^= (unsigned char)*k; h *= 1099511628211ull; }
+    return h;
+}
+
+// Adds key; returns 1 if it was already there, -1 when out of memory.
+static int keyset_add(KeySet *ks, const char *key) {
+    if (2 * (ks->n + 1) > ks->cap) {
+        size_t cap = ks->cap ? 2 * ks->cap : 16;
+        const char **ns = calloc(cap, sizeof *ns);
+        if (!ns) return -1;
+        for (size_t i = 0; i < ks->cap; i++) {
+            if (!ks->slot[i]) continue;
+            size_t h = key_hash(ks->slot[i]) & (cap - 1);
+            while (ns[h]) h = (h + 1) & (cap - 1);
+            ns[h] = ks->slot[i];
+        }
+        free(ks->slot);
+        ks->slot = ns;
+        ks->cap = cap;
+    }
+    size_t h = key_hash(key) & (ks->cap - 1);
+    for (; ks->slot[h]; h = (h + 1) & (ks->cap - 1))
+        if (strcmp(ks->slot[h], key) == 0) return 1;
+    ks->slot[h] = key;
+    ks->n++;
+    return 0;
+}
+
 static Json *parse_container(Parser *ps, int depth, int is_obj) {
     if (depth >= JSON_MAX_DEPTH) return fail(ps, "nesting too deep");
     Json *j = node(is_obj ? JSON_OBJ : JSON_ARR);
@@ -185,33 +219,35 @@ static Json *parse_container(Parser *ps, int depth, int is_obj) {
     ps->p++;
     skip_ws(ps);
     Json **tail = &j->child;
+    KeySet ks = {0};
     if (ps->p < ps->end && *ps->p == close) { ps->p++; return j; }
     for (;;) {
         char *key = NULL;
         if (is_obj) {
             skip_ws(ps);
-            if (ps->p >= ps->end || *ps->p != '"') { json_free(j); return fail(ps, "expected a string key"); }
+            if (ps->p >= ps->end || *ps->p != '"') { json_free(j); free(ks.slot); return fail(ps, "expected a string key"); }
             size_t kl;
             key = parse_string(ps, &kl);
-            if (!key) { json_free(j); return NULL; }
-            if (strlen(key) != kl) { free(key); json_free(j); return fail(ps, "NUL in key"); }
-            for (Json *c = j->child; c; c = c->next)
-                if (strcmp(c->key, key) == 0) {
-                    free(key); json_free(j);
-                    return fail(ps, "duplicate key");
-                }
+            if (!key) { json_free(j); free(ks.slot); return NULL; }
+            if (strlen(key) != kl) { free(key); json_free(j); free(ks.slot); return fail(ps, "NUL in key"); }
+            int dup = keyset_add(&ks, key);
+            if (dup) {
+                free(key); json_free(j); free(ks.slot);
+                return fail(ps, dup < 0 ? "out of memory" : "duplicate key");
+            }
             skip_ws(ps);
-            if (ps->p >= ps->end || *ps->p != ':') { free(key); json_free(j); return fail(ps, "expected ':'"); }
+            if (ps->p >= ps->end || *ps->p != ':') { free(key); json_free(j); free(ks.slot); return fail(ps, "expected ':'"); }
             ps->p++;
         }
         Json *v = parse_value(ps, depth + 1);
-        if (!v) { free(key); json_free(j); return NULL; }
+        if (!v) { free(key); json_free(j); free(ks.slot); return NULL; }
         v->key = key;
         *tail = v;
         tail = &v->next;
         j->len++;
         skip_ws(ps);
         if (ps->p < ps->end && *ps->p == ',') { ps->p++; continue; }
+        free(ks.slot);
         if (ps->p < ps->end && *ps->p == close) { ps->p++; return j; }
         json_free(j);
         return fail(ps, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");

@@ -1,6 +1,41 @@
 #include "data/tokenizer.h"
 
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int has_vocab(const char *dir) {
+    char p[PATH_MAX + 32];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/encoder.json", dir);
+    if (stat(p, &st)) return 0;
+    snprintf(p, sizeof p, "%s/vocab.bpe", dir);
+    return stat(p, &st) == 0;
+}
+
+// Finds the GPT-2 vocabulary directory (see tokenizer.h) into dir.
+static int find_gpt2_dir(char *dir, size_t cap) {
+    const char *env = getenv("TESSERA_GPT2_DIR");
+    if (env && *env) { snprintf(dir, cap, "%s", env); return 1; }
+    const char *rel[] = {"data/gpt2", "../shared/data/gpt2"};
+    for (int i = 0; i < 2; i++)
+        if (has_vocab(rel[i])) { snprintf(dir, cap, "%s", rel[i]); return 1; }
+    char exe[PATH_MAX / 2];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        for (int i = 0; i < 2; i++) {
+            snprintf(dir, cap, "%s/%s", exe, rel[i]);
+            if (has_vocab(dir)) return 1;
+        }
+    }
+    return 0;
+}
 
 int tokenizer_open(Tokenizer *t, const char *name, Err *err) {
     memset(t, 0, sizeof *t);
@@ -8,21 +43,50 @@ int tokenizer_open(Tokenizer *t, const char *name, Err *err) {
         t->kind = TOK_BYTE;
         t->vocab = 256;
         t->eot = -1;
+        snprintf(t->name, sizeof t->name, "byte");
         return 0;
     }
-    return err_set(err, ERR_USAGE, "--tokenizer: unknown tokenizer '%s' (known: byte)", name);
+    if (strcmp(name, "gpt2") == 0) {
+        char dir[PATH_MAX];
+        if (!find_gpt2_dir(dir, sizeof dir))
+            return err_set(err, ERR_USAGE, "--tokenizer gpt2: encoder.json and vocab.bpe not found "
+                                           "(set TESSERA_GPT2_DIR, or run scripts/deps.sh to fetch them into data/gpt2)");
+        if (bpe_load(&t->bpe, dir, err)) return -1;
+        t->state = bpe_state_new(t->bpe);
+        if (!t->state) { tokenizer_close(t); return err_set(err, ERR_RUN, "out of memory"); }
+        t->kind = TOK_GPT2;
+        t->vocab = bpe_vocab(t->bpe);
+        t->eot = bpe_eot(t->bpe);
+        snprintf(t->name, sizeof t->name, "gpt2");
+        return 0;
+    }
+    return err_set(err, ERR_USAGE, "--tokenizer: unknown tokenizer '%s' (known: gpt2, byte)", name);
 }
 
-void tokenizer_close(Tokenizer *t) { memset(t, 0, sizeof *t); }
+void tokenizer_close(Tokenizer *t) {
+    bpe_state_free(t->state);
+    bpe_free(t->bpe);
+    memset(t, 0, sizeof *t);
+}
 
-size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int *ids, size_t cap) {
-    (void)t;
+size_t tokenizer_encode_with(const Tokenizer *t, BpeState *st, const char *text, size_t len, int *ids, size_t cap) {
+    if (t->kind == TOK_GPT2) return bpe_encode(st, text, len, ids, cap);
     for (size_t i = 0; i < len && i < cap; i++) ids[i] = (unsigned char)text[i];
     return len;
 }
 
+size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int *ids, size_t cap) {
+    return tokenizer_encode_with(t, t->state, text, len, ids, cap);
+}
+
 size_t tokenizer_decode(const Tokenizer *t, int id, char *out, size_t cap) {
-    (void)t;
+    if (t->kind == TOK_GPT2) {
+        size_t n;
+        const unsigned char *p = bpe_token(t->bpe, id, &n);
+        if (!p || n > cap) return 0;
+        memcpy(out, p, n);
+        return n;
+    }
     if (cap < 1 || id < 0 || id > 255) return 0;
     out[0] = (char)id;
     return 1;

@@ -1,28 +1,39 @@
-// data/tokenizer — text to token ids and back.
+// data/tokenizer — text to token ids and back: "gpt2" (GPT-2's byte-level
+// BPE, vocabulary 50257, end-of-text 50256) or "byte" (each byte its own id,
+// vocabulary 256, no end-of-text token).
 //
-// The byte tokenizer maps each byte to its value (vocabulary 256).
+// The GPT-2 vocabulary files (encoder.json, vocab.bpe) are looked up in
+// $TESSERA_GPT2_DIR, then ./data/gpt2, then ../shared/data/gpt2 (relative
+// to the working directory and to the executable's directory).
 #ifndef TSR_DATA_TOKENIZER_H
 #define TSR_DATA_TOKENIZER_H
 
 #include <stddef.h>
 
 #include "core/check.h"
+#include "data/bpe.h"
 
-typedef enum { TOK_BYTE } TokenizerKind;
+typedef enum { TOK_BYTE, TOK_GPT2 } TokenizerKind;
 
 typedef struct Tokenizer {
     TokenizerKind kind;
     int vocab;        // ids are in [0, vocab)
     int eot;          // end-of-text id, -1 when the tokenizer has none
+    Bpe *bpe;         // TOK_GPT2
+    BpeState *state;  // TOK_GPT2: the encoding state of the calling thread
+    char name[8];
 } Tokenizer;
 
-// Parses a --tokenizer value ("byte"); the error names the flag.
+// Opens a tokenizer by name ("gpt2" or "byte"); errors name --tokenizer or the file.
 int tokenizer_open(Tokenizer *t, const char *name, Err *err);
 void tokenizer_close(Tokenizer *t);
 // Encodes text[0..len) into ids (capacity cap); returns the count (which may
-// exceed cap: then only cap were written).
+// exceed cap: then only cap were written). Not thread-safe for one Tokenizer:
+// threads use tokenizer_encode_with with their own BpeState.
 size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int *ids, size_t cap);
-// Appends the bytes of id to out (capacity cap); returns bytes written.
+size_t tokenizer_encode_with(const Tokenizer *t, BpeState *st, const char *text, size_t len, int *ids, size_t cap);
+// Writes the bytes of id to out (capacity cap); returns bytes written (0 for
+// an unknown id).
 size_t tokenizer_decode(const Tokenizer *t, int id, char *out, size_t cap);
 
 #endif
