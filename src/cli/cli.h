@@ -8,6 +8,8 @@
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_prepare(int argc, char **argv);
 
 // Prints "tessera <cmd>: <message>" to stderr and returns the exit status for e.
 int cli_fail(const char *cmd, const Err *e);

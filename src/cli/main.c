@@ -8,12 +8,15 @@ static const char *usage =
     "usage: tessera <command> [flags]   (tessera <command> --help for its flags)\n"
     "\n"
     "commands:\n"
-    "  train    train a model on a text file (single process, fp32)\n"
+    "  prepare  tokenize text files into token shards\n"
+    "  train    train a model on shards or a text file (single process, fp32)\n"
+    "  eval     validation loss and perplexity of a checkpoint\n"
     "  sample   generate text from a checkpoint\n"
     "  tokenize text on stdin to token ids and back (--decode)\n"
     "\n"
     "examples:\n"
-    "  tessera train --model gpt2-tiny --data ../shared/data/tinyshakespeare.txt --steps 300 --ckpt-dir runs/tiny\n"
+    "  tessera prepare --input ../shared/data/tinyshakespeare.txt --out data/shakespeare\n"
+    "  tessera train --model gpt2-tiny --data data/shakespeare --steps 300 --ckpt-dir runs/tiny\n"
     "  tessera sample --ckpt runs/tiny --prompt \"ROMEO:\" --tokens 200\n"
     "\n"
     "exit status: 0 success, 1 failure while running, 2 bad usage or input\n";
@@ -35,6 +38,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(argv[1], "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "prepare")) return cmd_prepare(argc - 2, argv + 2);
     fprintf(stderr, "tessera: unknown command '%s' (see tessera --help)\n", argv[1]);
     return 2;
 }

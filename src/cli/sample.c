@@ -49,7 +49,7 @@ int cmd_sample(int argc, char **argv) {
     uint64_t seed = 1337;
     Flag f[] = {
         {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0},
-        {"prompt", FLAG_STR, &prompt, 0, 0, "TEXT", "text to continue (default: a newline)", 0},
+        {"prompt", FLAG_STR, &prompt, 0, 0, "TEXT", "text to continue (default: a new document)", 0},
         {"tokens", FLAG_INT, &tokens, 1, 1 << 24, "N", "tokens to generate (default 200)", 0},
         {"temperature", FLAG_FLOAT, &temperature, 0, 100, "X", "softmax temperature, 0 = greedy (default 0.8)", 0},
         {"top-k", FLAG_INT, &top_k, 0, 1 << 24, "K", "sample among the K most likely, 0 = all (default 40)", 0},
@@ -84,11 +84,17 @@ int cmd_sample(int argc, char **argv) {
     ModelSlice sl = slice_whole(&mc);
     if (stage_init(&st, &mc, &sl, 1, mc.max_seq, &e) || ckpt_load(dir, &st, NULL, &e)) goto fail;
     size_t plen = strlen(prompt);
-    int total = (int)plen + tokens;
+    int total = (int)plen + tokens + 1;
     int *ids = malloc((size_t)(total > 0 ? total : 1) * sizeof *ids);
     float *logits = malloc((size_t)mc.vocab_padded * sizeof *logits);
-    int n = (int)tokenizer_encode(&tok, prompt, plen, ids, plen);
-    fputs(prompt, stdout);
+    int n;
+    if (!flags_find(f, nf, "prompt")->seen && tok.eot >= 0) {
+        ids[0] = tok.eot;   // no prompt: start a new document, as GPT-2 does
+        n = 1;
+    } else {
+        n = (int)tokenizer_encode(&tok, prompt, plen, ids, plen);
+        fputs(prompt, stdout);
+    }
     fflush(stdout);
     uint64_t stream = rng_stream_of("sample");
     for (int i = 0; i < tokens; i++) {

@@ -9,7 +9,8 @@
 #include "train/trainer.h"
 
 int cmd_train(int argc, char **argv) {
-    const char *model = "gpt2-tiny", *config = NULL, *data = NULL, *tokenizer = "byte", *log = NULL;
+    const char *model = "gpt2-tiny", *config = NULL, *data = NULL, *tokenizer = "gpt2", *log = NULL, *val_data = NULL;
+    int eval_every = 0, eval_batches = 20;
     const char *schedule = "cosine", *ckpt_dir = NULL;
     int batch = 8, seq = 0, accum = 1, steps = 100, warmup = 10, log_every = 10, threads = 0, ckpt_every = 0;
     uint64_t seed = 1337;
@@ -17,8 +18,11 @@ int cmd_train(int argc, char **argv) {
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m", 0},
         {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {n_layer, n_head, d_model, d_ff, max_seq}", 0},
-        {"data", FLAG_STR, &data, 0, 0, "PATH", "training text file (required)", 0},
-        {"tokenizer", FLAG_STR, &tokenizer, 0, 0, "byte", "byte (vocabulary 256)", 0},
+        {"data", FLAG_STR, &data, 0, 0, "PATH", "shard directory (from tessera prepare), shard glob, .bin file, or text file (required)", 0},
+        {"val-data", FLAG_STR, &val_data, 0, 0, "PATH", "validation data (default: the val shards of a --data directory)", 0},
+        {"tokenizer", FLAG_STR, &tokenizer, 0, 0, "gpt2|byte", "gpt2 (default, vocabulary 50257) or byte (256)", 0},
+        {"eval-every", FLAG_INT, &eval_every, 0, 1 << 30, "N", "evaluate every N steps (default 0: only at the end)", 0},
+        {"eval-batches", FLAG_INT, &eval_batches, 0, 1 << 30, "N", "batches per evaluation, 0 = all (default 20)", 0},
         {"batch", FLAG_INT, &batch, 1, 1 << 16, "B", "sequences per micro-batch (default 8)", 0},
         {"seq", FLAG_INT, &seq, 1, 1 << 20, "T", "tokens per sequence (default: the model's max_seq, at most 256)", 0},
         {"grad-accum", FLAG_INT, &accum, 1, 1 << 16, "K", "micro-batches per optimizer step (default 1)", 0},
@@ -45,7 +49,8 @@ int cmd_train(int argc, char **argv) {
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "train", &help, &cfg, &e)) return cli_fail("train", &e);
     if (help) {
-        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model on one process (fp32).\n\n");
+        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model on one process (fp32).\n"
+               "Without --val-data, a --data directory's val_*.bin shards are the validation set.\n\n");
         flags_print(f, nf);
         return 0;
     }
@@ -68,6 +73,9 @@ int cmd_train(int argc, char **argv) {
     }
     if (!seq) seq = tc.model.max_seq < 256 ? tc.model.max_seq : 256;
     tc.data = data;
+    tc.val_data = val_data;
+    tc.eval_every = eval_every;
+    tc.eval_batches = eval_batches;
     tc.tokenizer = tokenizer;
     tc.log_path = log;
     tc.ckpt_dir = ckpt_dir;

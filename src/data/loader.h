@@ -1,11 +1,21 @@
 // data/loader — serves (inputs, targets) windows of T+1 tokens.
 //
-// The token stream is cut into samples: sample i is tokens [i·T, i·T+T+1).
-// An epoch visits every sample once in an order that is a pure function of
-// (seed, epoch) (a Fisher-Yates shuffle driven by the counter-based RNG).
-// The global batch of a step is the next B samples of that order; the
-// loader's state is two integers (epoch, position) that a checkpoint can
-// save and restore exactly.
+// Sources are token shards (a directory's train_*.bin or val_*.bin, a glob,
+// or one .bin file) or a text file tokenized in memory. Each source is cut
+// into windows: window j of a source is its tokens [j·T, j·T+T+1); windows
+// never cross sources. All windows of all sources form one global sample
+// index space.
+//
+// Training order: epoch e visits every sample once in a permutation that is
+// a pure function of (seed, e). The global batch of a step is the next
+// B·ranks samples of that order; rank r takes samples [r·B, (r+1)·B) of it,
+// so ranks are disjoint and their union is the batch, whatever the number of
+// ranks. A background thread prepares the next batch while the caller
+// trains. The state (epoch, position) is two integers; restoring it
+// continues with exactly the batches an uninterrupted loader would give.
+//
+// Validation order: samples in index order, from the start after each
+// loader_rewind.
 #ifndef TSR_DATA_LOADER_H
 #define TSR_DATA_LOADER_H
 
@@ -18,22 +28,36 @@ typedef struct Loader Loader;
 
 typedef struct LoaderState {
     int64_t epoch;      // epochs completed
-    int64_t pos;        // samples of the current epoch already served
+    int64_t pos;        // samples of the current epoch already served (all ranks)
 } LoaderState;
 
-// Reads a text file, tokenizes it, and holds the token stream. T is the
-// window length. The error names the file (missing, unreadable, too short).
-int loader_open_text(Loader **out, const char *path, const Tokenizer *tok, int T, uint64_t seed, Err *err);
+typedef enum { SPLIT_TRAIN, SPLIT_VAL } LoaderSplit;
+
+typedef struct LoaderOptions {
+    int T;              // window length
+    int B;              // samples per rank per call
+    int rank, ranks;    // this rank and the number of data-parallel ranks
+    uint64_t seed;
+    LoaderSplit split;  // which shards of a directory; VAL reads in order
+    int prefetch;       // run a background thread
+} LoaderOptions;
+
+// Opens `path` for tok's vocabulary. The error names the path (missing, no
+// shards, too short for one window, bad shard).
+int loader_open(Loader **out, const char *path, const Tokenizer *tok, const LoaderOptions *o, Err *err);
 void loader_free(Loader *l);
 
-int64_t loader_tokens(const Loader *l);    // tokens in the stream
+int64_t loader_tokens(const Loader *l);    // tokens over all sources
 int64_t loader_samples(const Loader *l);   // samples per epoch
+int loader_sources(const Loader *l);       // files read
 
-// Fills inputs (B,T) and targets (B,T) with the next B samples, starting a
-// new (reshuffled) epoch when the current one runs out.
-void loader_next(Loader *l, int *inputs, int *targets, int B);
+// Fills inputs (B,T) and targets (B,T) with this rank's part of the next
+// global batch (training), or the next B samples in order (validation,
+// returning how many were left: fewer than B at the end, 0 when done).
+int loader_next(Loader *l, int *inputs, int *targets);
 
 LoaderState loader_state(const Loader *l);
 void loader_set_state(Loader *l, LoaderState s);
+void loader_rewind(Loader *l);   // validation: back to the first sample
 
 #endif

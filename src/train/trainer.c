@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/alloc.h"
 #include "core/json.h"
@@ -43,6 +44,7 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls) {
     jb_key(&b, "steps_done"); jb_int(&b, step);
     jb_key(&b, "seed"); jb_int(&b, (int64_t)tc->seed);
     jb_key(&b, "tokenizer"); jb_str(&b, tc->tokenizer);
+    if (tc->val_data) { jb_key(&b, "val_data"); jb_str(&b, tc->val_data); }
     jb_key(&b, "data"); jb_str(&b, tc->data);
     jb_key(&b, "batch"); jb_int(&b, tc->batch);
     jb_key(&b, "seq"); jb_int(&b, tc->seq);
@@ -64,6 +66,40 @@ static int save_ckpt(const TrainConfig *tc, int step, const Stage *st, const Ada
     return rc;
 }
 
+double train_evaluate(Stage *st, Loader *val, int max_batches, int64_t *ntok) {
+    int B = st->B, T = st->T;
+    int *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+    CHECKF(in && tg, "out of memory");
+    double sum = 0;
+    int64_t n = 0;
+    loader_rewind(val);
+    for (int b = 0; max_batches <= 0 || b < max_batches; b++) {
+        int got = loader_next(val, in, tg);
+        if (got == 0) break;
+        sum += stage_forward(st, in, tg, got, T, 0.0f);
+        n += (int64_t)got * T;
+    }
+    free(in);
+    free(tg);
+    *ntok = n;
+    return n ? sum / (double)n : 0.0;
+}
+
+// Evaluates, prints and logs the validation loss at `step`.
+static void run_eval(const TrainConfig *tc, Stage *st, Loader *val, int step, FILE *log) {
+    int64_t n;
+    double t0 = timer_now();
+    double loss = train_evaluate(st, val, tc->eval_batches, &n);
+    if (tc->progress) printf("\r\033[K");
+    printf("eval  %5d       | val loss %.4f | perplexity %.2f | %lld tokens in %.1f s\n", step, loss, exp(loss),
+           (long long)n, timer_now() - t0);
+    if (log) {
+        fprintf(log, "{\"step\":%d,\"val_loss\":%.6f,\"val_ppl\":%.4f,\"val_tokens\":%lld}\n", step, loss, exp(loss),
+                (long long)n);
+        fflush(log);
+    }
+}
+
 int train_run(const TrainConfig *tc, Err *err) {
     Tokenizer tok;
     if (tokenizer_open(&tok, tc->tokenizer, err)) return -1;
@@ -74,13 +110,26 @@ int train_run(const TrainConfig *tc, Err *err) {
         return err_set(err, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, mc.max_seq);
     if (tc->threads > 0) kernels_set_threads(tc->threads);
 
-    Loader *ld = NULL;
+    Loader *ld = NULL, *val = NULL;
     Stage st;
     AdamW opt = {0};
     FILE *log = NULL;
     int *inp = NULL, *tgt = NULL, rc = -1;
     memset(&st, 0, sizeof st);
-    if (loader_open_text(&ld, tc->data, &tok, tc->seq, tc->seed, err)) goto done;
+    LoaderOptions lo = {.T = tc->seq, .B = tc->batch, .rank = 0, .ranks = 1, .seed = tc->seed,
+                        .split = SPLIT_TRAIN, .prefetch = 1};
+    if (loader_open(&ld, tc->data, &tok, &lo, err)) { err_prefix(err, "--data"); goto done; }
+    lo.split = SPLIT_VAL;
+    lo.prefetch = 0;
+    if (tc->val_data) {
+        if (loader_open(&val, tc->val_data, &tok, &lo, err)) { err_prefix(err, "--val-data"); goto done; }
+    } else {
+        struct stat sb;
+        char probe[4200];
+        snprintf(probe, sizeof probe, "%s/val_000000.bin", tc->data);
+        if (stat(tc->data, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(probe, &sb) == 0 &&
+            loader_open(&val, tc->data, &tok, &lo, err)) { err_prefix(err, "--data (validation shards)"); goto done; }
+    }
     ModelSlice slice = slice_whole(&mc);
     if (stage_init(&st, &mc, &slice, tc->batch, tc->seq, err)) goto done;
     if (adamw_init(&opt, st.table.total, err)) goto done;
@@ -103,8 +152,13 @@ int train_run(const TrainConfig *tc, Err *err) {
     printf("model:     %s — %d layers, %d heads, d_model %d, d_ff %d, max_seq %d, vocab %d (padded %d)\n", mc.name,
            mc.n_layer, mc.n_head, mc.d_model, mc.d_ff, mc.max_seq, mc.vocab, mc.vocab_padded);
     printf("params:    %.2fM (%lld; %zu with vocabulary padding)\n", np / 1e6, (long long)np, st.table.total);
-    printf("data:      %s — %lld tokens (%s tokenizer), %lld sequences of %d+1 per epoch\n", tc->data,
-           (long long)loader_tokens(ld), tc->tokenizer, (long long)loader_samples(ld), T);
+    printf("data:      %s — %d file%s, %lld tokens (%s tokenizer), %lld sequences of %d+1 per epoch\n", tc->data,
+           loader_sources(ld), loader_sources(ld) == 1 ? "" : "s", (long long)loader_tokens(ld), tc->tokenizer,
+           (long long)loader_samples(ld), T);
+    if (val)
+        printf("val:       %lld tokens, %lld sequences; evaluated %s%s, %s\n", (long long)loader_tokens(val),
+               (long long)loader_samples(val), tc->eval_every > 0 ? "every --eval-every steps and " : "",
+               "at the end", tc->eval_batches ? "first --eval-batches batches" : "all of it");
     printf("batch:     %d × %d tokens × %d accumulation = %.0f tokens per step, %d steps\n", B, T, K,
            tokens_per_step, tc->steps);
     printf("optimizer: AdamW lr %g → %g (%s, warmup %d), betas %g/%g, eps %g, weight decay %g, clip %g\n",
@@ -123,7 +177,7 @@ int train_run(const TrainConfig *tc, Err *err) {
         double loss_sum = 0;
         float dscale = (float)(1.0 / tokens_per_step);
         for (int k = 0; k < K; k++) {
-            loader_next(ld, inp, tgt, B);
+            loader_next(ld, inp, tgt);
             loss_sum += stage_forward(&st, inp, tgt, B, T, dscale);
             stage_backward(&st, inp, B, T);
         }
@@ -150,12 +204,14 @@ int train_run(const TrainConfig *tc, Err *err) {
                 fflush(log);
             }
         }
+        if (val && tc->eval_every > 0 && (step + 1) % tc->eval_every == 0 && !last) run_eval(tc, &st, val, step + 1, log);
         if (tc->progress && !last) progress_bar(step + 1, tc->steps, timer_now() - t_start);
         if (tc->ckpt_dir && tc->ckpt_every > 0 && (step + 1) % tc->ckpt_every == 0 && !last &&
             save_ckpt(tc, step + 1, &st, &opt, ld, err))
             goto done;
     }
     double total = timer_now() - t_start;
+    if (val) run_eval(tc, &st, val, tc->steps, log);
     if (tc->ckpt_dir && save_ckpt(tc, tc->steps, &st, &opt, ld, err)) goto done;
     printf("done:      %d steps in %.1f s, %.0f tokens/s average\n", tc->steps, total,
            tokens_per_step * tc->steps / total);
@@ -168,6 +224,7 @@ done:
     adamw_free(&opt);
     stage_free(&st);
     loader_free(ld);
+    loader_free(val);
     tokenizer_close(&tok);
     return rc;
 }

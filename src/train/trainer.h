@@ -7,13 +7,18 @@
 #include <stdint.h>
 
 #include "core/check.h"
+#include "data/loader.h"
 #include "model/config.h"
+#include "model/stage.h"
 #include "train/optim.h"
 
 typedef struct TrainConfig {
     ModelConfig model;         // vocabulary is replaced by the tokenizer's
-    const char *data;          // text file
-    const char *tokenizer;     // "byte"
+    const char *data;          // shard directory, glob, .bin file or text file
+    const char *val_data;      // validation data; NULL: the val shards of a data directory, if any
+    const char *tokenizer;     // "gpt2" or "byte"
+    int eval_every;            // steps between evaluations (0: only at the end)
+    int eval_batches;          // batches per evaluation (0: all of the validation data)
     const char *log_path;      // JSONL metrics (appended), or NULL
     const char *ckpt_dir;      // checkpoints, or NULL
     int ckpt_every;            // steps between checkpoints (0: only at the end)
@@ -29,6 +34,11 @@ typedef struct TrainConfig {
 // FLOPs of one training step per token: 6·N + 12·L·T·C (PaLM's convention:
 // N parameters without padding, plus attention's score/value products).
 double train_flops_per_token(const ModelConfig *c, int T);
+
+// Mean loss per token of the model over the validation loader (from its
+// start, at most max_batches batches of the stage's B; 0 = all); the number
+// of tokens scored goes to *ntok.
+double train_evaluate(Stage *st, Loader *val, int max_batches, int64_t *ntok);
 
 // Runs the whole training; prints the header, one line per logged step and
 // a summary to stdout. Returns 0, or -1 with err set.

@@ -25,7 +25,7 @@ expect_error() {
   else bad "$name" "exit $rc (want $want), $lines stderr lines, want /$pat/:" "$(head -3 "$TMP/err")"; fi
 }
 
-T="train --data $DATA --steps 1"
+T="train --data $DATA --tokenizer byte --steps 1"
 expect_error "unknown command"          2 "unknown command 'bogus'"    -- bogus
 expect_error "unknown flag"             2 "unknown flag '--bogus'"     -- $T --bogus 1
 expect_error "non-integer batch"        2 "\-\-batch: expected an integer, got 'abc'" -- $T --batch abc
@@ -33,13 +33,14 @@ expect_error "zero batch"               2 "\-\-batch: 0 is out of range" -- $T -
 expect_error "negative lr"              2 "\-\-lr: -1 is out of range" -- $T --lr -1
 expect_error "missing value"            2 "\-\-steps: missing value"    -- train --data "$DATA" --steps
 expect_error "missing --data"           2 "\-\-data PATH is required"   -- train --steps 1
-expect_error "missing data file"        2 "/nonexistent.txt: No such file" -- train --data /nonexistent.txt
+expect_error "missing data file"        2 "\-\-data: /nonexistent.txt: No such file" -- train --data /nonexistent.txt
+expect_error "unknown tokenizer"        2 "\-\-tokenizer: unknown tokenizer 'bpe'" -- $T --tokenizer bpe
 expect_error "unknown preset"           2 "unknown model preset 'gpt9'" -- $T --model gpt9
 expect_error "seq above max_seq"        2 "\-\-seq 65 is above the model's max_seq 64" -- $T --seq 65
 expect_error "bad lr schedule"          2 "\-\-lr-schedule: expected cosine or constant" -- $T --lr-schedule linear
 expect_error "min-lr above lr"          2 "\-\-min-lr"                  -- $T --lr 1e-3 --min-lr 1e-2
 expect_error "positional argument"      2 "unexpected argument 'oops'"  -- $T oops
-expect_error "empty data file"          2 "too short"                   -- train --data /dev/null --steps 1
+expect_error "empty data file"          2 "too short"                   -- train --data /dev/null --tokenizer byte --steps 1
 
 echo '{"model": {"n_layer": 2, "n_head": 3, "d_model": 64, "max_seq": 32}}' >"$TMP/heads.json"
 expect_error "heads not dividing d_model" 2 "n_head (3) must divide d_model (64)" -- $T --config "$TMP/heads.json"
@@ -54,7 +55,7 @@ expect_error "sample of a missing ckpt" 2 "no such checkpoint"         -- sample
 if "$BIN" --help | grep -q "train" && "$BIN" train --help | grep -q -- "--grad-accum"; then ok "help"; else bad "help"; fi
 
 # Training learns: loss from ~ln(256)=5.55 to clearly below 2.5.
-if "$BIN" train --data "$DATA" --batch 12 --steps 300 --lr 2e-3 --warmup 20 --log-every 50 \
+if "$BIN" train --data "$DATA" --tokenizer byte --batch 12 --steps 300 --lr 2e-3 --warmup 20 --log-every 50 \
      --log "$TMP/learn.jsonl" --ckpt-dir "$TMP/learn" >"$TMP/learn.out" 2>&1; then
   first=$(head -1 "$TMP/learn.jsonl" | sed 's/.*"loss":\([0-9.]*\).*/\1/')
   last=$(tail -1 "$TMP/learn.jsonl" | sed 's/.*"loss":\([0-9.]*\).*/\1/')
@@ -64,13 +65,13 @@ else bad "training learns" "$(tail -3 "$TMP/learn.out")"; fi
 
 # Config file: flags from JSON, command line wins.
 echo '{"model": "gpt2-tiny", "batch": 2, "steps": 3, "lr": 1e-3}' >"$TMP/cfg.json"
-if "$BIN" train --data "$DATA" --config "$TMP/cfg.json" --steps 2 --log-every 1 >"$TMP/cfg.out" 2>&1 &&
+if "$BIN" train --data "$DATA" --tokenizer byte --config "$TMP/cfg.json" --steps 2 --log-every 1 >"$TMP/cfg.out" 2>&1 &&
    grep -q "2 × 64 tokens" "$TMP/cfg.out" && grep -q "step     2/2" "$TMP/cfg.out"; then ok "config file and overrides"
 else bad "config file and overrides" "$(tail -3 "$TMP/cfg.out")"; fi
 
 # Bitwise repeatable: same flags, same losses and same checkpoint bytes;
 # gradient accumulation works.
-run() { "$BIN" train --data "$DATA" --batch 4 --grad-accum 2 --steps 20 --log-every 1 --seed 7 \
+run() { "$BIN" train --data "$DATA" --tokenizer byte --batch 4 --grad-accum 2 --steps 20 --log-every 1 --seed 7 \
           --log "$TMP/$1.jsonl" --ckpt-dir "$TMP/$1" >/dev/null 2>&1; }
 if run r1 && run r2; then
   l1=$(sed 's/"ms".*//' "$TMP/r1.jsonl"); l2=$(sed 's/"ms".*//' "$TMP/r2.jsonl")

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
-#include "data/loader.h"
 #include "io/checkpoint.h"
 #include "kernels/matmul.h"
 #include "model/stage.h"
@@ -64,53 +63,6 @@ static void test_sum_squares(void) {
     free(g);
 }
 
-static const char *data_path(void) {
-    static char p[512];
-    const char *d = getenv("TSR_DATA");
-    snprintf(p, sizeof p, "%s/tinyshakespeare.txt", d ? d : "../shared/data");
-    return p;
-}
-
-static void test_loader(void) {
-    Err e;
-    Tokenizer tok;
-    tokenizer_open(&tok, "byte", &e);
-    Loader *a, *b;
-    EXPECT(loader_open_text(&a, data_path(), &tok, 64, 7, &e) == 0, "%s", e.msg);
-    EXPECT(loader_open_text(&b, data_path(), &tok, 64, 7, &e) == 0, "%s", e.msg);
-    if (!a || !b) return;
-    int64_t ns = loader_samples(a);
-    EXPECT(loader_tokens(a) == 1115394 && ns == (1115394 - 1) / 64, "%lld tokens", (long long)loader_tokens(a));
-    int in1[4 * 64], tg1[4 * 64], in2[4 * 64], tg2[4 * 64];
-    // Same seed, same stream; a restored state continues exactly.
-    for (int i = 0; i < 5; i++) loader_next(a, in1, tg1, 4);
-    LoaderState st = loader_state(a);
-    loader_next(a, in1, tg1, 4);
-    loader_set_state(b, st);
-    loader_next(b, in2, tg2, 4);
-    EXPECT(memcmp(in1, in2, sizeof in1) == 0 && memcmp(tg1, tg2, sizeof tg1) == 0, "restored state differs");
-    EXPECT(in1[1] == tg1[0] && in1[63] == tg1[62], "targets are inputs shifted by one");
-    // The next epoch is reshuffled; serving past the end rolls over.
-    int first_e0, first_e1;
-    int *one_in = malloc(64 * 4), *one_tg = malloc(64 * 4);
-    loader_set_state(a, (LoaderState){0, 0});
-    loader_next(a, one_in, one_tg, 1);
-    first_e0 = one_in[0] * 256 + one_in[1];
-    loader_set_state(a, (LoaderState){1, 0});
-    loader_next(a, one_in, one_tg, 1);
-    first_e1 = one_in[0] * 256 + one_in[1];
-    EXPECT(first_e0 != first_e1, "epochs 0 and 1 start with the same sample");
-    loader_set_state(a, (LoaderState){0, ns - 1});
-    loader_next(a, in1, tg1, 2);
-    EXPECT(loader_state(a).epoch == 1 && loader_state(a).pos == 1, "rollover mid-batch");
-    free(one_in);
-    free(one_tg);
-    loader_free(a);
-    loader_free(b);
-    EXPECT(loader_open_text(&a, "/nonexistent/x.txt", &tok, 64, 7, &e) == -1 && strstr(e.msg, "/nonexistent/x.txt"),
-           "missing file: %s", e.msg);
-}
-
 static void test_checkpoint_roundtrip(void) {
     Err e;
     ModelConfig c;
@@ -164,7 +116,6 @@ int main(void) {
     RUN(test_lr_schedule);
     RUN(test_adamw_decay_rules);
     RUN(test_sum_squares);
-    RUN(test_loader);
     RUN(test_checkpoint_roundtrip);
     return test_finish();
 }

@@ -1,0 +1,77 @@
+// tessera eval — validation loss and perplexity of a checkpoint.
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/flags.h"
+#include "core/timer.h"
+#include "io/checkpoint.h"
+#include "kernels/matmul.h"
+#include "train/trainer.h"
+
+int cmd_eval(int argc, char **argv) {
+    const char *ckpt = NULL, *data = NULL;
+    int batch = 8, seq = 0, batches = 0, threads = 0;
+    Flag f[] = {
+        {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0},
+        {"data", FLAG_STR, &data, 0, 0, "PATH", "validation data: a directory's val_*.bin, a .bin, a glob or a text file (required)", 0},
+        {"batch", FLAG_INT, &batch, 1, 1 << 16, "B", "sequences per batch (default 8)", 0},
+        {"seq", FLAG_INT, &seq, 1, 1 << 20, "T", "tokens per sequence (default: the training run's)", 0},
+        {"batches", FLAG_INT, &batches, 0, 1 << 30, "N", "evaluate at most N batches, 0 = all (default)", 0},
+        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0},
+    };
+    int nf = (int)(sizeof f / sizeof f[0]), help;
+    Json *unused = NULL, *meta = NULL;
+    Err e = {0};
+    if (flags_parse(f, nf, argc, argv, "eval", &help, &unused, &e)) return cli_fail("eval", &e);
+    if (help) {
+        printf("usage: tessera eval --ckpt PATH --data PATH [flags]\n\nValidation loss and perplexity of a model.\n\n");
+        flags_print(f, nf);
+        return 0;
+    }
+    if (!ckpt || !data) {
+        err_set(&e, ERR_USAGE, "%s is required", !ckpt ? "--ckpt PATH" : "--data PATH");
+        return cli_fail("eval", &e);
+    }
+    kernels_set_threads(threads ? threads : omp_get_num_procs());
+    char dir[4200];
+    ModelConfig mc;
+    Tokenizer tok;
+    Stage st;
+    Loader *val = NULL;
+    memset(&st, 0, sizeof st);
+    memset(&tok, 0, sizeof tok);
+    if (ckpt_resolve(ckpt, dir, sizeof dir, &e) || ckpt_read_meta(dir, &meta, &e) || ckpt_read_config(meta, &mc, &e))
+        goto fail;
+    const Json *tr = json_get(meta, "train"), *tn = json_get(tr, "tokenizer");
+    int64_t tseq;
+    if (!seq) seq = json_int64(json_get(tr, "seq"), &tseq) == 0 && tseq > 0 && tseq <= mc.max_seq ? (int)tseq : mc.max_seq;
+    if (tokenizer_open(&tok, tn && tn->type == JSON_STR ? tn->text : "gpt2", &e)) goto fail;
+    if (tok.vocab != mc.vocab) {
+        err_set(&e, ERR_USAGE, "%s: the model's vocabulary (%d) does not match its tokenizer's (%d)", dir, mc.vocab, tok.vocab);
+        goto fail;
+    }
+    LoaderOptions lo = {.T = seq, .B = batch, .ranks = 1, .split = SPLIT_VAL};
+    ModelSlice sl = slice_whole(&mc);
+    if (loader_open(&val, data, &tok, &lo, &e)) { err_prefix(&e, "--data"); goto fail; }
+    if (stage_init(&st, &mc, &sl, batch, seq, &e) || ckpt_load(dir, &st, NULL, &e)) goto fail;
+    int64_t n;
+    double t0 = timer_now();
+    double loss = train_evaluate(&st, val, batches, &n);
+    printf("model %s (step %lld), %s: %lld tokens in %.1f s\n", dir,
+           (long long)(json_get(meta, "step") ? json_get(meta, "step")->num : 0), data, (long long)n, timer_now() - t0);
+    printf("val loss %.4f  perplexity %.2f\n", loss, exp(loss));
+    loader_free(val);
+    stage_free(&st);
+    tokenizer_close(&tok);
+    json_free(meta);
+    return 0;
+fail:
+    loader_free(val);
+    stage_free(&st);
+    tokenizer_close(&tok);
+    json_free(meta);
+    return cli_fail("eval", &e);
+}

@@ -1,0 +1,277 @@
+// tessera prepare — tokenizes text files into llm.c-compatible shards.
+//
+// Every input file is a document; each document starts with the
+// end-of-text token (gpt2). The first --val-fraction of the input bytes
+// become the validation shard(s), the rest the training shards, each at
+// most --shard-tokens long: OUT/val_000000.bin, OUT/train_000000.bin, ...
+// Text is cut into pieces of about 1 MiB at points where the GPT-2 pattern
+// is known to split (after a newline between two printable characters), and
+// the pieces are encoded on all threads; the output does not depend on the
+// thread count.
+#include <dirent.h>
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/flags.h"
+#include "core/timer.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+
+enum { PIECE_BYTES = 1 << 20 };
+
+typedef struct {
+    char **v;
+    int n, cap;
+} Paths;
+
+static int paths_add(Paths *p, const char *s) {
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 16;
+        char **nv = realloc(p->v, (size_t)p->cap * sizeof *nv);
+        if (!nv) return -1;
+        p->v = nv;
+    }
+    p->v[p->n] = strdup(s);
+    return p->v[p->n++] ? 0 : -1;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// Adds a file, or every regular file under a directory (sorted, recursive,
+// hidden names skipped).
+static int collect(Paths *out, const char *path, Err *err) {
+    struct stat st;
+    if (stat(path, &st)) return err_set(err, ERR_USAGE, "--input %s: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode)) return paths_add(out, path) ? err_set(err, ERR_RUN, "out of memory") : 0;
+    if (!S_ISDIR(st.st_mode)) return err_set(err, ERR_USAGE, "--input %s: not a file or directory", path);
+    DIR *d = opendir(path);
+    if (!d) return err_set(err, ERR_USAGE, "--input %s: %s", path, strerror(errno));
+    Paths here = {0};
+    struct dirent *e;
+    char full[4200];
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            snprintf(full, sizeof full, "%s/%s", path, e->d_name);
+            paths_add(&here, full);
+        }
+    closedir(d);
+    qsort(here.v, (size_t)here.n, sizeof *here.v, cmp_str);
+    int rc = 0;
+    for (int i = 0; i < here.n && !rc; i++) rc = collect(out, here.v[i], err);
+    for (int i = 0; i < here.n; i++) free(here.v[i]);
+    free(here.v);
+    return rc;
+}
+
+static int printable(unsigned char c) { return c > 0x20 && c < 0x7F; }
+
+// A split point at or after `from` (at most `limit`), or `limit`.
+static size_t split_point(const unsigned char *t, size_t from, size_t limit) {
+    for (size_t p = from < 2 ? 2 : from; p < limit; p++)
+        if (t[p - 1] == '\n' && printable(t[p]) && printable(t[p - 2])) return p;
+    return limit;
+}
+
+typedef struct {
+    const char *out_dir;
+    int vocab;
+    int64_t shard_tokens;
+    int *buf[2];            // pending tokens of the val (0) and train (1) streams
+    int64_t len[2], cap[2];
+    int nshards[2];
+    int64_t written[2];
+} Writer;
+
+static int flush_shard(Writer *w, int which, Err *err) {
+    if (w->len[which] == 0) return 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s_%06d.bin", w->out_dir, which ? "train" : "val", w->nshards[which]);
+    if (shard_write(path, w->buf[which], w->len[which], w->vocab, err)) return -1;
+    w->nshards[which]++;
+    w->written[which] += w->len[which];
+    w->len[which] = 0;
+    return 0;
+}
+
+static int emit(Writer *w, int which, const int *ids, int64_t n, Err *err) {
+    while (n > 0) {
+        int64_t room = w->shard_tokens - w->len[which], m = n < room ? n : room;
+        if (w->len[which] + m > w->cap[which]) {
+            int64_t cap = w->cap[which] ? w->cap[which] : 1 << 20;
+            while (cap < w->len[which] + m) cap *= 2;
+            int *nb = realloc(w->buf[which], (size_t)cap * sizeof *nb);
+            if (!nb) return err_set(err, ERR_RUN, "out of memory");
+            w->buf[which] = nb;
+            w->cap[which] = cap;
+        }
+        memcpy(w->buf[which] + w->len[which], ids, (size_t)m * sizeof *ids);
+        w->len[which] += m;
+        ids += m;
+        n -= m;
+        if (w->len[which] == w->shard_tokens && flush_shard(w, which, err)) return -1;
+    }
+    return 0;
+}
+
+static char *read_file(const char *path, size_t *len, Err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { err_set(err, ERR_USAGE, "--input %s: %s", path, strerror(errno)); return NULL; }
+    struct stat st;
+    fstat(fileno(f), &st);
+    char *b = malloc((size_t)st.st_size + 1);
+    if (!b || fread(b, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+        free(b);
+        fclose(f);
+        err_set(err, ERR_USAGE, "--input %s: read error", path);
+        return NULL;
+    }
+    fclose(f);
+    *len = (size_t)st.st_size;
+    return b;
+}
+
+int cmd_prepare(int argc, char **argv) {
+    const char *out = NULL, *name = "gpt2";
+    double val_fraction = 0.1;
+    int64_t shard_tokens = 100000000;
+    uint64_t shard_u = (uint64_t)shard_tokens;
+    int threads = 0;
+    Flag f[] = {
+        {"input", FLAG_STR, NULL, 0, 0, "PATH...", "text files or directories (every file in them, recursively) (required)", 0},   // parsed above, listed for --help
+        {"out", FLAG_STR, &out, 0, 0, "DIR", "output directory for val_*.bin and train_*.bin (required)", 0},
+        {"tokenizer", FLAG_STR, &name, 0, 0, "gpt2|byte", "gpt2 (default) or byte", 0},
+        {"val-fraction", FLAG_FLOAT, &val_fraction, 0, 0.9, "F", "fraction of the input bytes for validation, taken first (default 0.1)", 0},
+        {"shard-tokens", FLAG_U64, &shard_u, 1024, 2147483647.0, "N", "tokens per shard at most (default 100000000)", 0},
+        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0},
+    };
+    int nf = (int)(sizeof f / sizeof f[0]), help;
+    // --input takes every following argument up to the next flag.
+    Paths inputs = {0};
+    char **rest = malloc((size_t)(argc + 1) * sizeof *rest);
+    int nrest = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--input")) {
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) paths_add(&inputs, argv[++i]);
+        } else if (!strncmp(argv[i], "--input=", 8)) {
+            paths_add(&inputs, argv[i] + 8);
+        } else {
+            rest[nrest++] = argv[i];
+        }
+    }
+    Json *unused = NULL;
+    Err e = {0};
+    int rc = 2;
+    Paths files = {0};
+    Tokenizer tok;
+    memset(&tok, 0, sizeof tok);
+    Writer w = {0};
+    if (flags_parse(f + 1, nf - 1, nrest, rest, "prepare", &help, &unused, &e)) goto fail;
+    if (help) {
+        printf("usage: tessera prepare --input PATH... --out DIR [flags]\n\n"
+               "Tokenizes text into llm.c-compatible token shards (uint16; uint32 for vocabularies over 65535).\n"
+               "Each file is a document, preceded by the end-of-text token (gpt2).\n\n");
+        flags_print(f, nf);
+        rc = 0;
+        goto done;
+    }
+    shard_tokens = (int64_t)shard_u;
+    if (!inputs.n) { err_set(&e, ERR_USAGE, "--input PATH... is required"); goto fail; }
+    if (!out) { err_set(&e, ERR_USAGE, "--out DIR is required"); goto fail; }
+    for (int i = 0; i < inputs.n; i++)
+        if (collect(&files, inputs.v[i], &e)) goto fail;
+    if (!files.n) { err_set(&e, ERR_USAGE, "--input: no files found"); goto fail; }
+    if (mkdir(out, 0755) && errno != EEXIST) { err_set(&e, ERR_USAGE, "--out %s: %s", out, strerror(errno)); goto fail; }
+    if (tokenizer_open(&tok, name, &e)) goto fail;
+    if (threads) omp_set_num_threads(threads);
+    int nth = omp_get_max_threads();
+    BpeState **states = calloc((size_t)nth, sizeof *states);
+    for (int t = 0; tok.kind == TOK_GPT2 && t < nth; t++) states[t] = bpe_state_new(tok.bpe);
+    w = (Writer){.out_dir = out, .vocab = tok.vocab, .shard_tokens = shard_tokens};
+
+    int64_t total_bytes = 0, done_bytes = 0;
+    for (int i = 0; i < files.n; i++) {
+        struct stat st;
+        if (stat(files.v[i], &st) == 0) total_bytes += st.st_size;
+    }
+    int64_t val_bytes = (int64_t)(val_fraction * (double)total_bytes);
+    int tty = isatty(STDOUT_FILENO);
+    double t0 = timer_now();
+    printf("prepare: %d file%s, %.1f MB, %s tokenizer, %d threads -> %s\n", files.n, files.n == 1 ? "" : "s",
+           total_bytes / 1e6, name, nth, out);
+    for (int fi2 = 0; fi2 < files.n; fi2++) {
+        size_t len;
+        char *text = read_file(files.v[fi2], &len, &e);
+        if (!text) goto fail_states;
+        if (tok.eot >= 0 && emit(&w, done_bytes < val_bytes ? 0 : 1, &tok.eot, 1, &e)) { free(text); goto fail_states; }
+        // Pieces: cut at safe points, and at the val/train boundary.
+        size_t np = 0, capp = 16;
+        size_t *cut = malloc((capp + 1) * sizeof *cut);
+        cut[0] = 0;
+        while (cut[np] < len) {
+            size_t start = cut[np], target = start + PIECE_BYTES;
+            int64_t vb = val_bytes - done_bytes;
+            if (vb > (int64_t)start && (size_t)vb < target) target = (size_t)vb;
+            size_t p = target >= len ? len : split_point((const unsigned char *)text, target, len);
+            if (np + 1 == capp) { capp *= 2; cut = realloc(cut, (capp + 1) * sizeof *cut); }
+            cut[++np] = p;
+        }
+        int **ids = calloc(np + 1, sizeof *ids);
+        int64_t *nids = calloc(np + 1, sizeof *nids);
+        #pragma omp parallel for schedule(dynamic, 1)
+        for (size_t k = 0; k < np; k++) {
+            size_t n = cut[k + 1] - cut[k];
+            ids[k] = malloc((n + 1) * sizeof **ids);
+            nids[k] = (int64_t)tokenizer_encode_with(&tok, states[omp_get_thread_num()], text + cut[k], n, ids[k], n + 1);
+        }
+        int bad = 0;
+        for (size_t k = 0; k < np; k++) {
+            int which = done_bytes + (int64_t)cut[k] < val_bytes ? 0 : 1;
+            if (!bad && emit(&w, which, ids[k], nids[k], &e)) bad = 1;
+            free(ids[k]);
+        }
+        free(ids);
+        free(nids);
+        free(cut);
+        free(text);
+        if (bad) goto fail_states;
+        done_bytes += (int64_t)len;
+        if (tty) {
+            double el = timer_now() - t0;
+            printf("\r  %5.1f%%  %.1f MB  %.1f MB/s ", 100.0 * done_bytes / (total_bytes ? total_bytes : 1),
+                   done_bytes / 1e6, done_bytes / 1e6 / (el > 0 ? el : 1e-9));
+            fflush(stdout);
+        }
+    }
+    if (flush_shard(&w, 0, &e) || flush_shard(&w, 1, &e)) goto fail_states;
+    double el = timer_now() - t0;
+    if (tty) printf("\r\033[K");
+    printf("done: %d files, %.2f MB, %lld tokens (val %lld in %d shard%s, train %lld in %d shard%s), %.1f s, %.1f MB/s\n",
+           files.n, total_bytes / 1e6, (long long)(w.written[0] + w.written[1]), (long long)w.written[0], w.nshards[0],
+           w.nshards[0] == 1 ? "" : "s", (long long)w.written[1], w.nshards[1], w.nshards[1] == 1 ? "" : "s", el,
+           total_bytes / 1e6 / (el > 0 ? el : 1e-9));
+    if (!w.nshards[1]) printf("note: no training tokens: lower --val-fraction\n");
+    rc = 0;
+fail_states:
+    for (int t = 0; t < nth; t++) bpe_state_free(states[t]);
+    free(states);
+    goto done;
+fail:
+    rc = 2;
+done:
+    if (rc && e.msg[0]) rc = cli_fail("prepare", &e);
+    free(w.buf[0]);
+    free(w.buf[1]);
+    tokenizer_close(&tok);
+    for (int i = 0; i < inputs.n; i++) free(inputs.v[i]);
+    for (int i = 0; i < files.n; i++) free(files.v[i]);
+    free(inputs.v);
+    free(files.v);
+    free(rest);
+    return rc;
+}

@@ -1,0 +1,88 @@
+#include "data/shard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int shard_open(Shard *s, const char *path, int vocab, Err *err) {
+    memset(s, 0, sizeof *s);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); return err_set(err, ERR_USAGE, "%s: not a regular file", path); }
+    size_t len = (size_t)st.st_size;
+    if (len < SHARD_HEADER_BYTES) {
+        close(fd);
+        return err_set(err, ERR_USAGE, "%s: %zu bytes is shorter than the 1024-byte shard header", path, len);
+    }
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return err_set(err, ERR_RUN, "%s: cannot map: %s", path, strerror(errno));
+    const int32_t *h = map;
+    int rc = -1;
+    if (h[0] != SHARD_MAGIC) {
+        err_set(err, ERR_USAGE, "%s: not a token shard (magic %d, want %d)", path, h[0], SHARD_MAGIC);
+    } else if (h[1] != 1 && h[1] != 2) {
+        err_set(err, ERR_USAGE, "%s: unsupported shard version %d (1: uint16 tokens, 2: uint32)", path, h[1]);
+    } else if (h[2] < 0 || (uint64_t)h[2] * (h[1] == 1 ? 2u : 4u) != len - SHARD_HEADER_BYTES) {
+        err_set(err, ERR_USAGE, "%s: header says %d tokens but the file holds %zu bytes of tokens", path, h[2],
+                len - SHARD_HEADER_BYTES);
+    } else {
+        s->version = h[1];
+        s->ntok = h[2];
+        s->tokens = (const char *)map + SHARD_HEADER_BYTES;
+        s->map = map;
+        s->map_len = len;
+        int64_t bad = -1;
+        for (int64_t i = 0; i < s->ntok && bad < 0; i++)
+            if (shard_token(s, i) >= vocab) bad = i;
+        if (bad >= 0)
+            err_set(err, ERR_USAGE, "%s: token %lld at position %lld is outside the vocabulary (%d)", path,
+                    (long long)shard_token(s, bad), (long long)bad, vocab);
+        else
+            rc = 0;
+    }
+    if (rc) { munmap(map, len); memset(s, 0, sizeof *s); }
+    return rc;
+}
+
+void shard_close(Shard *s) {
+    if (s->map) munmap(s->map, s->map_len);
+    memset(s, 0, sizeof *s);
+}
+
+int shard_write(const char *path, const int *ids, int64_t n, int vocab, Err *err) {
+    if (n > INT32_MAX) return err_set(err, ERR_USAGE, "%s: %lld tokens do not fit one shard", path, (long long)n);
+    int version = vocab <= 65536 ? 1 : 2;
+    size_t w = version == 1 ? 2 : 4;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return err_set(err, ERR_USAGE, "%s: %s", tmp, strerror(errno));
+    int32_t h[256] = {SHARD_MAGIC, version, (int32_t)n};
+    int bad = fwrite(h, sizeof h, 1, f) != 1;
+    enum { CHUNK = 1 << 16 };
+    unsigned char *buf = malloc(CHUNK * 4);
+    for (int64_t i = 0; !bad && i < n; i += CHUNK) {
+        int64_t m = n - i < CHUNK ? n - i : CHUNK;
+        for (int64_t k = 0; k < m; k++) {
+            uint32_t v = (uint32_t)ids[i + k];
+            if (version == 1) { uint16_t x = (uint16_t)v; memcpy(buf + 2 * k, &x, 2); }
+            else memcpy(buf + 4 * k, &v, 4);
+        }
+        bad = fwrite(buf, w, (size_t)m, f) != (size_t)m;
+    }
+    free(buf);
+    bad = bad || fflush(f) || fsync(fileno(f));
+    bad = fclose(f) || bad;
+    if (bad || rename(tmp, path)) {
+        unlink(tmp);
+        return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(errno));
+    }
+    return 0;
+}

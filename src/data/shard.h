@@ -1,0 +1,38 @@
+// data/shard — llm.c-compatible token shards (DESIGN §6).
+//
+// A shard is a 256 × int32 header — magic 20240520, version, token count,
+// the rest zero — followed by the tokens: uint16 (version 1) or uint32
+// (version 2, for vocabularies above 65,535). Opening maps the file and
+// checks the header against the file length and every token against the
+// vocabulary.
+#ifndef TSR_DATA_SHARD_H
+#define TSR_DATA_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/check.h"
+
+enum { SHARD_MAGIC = 20240520, SHARD_HEADER_BYTES = 256 * 4 };
+
+typedef struct Shard {
+    int version;          // 1: uint16 tokens, 2: uint32
+    int64_t ntok;
+    const void *tokens;   // into the mapping
+    void *map;
+    size_t map_len;
+} Shard;
+
+// Maps and validates path; tokens must be < vocab. Errors name the file.
+int shard_open(Shard *s, const char *path, int vocab, Err *err);
+void shard_close(Shard *s);
+
+static inline int shard_token(const Shard *s, int64_t i) {
+    return s->version == 1 ? ((const uint16_t *)s->tokens)[i] : (int)((const uint32_t *)s->tokens)[i];
+}
+
+// Writes ids[0..n) as a shard (version 1 when vocab <= 65536, else 2), to a
+// temporary name, fsynced, then renamed.
+int shard_write(const char *path, const int *ids, int64_t n, int vocab, Err *err);
+
+#endif
