@@ -66,7 +66,9 @@ int cmd_tokenize(int argc, char **argv) {
             if (!*p) break;
             long id = strtol(p, &end, 10);
             if (end == p || id < 0 || id >= tok.vocab) {
-                err_set(&e, ERR_USAGE, "--decode: '%.20s' is not a token id of %s (0..%d)", p, name, tok.vocab - 1);
+                int w = (int)strcspn(p, " \t\r\n");
+                err_set(&e, ERR_USAGE, "--decode: '%.*s' is not a token id of %s (0..%d)", w > 20 ? 20 : w, p, name,
+                        tok.vocab - 1);
                 rc = cli_fail("tokenize", &e);
                 break;
             }

@@ -18,7 +18,7 @@ bad() { fail=$((fail + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     
 expect_error() {
   local name=$1 want=$2 pat=$3
   shift 4
-  "$BIN" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+  "$BIN" "$@" >"$TMP/out" 2>"$TMP/err" <"${STDIN:-/dev/null}"
   local rc=$? lines
   lines=$(wc -l <"$TMP/err")
   if [ "$rc" -eq "$want" ] && [ "$lines" -eq 1 ] && grep -q -- "$pat" "$TMP/err"; then ok "$name"
@@ -93,6 +93,40 @@ printf '\xff' | dd of="$f" bs=1 seek=$((size / 6)) conv=notrunc status=none
 expect_error "corrupt checkpoint" 2 "rank_00000.tsr: tensor .*: checksum mismatch" -- sample --ckpt "$TMP/r1"
 echo '{"format":"tessera-checkpoint","version":99}' >"$TMP/r2/step_00000020/meta.json"
 expect_error "checkpoint version" 2 "meta.json: unsupported checkpoint version" -- sample --ckpt "$TMP/r2"
+
+# The GPT-2 data path: tokenize, prepare, train on shards with evaluation, eval, sample.
+if [ "$(printf 'Hello world' | "$BIN" tokenize)" = "15496 995" ] &&
+   [ "$(echo '15496 995 11 340 338' | "$BIN" tokenize --decode)" = "Hello world, it's" ] &&
+   [ "$(printf 'ab' | "$BIN" tokenize --tokenizer byte)" = "97 98" ]; then ok "tokenize both ways"
+else bad "tokenize both ways"; fi
+echo 50257 >"$TMP/badid"
+STDIN="$TMP/badid" expect_error "decode a bad id" 2 "is not a token id of gpt2" -- tokenize --decode
+expect_error "prepare without --input"  2 "\-\-input PATH... is required" -- prepare --out "$TMP/x"
+expect_error "prepare a missing input"  2 "\-\-input /nope.txt: No such file" -- prepare --input /nope.txt --out "$TMP/x"
+expect_error "prepare without --out"    2 "\-\-out DIR is required" -- prepare --input "$DATA"
+mkdir -p "$TMP/empty"
+expect_error "no shards in a directory" 2 "no training shards"          -- train --data "$TMP/empty" --steps 1
+
+if "$BIN" prepare --input "$DATA" --out "$TMP/shk" >"$TMP/prep.out" 2>&1 &&
+   grep -q "338026 tokens" "$TMP/prep.out" && [ -f "$TMP/shk/val_000000.bin" ] && [ -f "$TMP/shk/train_000000.bin" ]; then
+  ok "prepare tinyshakespeare"
+else bad "prepare tinyshakespeare" "$(cat "$TMP/prep.out")"; fi
+if "$BIN" train --data "$TMP/shk" --batch 4 --seq 32 --steps 6 --log-every 3 --eval-every 3 --eval-batches 2 \
+     --log "$TMP/g.jsonl" --ckpt-dir "$TMP/g" >"$TMP/g.out" 2>&1; then
+  first=$(head -1 "$TMP/g.jsonl" | sed 's/.*"loss":\([0-9.]*\).*/\1/')
+  nval=$(grep -c '"val_loss"' "$TMP/g.jsonl")
+  if awk -v f="$first" 'BEGIN { exit !(f > 10.5 && f < 11.1) }' && [ "$nval" -eq 2 ]; then
+    ok "train on gpt2 shards with evaluation (first loss $first ~ ln 50257)"
+  else bad "train on gpt2 shards with evaluation" "first $first, $nval evaluations"; fi
+else bad "train on gpt2 shards with evaluation" "$(tail -3 "$TMP/g.out")"; fi
+if "$BIN" eval --ckpt "$TMP/g" --data "$TMP/shk" --batches 3 >"$TMP/e.out" 2>&1 && grep -q "val loss .* perplexity" "$TMP/e.out"; then
+  ok "eval"
+else bad "eval" "$(cat "$TMP/e.out")"; fi
+out=$("$BIN" sample --ckpt "$TMP/g" --tokens 5 2>&1)
+if [ $? -eq 0 ] && [ -n "$out" ]; then ok "sample a gpt2 model"; else bad "sample a gpt2 model" "$out"; fi
+expect_error "eval without --data"      2 "\-\-data PATH is required" -- eval --ckpt "$TMP/g"
+printf 'garbage' >"$TMP/shk/train_000001.bin"
+expect_error "corrupt shard"            2 "train_000001.bin: .*shorter than the 1024-byte shard header" -- train --data "$TMP/shk" --steps 1
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
