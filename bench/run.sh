@@ -30,3 +30,20 @@ done
 echo
 echo "MFU/sg: against the measured SGEMM ceiling; MFU/pk: against the FMA peak; FLOPs per token 6N + 12·L·T·C."
 echo "tagMiB: peak of tessera's tagged allocator; RSS: the process's peak resident memory."
+
+echo
+echo "GPT-2 tokenizer: tinyshakespeare repeated to >= 20 MB"
+TEXT=${TSR_DATA:-../shared/data}/tinyshakespeare.txt
+$B/bench_tokenizer "$TEXT" "$THREADS"
+if command -v node >/dev/null; then
+  if [ ! -d build/node/node_modules/tiktoken ]; then
+    npm install --silent --prefix build/node tiktoken >/dev/null 2>&1 || true
+  fi
+  if [ -d build/node/node_modules/tiktoken ]; then
+    NODE_PATH=build/node/node_modules node bench/tiktoken_bench.js "$TEXT"
+  else
+    echo "(tiktoken could not be installed from npm: no reference row)"
+  fi
+else
+  echo "(node not installed: no tiktoken reference row)"
+fi

