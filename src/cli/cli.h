@@ -10,6 +10,9 @@ int cmd_sample(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+int cmd_ckpt(int argc, char **argv);
 
 // Prints "tessera <cmd>: <message>" to stderr and returns the exit status for e.
 int cli_fail(const char *cmd, const Err *e);

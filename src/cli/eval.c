@@ -23,7 +23,8 @@ int cmd_eval(int argc, char **argv) {
         {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
-    Json *unused = NULL, *meta = NULL;
+    Json *unused = NULL;
+    const Json *meta = NULL;
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "eval", &help, &unused, &e)) return cli_fail("eval", &e);
     if (help) {
@@ -36,15 +37,16 @@ int cmd_eval(int argc, char **argv) {
         return cli_fail("eval", &e);
     }
     kernels_set_threads(threads ? threads : omp_get_num_procs());
-    char dir[4200];
+    Ckpt *ck = NULL;
     ModelConfig mc;
     Tokenizer tok;
     Stage st;
     Loader *val = NULL;
     memset(&st, 0, sizeof st);
     memset(&tok, 0, sizeof tok);
-    if (ckpt_resolve(ckpt, dir, sizeof dir, &e) || ckpt_read_meta(dir, &meta, &e) || ckpt_read_config(meta, &mc, &e))
-        goto fail;
+    if (ckpt_open(&ck, ckpt, &e) || ckpt_config(ck, &mc, &e)) goto fail;
+    meta = ckpt_meta(ck);
+    const char *dir = ckpt_dir(ck);
     const Json *tr = json_get(meta, "train"), *tn = json_get(tr, "tokenizer");
     int64_t tseq;
     if (!seq) seq = json_int64(json_get(tr, "seq"), &tseq) == 0 && tseq > 0 && tseq <= mc.max_seq ? (int)tseq : mc.max_seq;
@@ -56,7 +58,7 @@ int cmd_eval(int argc, char **argv) {
     LoaderOptions lo = {.T = seq, .B = batch, .ranks = 1, .split = SPLIT_VAL};
     ModelSlice sl = slice_whole(&mc);
     if (loader_open(&val, data, &tok, &lo, &e)) { err_prefix(&e, "--data"); goto fail; }
-    if (stage_init(&st, &mc, &sl, batch, seq, &e) || ckpt_load(dir, &st, NULL, &e)) goto fail;
+    if (stage_init(&st, &mc, &sl, batch, seq, &e) || ckpt_load(ck, &st, NULL, &e)) goto fail;
     int64_t n;
     double t0 = timer_now();
     double loss = train_evaluate(&st, val, batches, &n);
@@ -66,12 +68,12 @@ int cmd_eval(int argc, char **argv) {
     loader_free(val);
     stage_free(&st);
     tokenizer_close(&tok);
-    json_free(meta);
+    ckpt_close(ck);
     return 0;
 fail:
     loader_free(val);
     stage_free(&st);
     tokenizer_close(&tok);
-    json_free(meta);
+    ckpt_close(ck);
     return cli_fail("eval", &e);
 }

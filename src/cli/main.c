@@ -13,6 +13,9 @@ static const char *usage =
     "  eval     validation loss and perplexity of a checkpoint\n"
     "  sample   generate text from a checkpoint\n"
     "  tokenize text on stdin to token ids and back (--decode)\n"
+    "  export   checkpoint -> safetensors (Hugging Face GPT-2 names)\n"
+    "  import   safetensors -> step-0 checkpoint\n"
+    "  ckpt     ckpt info PATH: a checkpoint's contents, checksums verified\n"
     "\n"
     "examples:\n"
     "  tessera prepare --input ../shared/data/tinyshakespeare.txt --out data/shakespeare\n"
@@ -40,6 +43,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(argv[1], "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(argv[1], "prepare")) return cmd_prepare(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "export")) return cmd_export(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "import")) return cmd_import(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     fprintf(stderr, "tessera: unknown command '%s' (see tessera --help)\n", argv[1]);
     return 2;
 }

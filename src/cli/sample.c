@@ -57,7 +57,8 @@ int cmd_sample(int argc, char **argv) {
         {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
-    Json *unused = NULL, *meta = NULL;
+    Json *unused = NULL;
+    const Json *meta = NULL;
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "sample", &help, &unused, &e)) return cli_fail("sample", &e);
     if (help) {
@@ -67,14 +68,15 @@ int cmd_sample(int argc, char **argv) {
     }
     if (!ckpt) { err_set(&e, ERR_USAGE, "--ckpt PATH is required"); return cli_fail("sample", &e); }
     kernels_set_threads(threads ? threads : omp_get_num_procs());
-    char dir[4200];
+    Ckpt *ck = NULL;
     ModelConfig mc;
     Tokenizer tok;
     Stage st;
     memset(&st, 0, sizeof st);
     memset(&tok, 0, sizeof tok);
-    if (ckpt_resolve(ckpt, dir, sizeof dir, &e) || ckpt_read_meta(dir, &meta, &e) || ckpt_read_config(meta, &mc, &e))
-        goto fail;
+    if (ckpt_open(&ck, ckpt, &e) || ckpt_config(ck, &mc, &e)) goto fail;
+    meta = ckpt_meta(ck);
+    const char *dir = ckpt_dir(ck);
     const Json *tn = json_get(json_get(meta, "train"), "tokenizer");
     if (tokenizer_open(&tok, tn && tn->type == JSON_STR ? tn->text : "byte", &e)) goto fail;
     if (tok.vocab != mc.vocab) {
@@ -82,7 +84,7 @@ int cmd_sample(int argc, char **argv) {
         goto fail;
     }
     ModelSlice sl = slice_whole(&mc);
-    if (stage_init(&st, &mc, &sl, 1, mc.max_seq, &e) || ckpt_load(dir, &st, NULL, &e)) goto fail;
+    if (stage_init(&st, &mc, &sl, 1, mc.max_seq, &e) || ckpt_load(ck, &st, NULL, &e)) goto fail;
     size_t plen = strlen(prompt);
     int total = (int)plen + tokens + 1;
     int *ids = malloc((size_t)(total > 0 ? total : 1) * sizeof *ids);
@@ -114,11 +116,11 @@ int cmd_sample(int argc, char **argv) {
     free(logits);
     stage_free(&st);
     tokenizer_close(&tok);
-    json_free(meta);
+    ckpt_close(ck);
     return 0;
 fail:
     stage_free(&st);
     tokenizer_close(&tok);
-    json_free(meta);
+    ckpt_close(ck);
     return cli_fail("sample", &e);
 }

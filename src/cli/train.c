@@ -12,6 +12,8 @@ int cmd_train(int argc, char **argv) {
     const char *model = "gpt2-tiny", *config = NULL, *data = NULL, *tokenizer = "gpt2", *log = NULL, *val_data = NULL;
     int eval_every = 0, eval_batches = 20;
     const char *schedule = "cosine", *ckpt_dir = NULL;
+    const char *init_from = NULL, *resume = NULL;
+    int keep = 0;
     int batch = 8, seq = 0, accum = 1, steps = 100, warmup = 10, log_every = 10, threads = 0, ckpt_every = 0;
     uint64_t seed = 1337;
     double lr = 6e-4, min_lr = -1, wd = 0.1, clip = 1.0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, peak = 0;
@@ -41,12 +43,22 @@ int cmd_train(int argc, char **argv) {
         {"log-every", FLAG_INT, &log_every, 1, 1 << 30, "N", "print and log every N steps (default 10)", 0},
         {"ckpt-dir", FLAG_STR, &ckpt_dir, 0, 0, "DIR", "save checkpoints under DIR (at the end, and every --ckpt-every)", 0},
         {"ckpt-every", FLAG_INT, &ckpt_every, 0, 1 << 30, "N", "steps between checkpoints (default 0: only at the end)", 0},
+        {"keep", FLAG_INT, &keep, 0, 1 << 30, "K", "keep the newest K checkpoints (default 0: all)", 0},
+        {"resume", FLAG_STR, &resume, 0, 0, "[PATH]", "continue from a checkpoint or run directory (alone: --ckpt-dir's latest)", 0},
+        {"init-from", FLAG_STR, &init_from, 0, 0, "FILE", "start from a safetensors file with Hugging Face GPT-2 names", 0},
         {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores)", 0},
         {"peak-gflops", FLAG_FLOAT, &peak, 0, 1e9, "X", "peak GFLOP/s for MFU (default: measured SGEMM)", 0},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
     Json *cfg = NULL;
     Err e = {0};
+    // --resume takes an optional value: alone it means --ckpt-dir's latest.
+    int resume_latest = 0;
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--resume") && (i + 1 == argc || !strncmp(argv[i + 1], "--", 2))) {
+            argv[i] = "--resume=@latest";
+            resume_latest = 1;
+        }
     if (flags_parse(f, nf, argc, argv, "train", &help, &cfg, &e)) return cli_fail("train", &e);
     if (help) {
         printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model on one process (fp32).\n"
@@ -80,6 +92,14 @@ int cmd_train(int argc, char **argv) {
     tc.log_path = log;
     tc.ckpt_dir = ckpt_dir;
     tc.ckpt_every = ckpt_every;
+    tc.keep = keep;
+    tc.init_from = init_from;
+    if (resume_latest) {
+        if (!ckpt_dir) { err_set(&e, ERR_USAGE, "--resume without a path needs --ckpt-dir"); goto out; }
+        resume = ckpt_dir;
+    }
+    tc.resume = resume;
+    if (resume && init_from) { err_set(&e, ERR_USAGE, "--resume and --init-from exclude each other"); goto out; }
     tc.batch = batch;
     tc.seq = seq;
     tc.accum = accum;

@@ -429,6 +429,6 @@ void jb_bool(JsonBuf *b, int v) { jb_sep(b); jb_puts(b, v ? "true" : "false"); }
 void jb_null(JsonBuf *b) { jb_sep(b); jb_puts(b, "null"); }
 
 void jb_raw(JsonBuf *b, const char *json) {
-    if (json[0] != '\n') jb_sep(b);
+    if (strspn(json, " \t\r\n") != strlen(json)) jb_sep(b);   // white space is no value
     jb_puts(b, json);
 }

@@ -60,7 +60,8 @@ void jb_num(JsonBuf *b, double v);        // shortest text that reads back exact
 void jb_numf(JsonBuf *b, double v, int sig);   // v with `sig` significant digits
 void jb_bool(JsonBuf *b, int v);
 void jb_null(JsonBuf *b);
-// Appends text that is already a JSON value (or whitespace) as the next value.
+// Appends text that is already a JSON value as the next value, or white
+// space (which takes no separator).
 void jb_raw(JsonBuf *b, const char *json);
 
 #endif

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +16,19 @@
 static const char MAGIC[8] = {'T', 'S', 'R', 'T', 'E', 'N', 'S', 0};
 enum { HEADER_BYTES = 32 };
 
-typedef struct {
-    const char *prefix;     // "" for parameters, "exp_avg/" and "exp_avg_sq/" for AdamW moments
-    const float *base;
-} Section;
+// ---- the crash-test hook ----
+
+static long crash_after = -1, durable_events;
+
+static void durable_point(void) {
+    if (crash_after == -1) {
+        const char *v = getenv("TESSERA_CKPT_CRASH_AFTER");
+        crash_after = v ? atol(v) : 0;
+    }
+    if (crash_after > 0 && ++durable_events == crash_after) raise(SIGKILL);
+}
+
+// ---- small file helpers ----
 
 // Removes a directory of plain files (a checkpoint step); missing is fine.
 static void remove_flat_dir(const char *path) {
@@ -51,18 +61,28 @@ static int fsync_dir(const char *path) {
     if (fd < 0) return -1;
     int rc = fsync(fd);
     close(fd);
+    durable_point();
     return rc;
 }
 
-// Writes buf to path (created 0644), then fsyncs it.
+static int durable_rename(const char *from, const char *to) {
+    int rc = rename(from, to);
+    durable_point();
+    return rc;
+}
+
+// Writes buf to path, then fsyncs it.
 static int write_file(const char *path, const void *buf, size_t n, Err *err) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return err_set(err, ERR_RUN, "%s: %s", path, strerror(errno));
-    if (write_all(fd, buf, n) || fsync(fd)) {
+    if (write_all(fd, buf, n)) {
         int e = errno;
         close(fd);
         return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(e));
     }
+    durable_point();
+    if (fsync(fd)) { close(fd); return err_set(err, ERR_RUN, "%s: fsync failed", path); }
+    durable_point();
     close(fd);
     return 0;
 }
@@ -72,8 +92,29 @@ static void put_u64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) 
 static uint32_t get_u32(const unsigned char *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
 static uint64_t get_u64(const unsigned char *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
 
-static int write_tensor_file(const char *path, const Stage *s, const Section *sec, int nsec, Err *err) {
+static void step_path(char *out, size_t cap, const char *dir, int64_t step, const char *suffix) {
+    snprintf(out, cap, "%s/step_%08lld%s", dir, (long long)step, suffix);
+}
+
+// ---- writing ----
+
+typedef struct { const char *prefix; const float *base; } Section;
+
+int ckpt_begin(const char *dir, int64_t step, Err *err) {
+    if (strlen(dir) > 3000) return err_set(err, ERR_USAGE, "--ckpt-dir: path too long");
+    if (mkdir(dir, 0755) && errno != EEXIST) return err_set(err, ERR_USAGE, "--ckpt-dir %s: %s", dir, strerror(errno));
+    char tmp[4200];
+    step_path(tmp, sizeof tmp, dir, step, ".tmp");
+    remove_flat_dir(tmp);   // a leftover of an interrupted save is garbage by construction
+    if (mkdir(tmp, 0755)) return err_set(err, ERR_RUN, "%s: %s", tmp, strerror(errno));
+    return 0;
+}
+
+int ckpt_write_rank(const char *dir, int64_t step, int rank, const Stage *s, const AdamW *opt, Err *err) {
     const ParamTable *t = &s->table;
+    Section sec[3] = {{"", s->params}};
+    int nsec = 1;
+    if (opt) { sec[1] = (Section){"exp_avg/", opt->m}; sec[2] = (Section){"exp_avg_sq/", opt->v}; nsec = 3; }
     JsonBuf idx;
     jb_init(&idx);
     jb_obj_begin(&idx);
@@ -114,35 +155,54 @@ static int write_tensor_file(const char *path, const Stage *s, const Section *se
     put_u64(hdr + 24, data_off);
     size_t pad = (64 - (HEADER_BYTES + idx.len) % 64) % 64;
     static const char zeros[64];
+    char path[4300];
+    step_path(path, sizeof path, dir, step, ".tmp");
+    snprintf(path + strlen(path), sizeof path - strlen(path), "/rank_%05d.tsr", rank);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) { jb_free(&idx); return err_set(err, ERR_RUN, "%s: %s", path, strerror(errno)); }
     int bad = write_all(fd, hdr, sizeof hdr) || write_all(fd, idx.s, idx.len) || write_all(fd, zeros, pad);
     for (int k = 0; k < nsec && !bad; k++)
         for (int i = 0; i < t->n && !bad; i++)
             bad = write_all(fd, sec[k].base + t->p[i].offset, t->p[i].numel * sizeof(float));
+    if (!bad) durable_point();
     bad = bad || fsync(fd);
     int e = errno;
     close(fd);
     jb_free(&idx);
     if (bad) return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(e));
+    durable_point();
     return 0;
 }
 
-int ckpt_save(const char *dir, int64_t step, const Stage *s, const AdamW *opt, const char *train_meta, Err *err) {
-    if (mkdir(dir, 0755) && errno != EEXIST) return err_set(err, ERR_USAGE, "--ckpt-dir %s: %s", dir, strerror(errno));
-    if (strlen(dir) > 3000) return err_set(err, ERR_USAGE, "--ckpt-dir: path too long");
-    char tmp[4096], final[4096], path[4200];
-    snprintf(final, sizeof final, "%s/step_%08lld", dir, (long long)step);
-    snprintf(tmp, sizeof tmp, "%s/step_%08lld.tmp", dir, (long long)step);
-    // A leftover .tmp from an interrupted save is garbage by construction.
-    struct stat st;
-    remove_flat_dir(tmp);
-    if (mkdir(tmp, 0755) && errno != EEXIST) return err_set(err, ERR_RUN, "%s: %s", tmp, strerror(errno));
-    Section sec[3] = {{"", s->params}};
-    int nsec = 1;
-    if (opt) { sec[1] = (Section){"exp_avg/", opt->m}; sec[2] = (Section){"exp_avg_sq/", opt->v}; nsec = 3; }
-    snprintf(path, sizeof path, "%s/rank_00000.tsr", tmp);
-    if (write_tensor_file(path, s, sec, nsec, err)) return -1;
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// Removes all but the newest `keep` step directories of dir.
+static void prune(const char *dir, int keep) {
+    if (keep <= 0) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char *names[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096) {
+        size_t l = strlen(e->d_name);
+        if (!strncmp(e->d_name, "step_", 5) && l == 13 && strspn(e->d_name + 5, "0123456789") == 8)
+            names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    for (int i = 0; i < n; i++) {
+        if (i < n - keep) {
+            char p[4300];
+            snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+            remove_flat_dir(p);
+        }
+        free(names[i]);
+    }
+}
+
+int ckpt_commit(const char *dir, int64_t step, int nranks, const Stage *s, const AdamW *opt, const char *train_meta,
+                int keep, Err *err) {
     JsonBuf m;
     jb_init(&m);
     jb_obj_begin(&m);
@@ -157,69 +217,102 @@ int ckpt_save(const char *dir, int64_t step, const Stage *s, const AdamW *opt, c
     jb_key(&m, "pp"); jb_int(&m, 1);
     jb_key(&m, "zero"); jb_int(&m, 0);
     jb_obj_end(&m);
-    jb_key(&m, "files"); jb_arr_begin(&m); jb_str(&m, "rank_00000.tsr"); jb_arr_end(&m);
+    jb_key(&m, "files"); jb_arr_begin(&m);
+    for (int r = 0; r < nranks; r++) {
+        char f[32];
+        snprintf(f, sizeof f, "rank_%05d.tsr", r);
+        jb_str(&m, f);
+    }
+    jb_arr_end(&m);
     jb_key(&m, "optimizer"); jb_bool(&m, opt != NULL);
-    if (opt) { jb_key(&m, "adam_t"); jb_int(&m, opt->t); }
+    jb_key(&m, "adam_t"); jb_int(&m, opt ? opt->t : 0);
     if (train_meta) { jb_key(&m, "train"); jb_raw(&m, train_meta); }
     jb_obj_end(&m);
     jb_raw(&m, "\n");
+    char tmp[4200], final[4200], path[4300];
+    step_path(tmp, sizeof tmp, dir, step, ".tmp");
+    step_path(final, sizeof final, dir, step, "");
     snprintf(path, sizeof path, "%s/meta.json", tmp);
     int rc = write_file(path, m.s, m.len, err);
     jb_free(&m);
-    if (rc || fsync_dir(tmp)) return rc ? -1 : err_set(err, ERR_RUN, "%s: fsync failed", tmp);
-    char old[4200];
+    if (rc) return -1;
+    if (fsync_dir(tmp)) return err_set(err, ERR_RUN, "%s: fsync failed", tmp);
+    char old[4300];
     snprintf(old, sizeof old, "%s.old", final);
+    struct stat st;
     if (stat(final, &st) == 0) {   // re-saving a step: move the old one aside first
         remove_flat_dir(old);
-        if (rename(final, old)) return err_set(err, ERR_RUN, "%s: %s", final, strerror(errno));
+        if (durable_rename(final, old)) return err_set(err, ERR_RUN, "%s: %s", final, strerror(errno));
     }
-    if (rename(tmp, final)) return err_set(err, ERR_RUN, "rename %s: %s", tmp, strerror(errno));
+    if (durable_rename(tmp, final)) return err_set(err, ERR_RUN, "rename %s: %s", tmp, strerror(errno));
     remove_flat_dir(old);
-    // latest: one line naming the step directory, replaced atomically.
     char line[64];
     int n = snprintf(line, sizeof line, "step_%08lld\n", (long long)step);
     snprintf(path, sizeof path, "%s/latest.tmp", dir);
     if (write_file(path, line, (size_t)n, err)) return -1;
     snprintf(tmp, sizeof tmp, "%s/latest", dir);
-    if (rename(path, tmp) || fsync_dir(dir)) return err_set(err, ERR_RUN, "%s: %s", tmp, strerror(errno));
+    if (durable_rename(path, tmp) || fsync_dir(dir)) return err_set(err, ERR_RUN, "%s: %s", tmp, strerror(errno));
+    prune(dir, keep);
     return 0;
 }
 
-// Reads a whole file into a malloc'd buffer (NUL-terminated).
-static int read_file(const char *path, char **out, size_t *len, Err *err) {
+int ckpt_save(const char *dir, int64_t step, const Stage *s, const AdamW *opt, const char *train_meta, int keep,
+              Err *err) {
+    if (ckpt_begin(dir, step, err) || ckpt_write_rank(dir, step, 0, s, opt, err)) return -1;
+    return ckpt_commit(dir, step, 1, s, opt, train_meta, keep, err);
+}
+
+// ---- reading ----
+
+typedef struct {
+    CkptTensor t;
+    const unsigned char *data;
+    uint32_t crc;
+    int verified;
+} Entry;
+
+typedef struct {
+    char path[4300];
+    void *map;
+    size_t len;
+} File;
+
+struct Ckpt {
+    char dir[4200];
+    Json *meta;
+    File *files;
+    int nfiles;
+    Json **index;     // per file
+    Entry *e;
+    int n;
+};
+
+static int read_small(const char *path, char **out, size_t *len, Err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END)) { fclose(f); return err_set(err, ERR_USAGE, "%s: cannot seek", path); }
-    long n = ftell(f);
-    rewind(f);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        fclose(f);
-        return err_set(err, ERR_USAGE, "%s: read error", path);
-    }
+    char *buf = malloc(1 << 20);
+    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    int big = !feof(f);
     fclose(f);
+    if (!buf || big) { free(buf); return err_set(err, ERR_USAGE, "%s: larger than 1 MiB", path); }
     buf[n] = 0;
     *out = buf;
-    *len = (size_t)n;
+    *len = n;
     return 0;
 }
 
-int ckpt_resolve(const char *path, char *stepdir, size_t cap, Err *err) {
-    char probe[4200];
+static int resolve(const char *path, char *stepdir, size_t cap, Err *err) {
+    char probe[4300];
     struct stat st;
     if (stat(path, &st) || !S_ISDIR(st.st_mode))
-        return err_set(err, ERR_USAGE, "--ckpt %s: no such checkpoint directory", path);
+        return err_set(err, ERR_USAGE, "%s: no such checkpoint directory", path);
     snprintf(probe, sizeof probe, "%s/meta.json", path);
-    if (stat(probe, &st) == 0) {
-        snprintf(stepdir, cap, "%s", path);
-        return 0;
-    }
+    if (stat(probe, &st) == 0) { snprintf(stepdir, cap, "%s", path); return 0; }
     snprintf(probe, sizeof probe, "%s/latest", path);
     char *line;
     size_t n;
-    if (read_file(probe, &line, &n, NULL))
-        return err_set(err, ERR_USAGE, "--ckpt %s: neither a checkpoint (no meta.json) nor a run directory (no latest)", path);
+    if (read_small(probe, &line, &n, NULL))
+        return err_set(err, ERR_USAGE, "%s: neither a checkpoint (no meta.json) nor a run directory (no latest)", path);
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
     if (n == 0 || strchr(line, '/') || strncmp(line, "step_", 5)) {
         free(line);
@@ -230,131 +323,265 @@ int ckpt_resolve(const char *path, char *stepdir, size_t cap, Err *err) {
     return 0;
 }
 
-int ckpt_read_meta(const char *stepdir, Json **meta, Err *err) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/meta.json", stepdir);
-    char *text;
-    size_t n;
-    if (read_file(path, &text, &n, err)) return -1;
-    Json *j = json_parse(text, n, err);
-    free(text);
-    if (!j) { err_prefix(err, path); return -1; }
-    const Json *f = json_get(j, "format"), *v = json_get(j, "version");
-    int64_t ver;
-    if (!f || f->type != JSON_STR || strcmp(f->text, "tessera-checkpoint")) {
-        json_free(j);
-        return err_set(err, ERR_USAGE, "%s: not a tessera checkpoint (field 'format')", path);
-    }
-    if (json_int64(v, &ver) || ver != CKPT_VERSION) {
-        json_free(j);
-        return err_set(err, ERR_USAGE, "%s: unsupported checkpoint version (field 'version'; this build reads %d)", path,
-                       CKPT_VERSION);
-    }
-    *meta = j;
+static int get_dims(const Json *a, int ndim, int64_t *out) {
+    if (!a || a->type != JSON_ARR || (int)a->len != ndim) return -1;
+    for (int d = 0; d < ndim; d++)
+        if (json_int64(json_at(a, (size_t)d), &out[d]) || out[d] < 0) return -1;
     return 0;
 }
 
-int ckpt_read_config(const Json *meta, ModelConfig *cfg, Err *err) {
-    const Json *m = json_get(meta, "model");
-    if (!m || m->type != JSON_OBJ) return err_set(err, ERR_USAGE, "meta.json: missing field 'model'");
+// Maps, checks and indexes one rank file.
+static int open_file(Ckpt *c, int fi, Err *err) {
+    File *f = &c->files[fi];
+    const char *path = f->path;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st)) { close(fd); return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno)); }
+    f->len = (size_t)st.st_size;
+    f->map = f->len ? mmap(NULL, f->len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (f->len && f->map == MAP_FAILED) { f->map = NULL; return err_set(err, ERR_RUN, "%s: cannot map", path); }
+    const unsigned char *u = f->map;
+    size_t len = f->len;
+    if (len < HEADER_BYTES || memcmp(u, MAGIC, 8)) return err_set(err, ERR_USAGE, "%s: not a tessera tensor file (bad magic)", path);
+    if (get_u32(u + 8) != CKPT_VERSION) return err_set(err, ERR_USAGE, "%s: unsupported tensor file version %u", path, get_u32(u + 8));
+    uint64_t ilen = get_u32(u + 12), dbytes = get_u64(u + 24);
+    uint64_t dstart = (HEADER_BYTES + ilen + 63) / 64 * 64;
+    if (dstart > len || dbytes != len - dstart)
+        return err_set(err, ERR_USAGE, "%s: truncated or oversized (header says %llu data bytes, file has %lld)", path,
+                       (unsigned long long)dbytes, (long long)len - (long long)dstart);
+    if (crc32c(0, u + HEADER_BYTES, ilen) != get_u32(u + 16)) return err_set(err, ERR_USAGE, "%s: index checksum mismatch (file corrupt)", path);
+    Json *idx = json_parse((const char *)u + HEADER_BYTES, ilen, err);
+    if (!idx) { err_prefix(err, path); return -1; }
+    c->index[fi] = idx;
+    const Json *ts = json_get(idx, "tensors");
+    if (!ts || ts->type != JSON_ARR) return err_set(err, ERR_USAGE, "%s: index has no 'tensors' array", path);
+    Entry *ne = realloc(c->e, (size_t)(c->n + (int)ts->len + 1) * sizeof *ne);
+    if (!ne) return err_set(err, ERR_RUN, "out of memory");
+    c->e = ne;
+    for (const Json *t = ts->child; t; t = t->next) {
+        Entry *e = &c->e[c->n];
+        memset(e, 0, sizeof *e);
+        const Json *nm = json_get(t, "name"), *dt = json_get(t, "dtype"), *sh = json_get(t, "shape");
+        int64_t off, nb, crc;
+        int nd = sh && sh->type == JSON_ARR ? (int)sh->len : -1;
+        if (!nm || nm->type != JSON_STR || !dt || dt->type != JSON_STR || strcmp(dt->text, "f32") || nd < 1 || nd > 3 ||
+            get_dims(sh, nd, e->t.shape) || get_dims(json_get(t, "offset"), nd, e->t.offset) ||
+            get_dims(json_get(t, "extent"), nd, e->t.extent) || json_int64(json_get(t, "data_offset"), &off) ||
+            json_int64(json_get(t, "nbytes"), &nb) || json_int64(json_get(t, "crc32c"), &crc) || off < 0 || nb < 0)
+            return err_set(err, ERR_USAGE, "%s: malformed index entry %d", path, c->n);
+        uint64_t numel = 1;
+        for (int d = 0; d < nd; d++) {
+            if (e->t.offset[d] + e->t.extent[d] > e->t.shape[d])
+                return err_set(err, ERR_USAGE, "%s: tensor %s: slice outside its shape", path, nm->text);
+            numel *= (uint64_t)e->t.extent[d];
+        }
+        if ((uint64_t)off > dbytes || (uint64_t)nb > dbytes - (uint64_t)off || (uint64_t)nb != 4 * numel)
+            return err_set(err, ERR_USAGE, "%s: tensor %s: data range past the end of the file", path, nm->text);
+        e->t.name = nm->text;
+        e->t.ndim = nd;
+        e->t.nbytes = (uint64_t)nb;
+        e->t.file = fi;
+        e->data = u + dstart + off;
+        e->crc = (uint32_t)crc;
+        c->n++;
+    }
+    return 0;
+}
+
+int ckpt_open(Ckpt **out, const char *path, Err *err) {
+    *out = NULL;
+    Ckpt *c = calloc(1, sizeof *c);
+    if (!c) return err_set(err, ERR_RUN, "out of memory");
+    char mpath[4300];
+    char *text = NULL;
+    size_t len;
+    if (resolve(path, c->dir, sizeof c->dir, err)) goto fail;
+    snprintf(mpath, sizeof mpath, "%s/meta.json", c->dir);
+    if (read_small(mpath, &text, &len, err)) goto fail;
+    c->meta = json_parse(text, len, err);
+    free(text);
+    if (!c->meta) { err_prefix(err, mpath); goto fail; }
+    const Json *f = json_get(c->meta, "format"), *v = json_get(c->meta, "version"), *files = json_get(c->meta, "files");
+    int64_t x;
+    if (!f || f->type != JSON_STR || strcmp(f->text, "tessera-checkpoint")) {
+        err_set(err, ERR_USAGE, "%s: not a tessera checkpoint (field 'format')", mpath);
+        goto fail;
+    }
+    if (json_int64(v, &x) || x != CKPT_VERSION) {
+        err_set(err, ERR_USAGE, "%s: unsupported checkpoint version (field 'version'; this build reads %d)", mpath, CKPT_VERSION);
+        goto fail;
+    }
+    if (json_int64(json_get(c->meta, "step"), &x) || x < 0) {
+        err_set(err, ERR_USAGE, "%s: field 'step' is missing or not a non-negative integer", mpath);
+        goto fail;
+    }
+    if (!files || files->type != JSON_ARR || files->len < 1 || files->len > 65536) {
+        err_set(err, ERR_USAGE, "%s: field 'files' must list the rank files", mpath);
+        goto fail;
+    }
+    c->nfiles = (int)files->len;
+    c->files = calloc((size_t)c->nfiles, sizeof *c->files);
+    c->index = calloc((size_t)c->nfiles, sizeof *c->index);
+    if (!c->files || !c->index) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
+    for (int i = 0; i < c->nfiles; i++) {
+        const Json *fn = json_at(files, (size_t)i);
+        if (!fn || fn->type != JSON_STR || strchr(fn->text, '/') || !fn->text[0]) {
+            err_set(err, ERR_USAGE, "%s: field 'files' entry %d is not a file name", mpath, i);
+            goto fail;
+        }
+        snprintf(c->files[i].path, sizeof c->files[i].path, "%s/%s", c->dir, fn->text);
+        if (open_file(c, i, err)) goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    ckpt_close(c);
+    return -1;
+}
+
+void ckpt_close(Ckpt *c) {
+    if (!c) return;
+    for (int i = 0; c->files && i < c->nfiles; i++)
+        if (c->files[i].map) munmap(c->files[i].map, c->files[i].len);
+    for (int i = 0; c->index && i < c->nfiles; i++) json_free(c->index[i]);
+    free(c->index);
+    free(c->files);
+    free(c->e);
+    json_free(c->meta);
+    free(c);
+}
+
+const char *ckpt_dir(const Ckpt *c) { return c->dir; }
+const Json *ckpt_meta(const Ckpt *c) { return c->meta; }
+int ckpt_ntensors(const Ckpt *c) { return c->n; }
+const CkptTensor *ckpt_tensor(const Ckpt *c, int i) { return &c->e[i].t; }
+
+int64_t ckpt_step(const Ckpt *c) {
+    int64_t s = 0;
+    json_int64(json_get(c->meta, "step"), &s);
+    return s;
+}
+
+int ckpt_has_optimizer(const Ckpt *c) {
+    const Json *o = json_get(c->meta, "optimizer");
+    return o && o->type == JSON_BOOL && o->boolean;
+}
+
+int ckpt_config(const Ckpt *c, ModelConfig *cfg, Err *err) {
+    const Json *m = json_get(c->meta, "model");
+    if (!m || m->type != JSON_OBJ) return err_set(err, ERR_USAGE, "%s/meta.json: missing field 'model'", c->dir);
     static const char *keys[] = {"n_layer", "n_head", "d_model", "d_ff", "max_seq", "vocab"};
     int *dst[] = {&cfg->n_layer, &cfg->n_head, &cfg->d_model, &cfg->d_ff, &cfg->max_seq, &cfg->vocab};
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < 6; i++) {
         int64_t v;
         if (json_int64(json_get(m, keys[i]), &v) || v < 1 || v > (1 << 30))
-            return err_set(err, ERR_USAGE, "meta.json: field 'model.%s' is missing or not a positive integer", keys[i]);
+            return err_set(err, ERR_USAGE, "%s/meta.json: field 'model.%s' is missing or not a positive integer", c->dir,
+                           keys[i]);
         *dst[i] = (int)v;
     }
     const Json *nm = json_get(m, "name");
     snprintf(cfg->name, sizeof cfg->name, "%s", nm && nm->type == JSON_STR ? nm->text : "custom");
     config_set_vocab(cfg, cfg->vocab);
-    return config_validate(cfg, err);
+    if (config_validate(cfg, err)) { err_prefix(err, "meta.json: model"); return -1; }
+    return 0;
 }
 
-// Finds the index entry of `name` and checks that it holds what the stage
-// needs for tensor p; returns its data or NULL with err set.
-static const unsigned char *find_tensor(const Json *tensors, const char *name, const ParamInfo *p,
-                                        const unsigned char *data, uint64_t data_bytes, const char *path, Err *err) {
-    for (const Json *t = tensors->child; t; t = t->next) {
-        const Json *n = json_get(t, "name");
-        if (!n || n->type != JSON_STR || strcmp(n->text, name)) continue;
-        const Json *dt = json_get(t, "dtype"), *sh = json_get(t, "shape"), *of = json_get(t, "offset");
-        const Json *ex = json_get(t, "extent");
-        int64_t off, nb, crc;
-        if (!dt || dt->type != JSON_STR || strcmp(dt->text, "f32") || !sh || !of || !ex ||
-            json_int64(json_get(t, "data_offset"), &off) || json_int64(json_get(t, "nbytes"), &nb) ||
-            json_int64(json_get(t, "crc32c"), &crc)) {
-            err_set(err, ERR_USAGE, "%s: tensor %s: malformed index entry", path, name);
-            return NULL;
-        }
-        if (off < 0 || nb < 0 || (uint64_t)off > data_bytes || (uint64_t)nb > data_bytes - (uint64_t)off) {
-            err_set(err, ERR_USAGE, "%s: tensor %s: data range past the end of the file", path, name);
-            return NULL;
-        }
-        int ok = sh->len == (size_t)p->ndim && of->len == (size_t)p->ndim && ex->len == (size_t)p->ndim;
-        for (int d = 0; ok && d < p->ndim; d++) {
-            int64_t a, b, c;
-            ok = !json_int64(json_at(sh, d), &a) && !json_int64(json_at(of, d), &b) && !json_int64(json_at(ex, d), &c) &&
-                 a == p->shape[d] && b == (d == p->shard_dim ? p->shard_off : 0) && c == p->lshape[d];
-        }
-        if (!ok || (uint64_t)nb != p->numel * sizeof(float)) {
-            err_set(err, ERR_USAGE, "%s: tensor %s: shape or slice does not match this model", path, name);
-            return NULL;
-        }
-        if (crc32c(0, data + off, (size_t)nb) != (uint32_t)crc) {
-            err_set(err, ERR_USAGE, "%s: tensor %s: checksum mismatch (file corrupt)", path, name);
-            return NULL;
-        }
-        return data + off;
+static int verify_entry(Ckpt *c, Entry *e, Err *err) {
+    if (e->verified) return 0;
+    if (crc32c(0, e->data, e->t.nbytes) != e->crc)
+        return err_set(err, ERR_USAGE, "%s: tensor %s: checksum mismatch (file corrupt)", c->files[e->t.file].path, e->t.name);
+    e->verified = 1;
+    return 0;
+}
+
+int ckpt_verify(Ckpt *c, Err *err) {
+    for (int i = 0; i < c->n; i++)
+        if (verify_entry(c, &c->e[i], err)) return -1;
+    return 0;
+}
+
+// Copies the part of entry e that overlaps the slice of p this stage holds
+// into dst (p's local buffer); returns the elements copied.
+static int64_t copy_overlap(const Entry *e, const ParamInfo *p, float *dst) {
+    int nd = p->ndim;
+    int64_t lo[3] = {0, 0, 0}, hi[3] = {1, 1, 1}, toff[3] = {0, 0, 0}, text[3] = {1, 1, 1}, soff[3] = {0, 0, 0},
+            sext[3] = {1, 1, 1};
+    // right-align into 3 dimensions
+    for (int d = 0; d < nd; d++) {
+        int k = 3 - nd + d;
+        toff[k] = d == p->shard_dim ? p->shard_off : 0;
+        text[k] = p->lshape[d];
+        soff[k] = e->t.offset[d];
+        sext[k] = e->t.extent[d];
     }
-    err_set(err, ERR_USAGE, "%s: tensor %s is missing", path, name);
-    return NULL;
+    for (int k = 0; k < 3; k++) {
+        lo[k] = toff[k] > soff[k] ? toff[k] : soff[k];
+        int64_t a = toff[k] + text[k], b = soff[k] + sext[k];
+        hi[k] = a < b ? a : b;
+        if (lo[k] >= hi[k]) return 0;
+    }
+    const float *src = (const float *)e->data;
+    int64_t run = hi[2] - lo[2];
+    for (int64_t i = lo[0]; i < hi[0]; i++)
+        for (int64_t j = lo[1]; j < hi[1]; j++) {
+            const float *s = src + ((i - soff[0]) * sext[1] + (j - soff[1])) * sext[2] + (lo[2] - soff[2]);
+            float *d = dst + ((i - toff[0]) * text[1] + (j - toff[1])) * text[2] + (lo[2] - toff[2]);
+            memcpy(d, s, (size_t)run * sizeof(float));
+        }
+    return (hi[0] - lo[0]) * (hi[1] - lo[1]) * run;
 }
 
-int ckpt_load(const char *stepdir, Stage *s, AdamW *opt, Err *err) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/rank_00000.tsr", stepdir);
-    // Mapped, not read: a caller that wants only the parameters touches
-    // only their pages.
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st)) { close(fd); return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno)); }
-    size_t len = (size_t)st.st_size;
-    void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    if (len && map == MAP_FAILED) return err_set(err, ERR_RUN, "%s: cannot map: %s", path, strerror(errno));
-    const unsigned char *u = map;
-    const char *buf = map;
-    int rc = -1;
-    Json *idx = NULL;
-    if (len < HEADER_BYTES || memcmp(u, MAGIC, 8)) { err_set(err, ERR_USAGE, "%s: not a tessera tensor file (bad magic)", path); goto done; }
-    if (get_u32(u + 8) != CKPT_VERSION) { err_set(err, ERR_USAGE, "%s: unsupported tensor file version %u", path, get_u32(u + 8)); goto done; }
-    uint64_t ilen = get_u32(u + 12), dbytes = get_u64(u + 24);
-    uint64_t dstart = (HEADER_BYTES + ilen + 63) / 64 * 64;
-    if (dstart > len || dbytes != len - dstart) { err_set(err, ERR_USAGE, "%s: truncated or oversized (header says %llu data bytes, file has %lld)", path, (unsigned long long)dbytes, (long long)len - (long long)dstart); goto done; }
-    if (crc32c(0, u + HEADER_BYTES, ilen) != get_u32(u + 16)) { err_set(err, ERR_USAGE, "%s: index checksum mismatch (file corrupt)", path); goto done; }
-    idx = json_parse(buf + HEADER_BYTES, ilen, err);
-    if (!idx) { err_prefix(err, path); goto done; }
-    const Json *tensors = json_get(idx, "tensors");
-    if (!tensors || tensors->type != JSON_ARR) { err_set(err, ERR_USAGE, "%s: index has no 'tensors' array", path); goto done; }
-    const unsigned char *data = u + dstart;
+// Assembles tensor `name` (p's slice) into dst from every file's slices.
+static int assemble(Ckpt *c, const char *name, const ParamInfo *p, float *dst, Err *err) {
+    int64_t covered = 0;
+    int used[64], nused = 0;
+    for (int i = 0; i < c->n; i++) {
+        Entry *e = &c->e[i];
+        if (strcmp(e->t.name, name)) continue;
+        int same = e->t.ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++) same = e->t.shape[d] == p->shape[d];
+        if (!same)
+            return err_set(err, ERR_USAGE, "%s: tensor %s has a different shape than this model's", c->files[e->t.file].path,
+                           name);
+        // A replicated tensor appears in several files: use each slice once.
+        int dup = 0;
+        for (int k = 0; k < nused && !dup; k++) {
+            const Entry *u = &c->e[used[k]];
+            dup = !memcmp(u->t.offset, e->t.offset, sizeof e->t.offset) && !memcmp(u->t.extent, e->t.extent, sizeof e->t.extent);
+        }
+        if (dup) continue;
+        if (verify_entry(c, e, err)) return -1;
+        covered += copy_overlap(e, p, dst);
+        if (nused < 64) used[nused++] = i;
+    }
+    if (covered == 0 && nused == 0) return err_set(err, ERR_USAGE, "%s: tensor %s is missing", c->dir, name);
+    if ((size_t)covered != p->numel)
+        return err_set(err, ERR_USAGE, "%s: tensor %s: the files cover %lld of the %zu elements this layout needs", c->dir,
+                       name, (long long)covered, p->numel);
+    return 0;
+}
+
+int ckpt_load(Ckpt *c, Stage *s, AdamW *opt, Err *err) {
+    if (opt && !ckpt_has_optimizer(c))
+        return err_set(err, ERR_USAGE, "%s: holds no optimizer state (an imported model? use --init-from)", c->dir);
+    static const char *prefix[] = {"", "exp_avg/", "exp_avg_sq/"};
     for (int k = 0; k < (opt ? 3 : 1); k++) {
-        static const char *prefix[] = {"", "exp_avg/", "exp_avg_sq/"};
         float *dst = k == 0 ? s->params : k == 1 ? opt->m : opt->v;
         for (int i = 0; i < s->table.n; i++) {
             const ParamInfo *p = &s->table.p[i];
             char name[96];
             snprintf(name, sizeof name, "%s%s", prefix[k], p->name);
-            const unsigned char *src = find_tensor(tensors, name, p, data, dbytes, path, err);
-            if (!src) goto done;
-            memcpy(dst + p->offset, src, p->numel * sizeof(float));
+            if (assemble(c, name, p, dst + p->offset, err)) return -1;
         }
     }
-    rc = 0;
-done:
-    json_free(idx);
-    if (len) munmap(map, len);
-    return rc;
+    if (opt) {
+        int64_t t;
+        if (json_int64(json_get(c->meta, "adam_t"), &t) || t < 0)
+            return err_set(err, ERR_USAGE, "%s/meta.json: field 'adam_t' is missing or not a non-negative integer", c->dir);
+        opt->t = t;
+    }
+    return 0;
 }

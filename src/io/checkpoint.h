@@ -2,18 +2,23 @@
 //
 // A checkpoint is a directory RUN/step_NNNNNNNN/ holding meta.json and one
 // tensor file per rank (rank_RRRRR.tsr). It is written as
-// step_NNNNNNNN.tmp/, every file and the directory fsynced, then renamed;
-// then RUN/latest (a one-line file naming the step directory) is replaced
-// atomically the same way. A crash at any point leaves the previous
-// checkpoint and `latest` intact.
+// step_NNNNNNNN.tmp/ — every file fsynced, then the directory — and renamed;
+// then RUN/latest (one line naming the step directory) is replaced the same
+// way, and checkpoints beyond the newest `keep` are removed. A crash at any
+// point leaves the previous checkpoint and `latest` intact.
 //
 // Tensor file: a 32-byte header
 //   magic "TSRTENS\0" | u32 version (1) | u32 index bytes | u32 index CRC-32C
 //   | u32 reserved | u64 data bytes
 // then the index, a JSON object {"tensors": [{name, dtype, shape (global),
 // offset (slice start per dimension), extent (slice size per dimension),
-// data_offset, nbytes, crc32c}...]}, then zero padding to a multiple of 64
-// and the data. Sizes are checked against the file length on load.
+// data_offset, nbytes, crc32c}...]}, zero padding to a multiple of 64, and
+// the data. Parameters keep their names; AdamW moments are "exp_avg/NAME"
+// and "exp_avg_sq/NAME". Every size is checked against the file length and
+// every checksum verified before data is used.
+//
+// Loading assembles each tensor a stage needs from whatever slices the
+// files hold, so a checkpoint loads into another layout.
 #ifndef TSR_IO_CHECKPOINT_H
 #define TSR_IO_CHECKPOINT_H
 
@@ -26,24 +31,52 @@
 
 enum { CKPT_VERSION = 1 };
 
-// Saves the stage's parameters and (when opt is not NULL) the AdamW moments
-// as step `step` under run directory dir, with meta.json holding the model
-// config, step, and the JSON object text `train_meta` (may be NULL) under
-// "train". Creates dir if needed.
-int ckpt_save(const char *dir, int64_t step, const Stage *s, const AdamW *opt, const char *train_meta, Err *err);
+// ---- writing: ckpt_begin (one rank), ckpt_write_rank (every rank),
+// ckpt_commit (one rank, after all have written) ----
+int ckpt_begin(const char *dir, int64_t step, Err *err);
+// Writes rank's parameters and, with opt, its AdamW moments.
+int ckpt_write_rank(const char *dir, int64_t step, int rank, const Stage *s, const AdamW *opt, Err *err);
+// meta.json (format, version, step, model, layout, files, optimizer,
+// adam_t, and the JSON object text train_meta as "train"), then the rename,
+// `latest`, and removal of all but the newest `keep` checkpoints (keep <= 0:
+// keep all).
+int ckpt_commit(const char *dir, int64_t step, int nranks, const Stage *s, const AdamW *opt, const char *train_meta,
+                int keep, Err *err);
+// One process: begin, write rank 0, commit.
+int ckpt_save(const char *dir, int64_t step, const Stage *s, const AdamW *opt, const char *train_meta, int keep,
+              Err *err);
 
-// Resolves PATH to a step directory: PATH itself if it holds meta.json,
-// else the step named by PATH/latest.
-int ckpt_resolve(const char *path, char *stepdir, size_t cap, Err *err);
+// ---- reading ----
+typedef struct Ckpt Ckpt;
 
-// Reads and checks stepdir/meta.json (format, version); caller frees.
-int ckpt_read_meta(const char *stepdir, Json **meta, Err *err);
+typedef struct CkptTensor {
+    const char *name;
+    int ndim;
+    int64_t shape[3], offset[3], extent[3];   // global shape and the slice held
+    uint64_t nbytes;
+    int file;                                 // index into meta's "files"
+} CkptTensor;
 
-// Reads the model config recorded in the checkpoint.
-int ckpt_read_config(const Json *meta, ModelConfig *cfg, Err *err);
+// Opens PATH — a checkpoint, or a run directory (then its latest) — reads
+// meta.json and maps and indexes every rank file. Errors name the file and
+// what is wrong.
+int ckpt_open(Ckpt **out, const char *path, Err *err);
+void ckpt_close(Ckpt *c);
+const char *ckpt_dir(const Ckpt *c);        // the step directory
+const Json *ckpt_meta(const Ckpt *c);
+int64_t ckpt_step(const Ckpt *c);
+int ckpt_has_optimizer(const Ckpt *c);
+int ckpt_config(const Ckpt *c, ModelConfig *cfg, Err *err);
+int ckpt_ntensors(const Ckpt *c);
+const CkptTensor *ckpt_tensor(const Ckpt *c, int i);
+// Verifies every tensor's checksum.
+int ckpt_verify(Ckpt *c, Err *err);
+// Fills the stage's parameters (and, with opt, its moments and step count)
+// from the slices in the files.
+int ckpt_load(Ckpt *c, Stage *s, AdamW *opt, Err *err);
 
-// Loads parameters (and moments when opt is not NULL) into a stage built
-// for the same model; every tensor's checksum is verified.
-int ckpt_load(const char *stepdir, Stage *s, AdamW *opt, Err *err);
+// Test hook: with TESSERA_CKPT_CRASH_AFTER=N in the environment the process
+// kills itself (SIGKILL) right after the N-th write, fsync or rename of a
+// save — for crash-safety tests.
 
 #endif

@@ -13,6 +13,7 @@
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
+#include "io/hf_gpt2.h"
 #include "kernels/matmul.h"
 #include "model/stage.h"
 
@@ -60,7 +61,7 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls) {
 static int save_ckpt(const TrainConfig *tc, int step, const Stage *st, const AdamW *opt, const Loader *ld, Err *err) {
     char *meta = train_meta_json(tc, step, loader_state(ld));
     double t0 = timer_now();
-    int rc = ckpt_save(tc->ckpt_dir, step, st, opt, meta, err);
+    int rc = ckpt_save(tc->ckpt_dir, step, st, opt, meta, tc->keep, err);
     free(meta);
     if (rc == 0) printf("checkpoint: %s/step_%08d (%.2f s)\n", tc->ckpt_dir, step, timer_now() - t0);
     return rc;
@@ -101,22 +102,51 @@ static void run_eval(const TrainConfig *tc, Stage *st, Loader *val, int step, FI
     }
 }
 
+// The model's config and, on resume, the checkpoint to continue from.
+static int choose_model(const TrainConfig *tc, const Tokenizer *tok, ModelConfig *mc, Ckpt **ck, StFile *sf, Err *err) {
+    *mc = tc->model;
+    config_set_vocab(mc, tok->vocab);
+    if (tc->resume) {
+        if (ckpt_open(ck, tc->resume, err)) { err_prefix(err, "--resume"); return -1; }
+        if (ckpt_config(*ck, mc, err)) return -1;
+        const Json *tn = json_get(json_get(ckpt_meta(*ck), "train"), "tokenizer");
+        if (tn && tn->type == JSON_STR && strcmp(tn->text, tok->name))
+            return err_set(err, ERR_USAGE, "--resume %s: the run used --tokenizer %s, not %s", ckpt_dir(*ck), tn->text,
+                           tok->name);
+    } else if (tc->init_from) {
+        if (st_open(sf, tc->init_from, err)) { err_prefix(err, "--init-from"); return -1; }
+        ModelConfig fc = {0};
+        fc.n_head = tc->model.n_head;
+        if (hf_read_config(sf, &fc, err)) { err_prefix(err, "--init-from"); return -1; }
+        if (fc.d_model != tc->model.d_model) {   // the preset does not describe this file: infer the heads too
+            fc.n_head = 0;
+            if (hf_read_config(sf, &fc, err)) { err_prefix(err, "--init-from"); return -1; }
+        }
+        *mc = fc;
+    }
+    if (mc->vocab != tok->vocab)
+        return err_set(err, ERR_USAGE, "the model's vocabulary (%d) does not match --tokenizer %s (%d)", mc->vocab,
+                       tok->name, tok->vocab);
+    if (config_validate(mc, err)) return -1;
+    if (tc->seq > mc->max_seq)
+        return err_set(err, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, mc->max_seq);
+    return 0;
+}
+
 int train_run(const TrainConfig *tc, Err *err) {
     Tokenizer tok;
     if (tokenizer_open(&tok, tc->tokenizer, err)) return -1;
-    ModelConfig mc = tc->model;
-    config_set_vocab(&mc, tok.vocab);
-    if (config_validate(&mc, err)) return -1;
-    if (tc->seq > mc.max_seq)
-        return err_set(err, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, mc.max_seq);
-    if (tc->threads > 0) kernels_set_threads(tc->threads);
-
+    ModelConfig mc;
+    Ckpt *ck = NULL;
+    StFile sf = {0};
     Loader *ld = NULL, *val = NULL;
     Stage st;
     AdamW opt = {0};
     FILE *log = NULL;
-    int *inp = NULL, *tgt = NULL, rc = -1;
+    int *inp = NULL, *tgt = NULL, rc = -1, start = 0;
     memset(&st, 0, sizeof st);
+    if (choose_model(tc, &tok, &mc, &ck, &sf, err)) goto done;
+    if (tc->threads > 0) kernels_set_threads(tc->threads);
     LoaderOptions lo = {.T = tc->seq, .B = tc->batch, .rank = 0, .ranks = 1, .seed = tc->seed,
                         .split = SPLIT_TRAIN, .prefetch = 1};
     if (loader_open(&ld, tc->data, &tok, &lo, err)) { err_prefix(err, "--data"); goto done; }
@@ -134,7 +164,21 @@ int train_run(const TrainConfig *tc, Err *err) {
     ModelSlice slice = slice_whole(&mc);
     if (stage_init(&st, &mc, &slice, tc->batch, tc->seq, err)) goto done;
     if (adamw_init(&opt, st.table.total, err)) goto done;
-    ptable_init(&st.table, st.params, tc->seed);
+    if (ck) {
+        if (ckpt_load(ck, &st, &opt, err)) goto done;
+        start = (int)ckpt_step(ck);
+        const Json *ls = json_get(json_get(ckpt_meta(ck), "train"), "loader");
+        int64_t e = 0, p = 0;
+        if (json_int64(json_get(ls, "epoch"), &e) || json_int64(json_get(ls, "pos"), &p) || e < 0 || p < 0) {
+            err_set(err, ERR_USAGE, "%s/meta.json: field 'train.loader' is missing or malformed", ckpt_dir(ck));
+            goto done;
+        }
+        loader_set_state(ld, (LoaderState){e, p % loader_samples(ld)});
+    } else if (tc->init_from) {
+        if (hf_load(&sf, &st, err)) { err_prefix(err, tc->init_from); goto done; }
+    } else {
+        ptable_init(&st.table, st.params, tc->seed);
+    }
     if (tc->log_path && !(log = fopen(tc->log_path, "a"))) {
         err_set(err, ERR_USAGE, "--log %s: %s", tc->log_path, strerror(errno));
         goto done;
@@ -169,10 +213,13 @@ int train_run(const TrainConfig *tc, Err *err) {
     printf("compute:   %d threads, %s; %.3g GFLOP per token; MFU against %.1f GFLOP/s (%s)\n", kernels_threads(),
            kernels_blas_info(), flops_tok * 1e-9, peak, peak_src);
     print_memory();
+    if (ck) printf("resumed:   %s at step %d\n", ckpt_dir(ck), start);
+    if (tc->init_from) printf("init:      %s\n", tc->init_from);
     fflush(stdout);
 
     double t_start = timer_now();
-    for (int step = 0; step < tc->steps; step++) {
+    if (start >= tc->steps) printf("nothing to train: the checkpoint is at step %d and --steps is %d\n", start, tc->steps);
+    for (int step = start; step < tc->steps; step++) {
         double t0 = timer_now();
         memset(st.grads, 0, st.table.total * sizeof(float));
         double loss_sum = 0;
@@ -214,9 +261,10 @@ int train_run(const TrainConfig *tc, Err *err) {
     }
     double total = timer_now() - t_start;
     if (val) run_eval(tc, &st, val, tc->steps, log);
-    if (tc->ckpt_dir && save_ckpt(tc, tc->steps, &st, &opt, ld, err)) goto done;
-    printf("done:      %d steps in %.1f s, %.0f tokens/s average\n", tc->steps, total,
-           tokens_per_step * tc->steps / total);
+    if (tc->ckpt_dir && start < tc->steps && save_ckpt(tc, tc->steps, &st, &opt, ld, err)) goto done;
+    if (start < tc->steps)
+        printf("done:      %d steps in %.1f s, %.0f tokens/s average\n", tc->steps - start, total,
+               tokens_per_step * (tc->steps - start) / total);
     print_memory();
     rc = 0;
 done:
@@ -227,6 +275,8 @@ done:
     stage_free(&st);
     loader_free(ld);
     loader_free(val);
+    ckpt_close(ck);
+    st_close(&sf);
     tokenizer_close(&tok);
     return rc;
 }

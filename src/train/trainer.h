@@ -22,6 +22,9 @@ typedef struct TrainConfig {
     const char *log_path;      // JSONL metrics (appended), or NULL
     const char *ckpt_dir;      // checkpoints, or NULL
     int ckpt_every;            // steps between checkpoints (0: only at the end)
+    int keep;                  // checkpoints to keep (0: all)
+    const char *resume;        // checkpoint or run directory to continue from, or NULL
+    const char *init_from;     // safetensors file (Hugging Face GPT-2 names) to start from, or NULL
     int batch, seq, accum, steps;
     int log_every;             // print/log every this many steps (and the last)
     int threads;

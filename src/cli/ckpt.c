@@ -1,0 +1,144 @@
+// tessera export / import / ckpt info — moving weights to and from the
+// Hugging Face ecosystem, and looking inside a checkpoint.
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/flags.h"
+#include "io/checkpoint.h"
+#include "io/hf_gpt2.h"
+#include "model/stage.h"
+
+int cmd_export(int argc, char **argv) {
+    const char *ckpt = NULL, *out = NULL;
+    Flag f[] = {
+        {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0},
+        {"out", FLAG_STR, &out, 0, 0, "FILE", "safetensors file to write (required)", 0},
+    };
+    int nf = 2, help;
+    Json *unused = NULL;
+    Err e = {0};
+    if (flags_parse(f, nf, argc, argv, "export", &help, &unused, &e)) return cli_fail("export", &e);
+    if (help) {
+        printf("usage: tessera export --ckpt PATH --out FILE.safetensors\n\n"
+               "Writes the model as Hugging Face GPT2LMHeadModel tensors (F32).\n\n");
+        flags_print(f, nf);
+        return 0;
+    }
+    if (!ckpt || !out) { err_set(&e, ERR_USAGE, "%s is required", !ckpt ? "--ckpt PATH" : "--out FILE"); return cli_fail("export", &e); }
+    Ckpt *ck = NULL;
+    ModelConfig mc;
+    Stage st;
+    memset(&st, 0, sizeof st);
+    ModelSlice sl;
+    if (ckpt_open(&ck, ckpt, &e) || ckpt_config(ck, &mc, &e)) goto fail;
+    sl = slice_whole(&mc);
+    if (stage_init(&st, &mc, &sl, 1, 1, &e) || ckpt_load(ck, &st, NULL, &e) || hf_export(&st, out, &e)) goto fail;
+    printf("exported %s (step %lld, %zu parameters) to %s\n", ckpt_dir(ck), (long long)ckpt_step(ck), st.table.total, out);
+    stage_free(&st);
+    ckpt_close(ck);
+    return 0;
+fail:
+    stage_free(&st);
+    ckpt_close(ck);
+    return cli_fail("export", &e);
+}
+
+int cmd_import(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *model = NULL, *tokenizer = "gpt2";
+    Flag f[] = {
+        {"in", FLAG_STR, &in, 0, 0, "FILE", "safetensors file with Hugging Face GPT-2 names (required)", 0},
+        {"out", FLAG_STR, &out, 0, 0, "DIR", "run directory for the step-0 checkpoint (required)", 0},
+        {"model", FLAG_STR, &model, 0, 0, "PRESET", "preset whose head count to use (default: d_model/64, as GPT-2)", 0},
+        {"tokenizer", FLAG_STR, &tokenizer, 0, 0, "gpt2|byte", "tokenizer recorded for sample/eval (default gpt2)", 0},
+    };
+    int nf = 4, help;
+    Json *unused = NULL;
+    Err e = {0};
+    if (flags_parse(f, nf, argc, argv, "import", &help, &unused, &e)) return cli_fail("import", &e);
+    if (help) {
+        printf("usage: tessera import --in FILE.safetensors --out DIR [--model PRESET]\n\n"
+               "Makes a step-0 checkpoint (parameters only) from Hugging Face GPT-2 weights, to sample,\n"
+               "evaluate or fine-tune from (tessera train --init-from FILE also reads the file directly).\n\n");
+        flags_print(f, nf);
+        return 0;
+    }
+    if (!in || !out) { err_set(&e, ERR_USAGE, "%s is required", !in ? "--in FILE" : "--out DIR"); return cli_fail("import", &e); }
+    StFile sf = {0};
+    ModelConfig mc = {0};
+    Stage st;
+    memset(&st, 0, sizeof st);
+    ModelSlice sl;
+    if (model) {
+        ModelConfig pc;
+        if (config_preset(&pc, model, &e)) { err_prefix(&e, "--model"); return cli_fail("import", &e); }
+        mc.n_head = pc.n_head;
+    }
+    if (st_open(&sf, in, &e)) goto fail;
+    if (hf_read_config(&sf, &mc, &e)) { err_prefix(&e, in); goto fail; }
+    sl = slice_whole(&mc);
+    if (stage_init(&st, &mc, &sl, 1, 1, &e) || hf_load(&sf, &st, &e)) { err_prefix(&e, in); goto fail; }
+    char meta[256];
+    snprintf(meta, sizeof meta, "{\"steps_done\":0,\"tokenizer\":\"%s\",\"imported_from\":\"safetensors\"}", tokenizer);
+    if (ckpt_save(out, 0, &st, NULL, meta, 0, &e)) goto fail;
+    printf("imported %s: %d layers, %d heads, d_model %d, d_ff %d, max_seq %d, vocab %d -> %s/step_00000000\n", in,
+           mc.n_layer, mc.n_head, mc.d_model, mc.d_ff, mc.max_seq, mc.vocab, out);
+    stage_free(&st);
+    st_close(&sf);
+    return 0;
+fail:
+    stage_free(&st);
+    st_close(&sf);
+    return cli_fail("import", &e);
+}
+
+int cmd_ckpt(int argc, char **argv) {
+    if (argc < 1 || (strcmp(argv[0], "info") && strcmp(argv[0], "--help") && strcmp(argv[0], "-h"))) {
+        Err e;
+        err_set(&e, ERR_USAGE, "usage: tessera ckpt info PATH");
+        return cli_fail("ckpt", &e);
+    }
+    if (argv[0][0] == '-' || (argc > 1 && !strcmp(argv[1], "--help"))) {
+        printf("usage: tessera ckpt info PATH\n\nPrints a checkpoint's step, model, layout and tensors, and verifies "
+               "every checksum.\n");
+        return 0;
+    }
+    if (argc != 2) {
+        Err e;
+        err_set(&e, ERR_USAGE, "usage: tessera ckpt info PATH");
+        return cli_fail("ckpt", &e);
+    }
+    Err e = {0};
+    Ckpt *ck = NULL;
+    ModelConfig mc;
+    if (ckpt_open(&ck, argv[1], &e) || ckpt_config(ck, &mc, &e)) { ckpt_close(ck); return cli_fail("ckpt info", &e); }
+    const Json *m = ckpt_meta(ck), *lay = json_get(m, "layout"), *files = json_get(m, "files");
+    printf("checkpoint: %s\n", ckpt_dir(ck));
+    printf("step:       %lld%s\n", (long long)ckpt_step(ck), ckpt_has_optimizer(ck) ? " (with AdamW state)" : " (parameters only)");
+    printf("model:      %s — %d layers, %d heads, d_model %d, d_ff %d, max_seq %d, vocab %d\n", mc.name, mc.n_layer,
+           mc.n_head, mc.d_model, mc.d_ff, mc.max_seq, mc.vocab);
+    int64_t dp = 1, tp = 1, pp = 1, z = 0;
+    json_int64(json_get(lay, "dp"), &dp);
+    json_int64(json_get(lay, "tp"), &tp);
+    json_int64(json_get(lay, "pp"), &pp);
+    json_int64(json_get(lay, "zero"), &z);
+    printf("layout:     dp %lld, tp %lld, pp %lld, zero %lld; %zu file%s\n", (long long)dp, (long long)tp, (long long)pp,
+           (long long)z, files->len, files->len == 1 ? "" : "s");
+    uint64_t bytes = 0;
+    printf("%-36s %-18s %-22s %12s\n", "tensor", "shape", "slice (offset+extent)", "bytes");
+    for (int i = 0; i < ckpt_ntensors(ck); i++) {
+        const CkptTensor *t = ckpt_tensor(ck, i);
+        char sh[64] = "", sl[96] = "";
+        for (int d = 0; d < t->ndim; d++) {
+            snprintf(sh + strlen(sh), sizeof sh - strlen(sh), "%s%lld", d ? "×" : "", (long long)t->shape[d]);
+            snprintf(sl + strlen(sl), sizeof sl - strlen(sl), "%s%lld+%lld", d ? "," : "", (long long)t->offset[d],
+                     (long long)t->extent[d]);
+        }
+        printf("%-36s %-18s %-22s %12llu\n", t->name, sh, sl, (unsigned long long)t->nbytes);
+        bytes += t->nbytes;
+    }
+    int bad = ckpt_verify(ck, &e);
+    printf("%d tensors, %.2f MiB; checksums: %s\n", ckpt_ntensors(ck), bytes / 1048576.0, bad ? "FAILED" : "all OK");
+    ckpt_close(ck);
+    return bad ? cli_fail("ckpt info", &e) : 0;
+}

@@ -1,0 +1,136 @@
+#include "io/hf_gpt2.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Hugging Face shape of tensor p (whole model), and whether p is stored
+// transposed there; returns ndim.
+static int hf_shape(const ParamInfo *p, const ModelConfig *c, int64_t *shape, int *transposed) {
+    *transposed = 0;
+    const char *n = p->name;
+    if (!strcmp(n, "wte.weight")) { shape[0] = c->vocab; shape[1] = c->d_model; return 2; }
+    if (strstr(n, "attn.c_attn.weight")) { shape[0] = c->d_model; shape[1] = 3 * (int64_t)c->d_model; *transposed = 1; return 2; }
+    if (strstr(n, "attn.c_attn.bias")) { shape[0] = 3 * (int64_t)c->d_model; return 1; }
+    if (p->ndim == 2 && (strstr(n, ".c_proj.weight") || strstr(n, "mlp.c_fc.weight"))) {
+        shape[0] = p->shape[1];
+        shape[1] = p->shape[0];
+        *transposed = 1;
+        return 2;
+    }
+    for (int d = 0; d < p->ndim; d++) shape[d] = p->shape[d];
+    return p->ndim;
+}
+
+// Flat index in the Hugging Face tensor of global element g of p, or -1
+// for vocabulary padding.
+static int64_t hf_index(const ParamInfo *p, const ModelConfig *c, const int64_t *g) {
+    int64_t C = c->d_model;
+    if (!strcmp(p->name, "wte.weight")) return g[0] < c->vocab ? g[0] * C + g[1] : -1;
+    if (strstr(p->name, "attn.c_attn.weight")) return g[2] * 3 * C + g[0] * C + g[1];   // (which, out, in) -> (in, which·C+out)
+    if (p->ndim == 2 && (strstr(p->name, ".c_proj.weight") || strstr(p->name, "mlp.c_fc.weight")))
+        return g[1] * p->shape[0] + g[0];   // (out, in) -> (in, out)
+    int64_t f = 0;
+    for (int d = 0; d < p->ndim; d++) f = f * p->shape[d] + g[d];
+    return f;
+}
+
+// Global multi-index of local element i of p.
+static void global_of(const ParamInfo *p, size_t i, int64_t *g) {
+    for (int d = p->ndim - 1; d >= 0; d--) {
+        g[d] = (int64_t)(i % (size_t)p->lshape[d]);
+        i /= (size_t)p->lshape[d];
+    }
+    if (p->shard_dim >= 0) g[p->shard_dim] += p->shard_off;
+}
+
+int hf_export(const Stage *s, const char *path, Err *err) {
+    const ParamTable *t = &s->table;
+    StWrite *w = calloc((size_t)t->n, sizeof *w);
+    char (*names)[96] = calloc((size_t)t->n, sizeof *names);
+    float **bufs = calloc((size_t)t->n, sizeof *bufs);
+    int rc = -1, k = 0;
+    if (!w || !names || !bufs) { err_set(err, ERR_RUN, "out of memory"); goto done; }
+    for (int i = 0; i < t->n; i++) {
+        const ParamInfo *p = &t->p[i];
+        if (p->shard_dim >= 0) { err_set(err, ERR_USAGE, "export needs the whole model (got a slice of %s)", p->name); goto done; }
+        int tr;
+        w[k].ndim = hf_shape(p, &s->cfg, w[k].shape, &tr);
+        int64_t numel = 1;
+        for (int d = 0; d < w[k].ndim; d++) numel *= w[k].shape[d];
+        bufs[k] = malloc((size_t)numel * sizeof(float) + 1);
+        if (!bufs[k]) { err_set(err, ERR_RUN, "out of memory"); goto done; }
+        const float *src = s->params + p->offset;
+        for (size_t e = 0; e < p->numel; e++) {
+            int64_t g[PARAM_MAX_DIM];
+            global_of(p, e, g);
+            int64_t f = hf_index(p, &s->cfg, g);
+            if (f >= 0) bufs[k][f] = src[e];
+        }
+        snprintf(names[k], sizeof names[k], "transformer.%s", p->name);
+        w[k].name = names[k];
+        w[k].data = bufs[k];
+        k++;
+    }
+    rc = st_write(path, w, k, err);
+done:
+    for (int i = 0; bufs && i < t->n; i++) free(bufs[i]);
+    free(bufs);
+    free(names);
+    free(w);
+    return rc;
+}
+
+// The file's tensor for tessera name `name` (with or without "transformer.").
+static const StTensor *find(const StFile *f, const char *name) {
+    char full[128];
+    snprintf(full, sizeof full, "transformer.%s", name);
+    const StTensor *t = st_find(f, full);
+    return t ? t : st_find(f, name);
+}
+
+int hf_read_config(const StFile *f, ModelConfig *cfg, Err *err) {
+    const StTensor *wte = find(f, "wte.weight"), *wpe = find(f, "wpe.weight"), *fc = find(f, "h.0.mlp.c_fc.weight");
+    if (!wte || wte->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d wte.weight: not a GPT-2 model");
+    if (!wpe || wpe->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d wpe.weight: not a GPT-2 model");
+    if (!fc || fc->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d h.0.mlp.c_fc.weight: not a GPT-2 model");
+    int L = 0;
+    for (;; L++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "h.%d.ln_1.weight", L);
+        if (!find(f, nm)) break;
+    }
+    int heads = cfg->n_head;
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->name, sizeof cfg->name, "imported");
+    cfg->n_layer = L;
+    cfg->d_model = (int)wte->shape[1];
+    cfg->d_ff = (int)fc->shape[1];
+    cfg->max_seq = (int)wpe->shape[0];
+    cfg->n_head = heads > 0 ? heads : cfg->d_model / 64 > 0 ? cfg->d_model / 64 : 1;
+    config_set_vocab(cfg, (int)wte->shape[0]);
+    return config_validate(cfg, err);
+}
+
+int hf_load(const StFile *f, Stage *s, Err *err) {
+    const ParamTable *t = &s->table;
+    for (int i = 0; i < t->n; i++) {
+        const ParamInfo *p = &t->p[i];
+        const StTensor *h = find(f, p->name);
+        if (!h) return err_set(err, ERR_USAGE, "tensor transformer.%s is missing", p->name);
+        int64_t shape[PARAM_MAX_DIM];
+        int tr, nd = hf_shape(p, &s->cfg, shape, &tr);
+        int ok = h->ndim == nd && (h->dtype == ST_F32 || h->dtype == ST_F16 || h->dtype == ST_BF16);
+        for (int d = 0; ok && d < nd; d++) ok = h->shape[d] == shape[d];
+        if (!ok)
+            return err_set(err, ERR_USAGE, "tensor %s: shape or dtype does not fit this model (want %d-d float)", h->name, nd);
+        float *dst = s->params + p->offset;
+        for (size_t e = 0; e < p->numel; e++) {
+            int64_t g[PARAM_MAX_DIM];
+            global_of(p, e, g);
+            int64_t fi = hf_index(p, &s->cfg, g);
+            dst[e] = fi >= 0 ? st_get(f, h, fi) : 0.0f;
+        }
+    }
+    return 0;
+}

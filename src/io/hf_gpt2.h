@@ -1,0 +1,31 @@
+// io/hf_gpt2 — tessera's GPT-2 parameters <-> Hugging Face GPT2LMHeadModel
+// tensors in safetensors files.
+//
+// Names gain "transformer." (h.0.attn.c_attn.weight ->
+// transformer.h.0.attn.c_attn.weight). Hugging Face's Conv1D weights are
+// stored (in, out), tessera's linear weights (out, in): c_attn, attn.c_proj,
+// mlp.c_fc and mlp.c_proj are transposed, and tessera's (3, C, C) q/k/v
+// stack becomes the (C, 3C) column blocks. The embedding loses its
+// vocabulary padding; lm_head is tied to wte and not written. On import,
+// names with or without "transformer.", an lm_head equal in shape to wte,
+// and the attention-mask buffers (attn.bias, attn.masked_bias) are accepted.
+#ifndef TSR_IO_HF_GPT2_H
+#define TSR_IO_HF_GPT2_H
+
+#include "core/check.h"
+#include "io/safetensors.h"
+#include "model/stage.h"
+
+// Writes the whole-model parameters of s (a stage holding every tensor) to path.
+int hf_export(const Stage *s, const char *path, Err *err);
+
+// Infers a model config from the file's shapes: layers, d_model, d_ff,
+// max_seq, vocab; n_head from cfg->n_head when it is set, else d_model/64
+// (the GPT-2 family's head size).
+int hf_read_config(const StFile *f, ModelConfig *cfg, Err *err);
+
+// Fills the stage's parameters (any slice of the model) from the file;
+// padded vocabulary rows become zero. Errors name the missing or misshapen tensor.
+int hf_load(const StFile *f, Stage *s, Err *err);
+
+#endif
