@@ -1,0 +1,119 @@
+// io/safetensors: the strict reader against malformed headers, the
+// reader/writer round trip, F16/BF16 conversion, and the GPT-2 mapping.
+#include <string.h>
+#include <unistd.h>
+
+#include "io/hf_gpt2.h"
+#include "io/safetensors.h"
+#include "kernels/matmul.h"
+#include "test.h"
+
+// A buffer: 8-byte length, header text, then `data` zero bytes.
+static unsigned char *make(const char *header, size_t data, size_t *len) {
+    size_t h = strlen(header);
+    *len = 8 + h + data;
+    unsigned char *b = calloc(*len + 1, 1);
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)h >> (8 * i));
+    memcpy(b + 8, header, h);
+    return b;
+}
+
+static void expect_reject(const char *header, size_t data, const char *why) {
+    size_t len;
+    unsigned char *b = make(header, data, &len);
+    StFile f;
+    Err e;
+    int rc = st_parse(&f, b, len, &e);
+    EXPECT(rc == -1 && strstr(e.msg, why), "header %s: want /%s/, got rc %d '%s'", header, why, rc, rc ? e.msg : "");
+    if (rc == 0) st_close(&f);
+    free(b);
+}
+
+static void test_malformed_headers(void) {
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "outside the data");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlaps");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "gap");
+    expect_reject("{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype 'F33'");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "shape needs 12 bytes");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,8]}}", 8, "bad shape");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "outside the data");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "expected exactly");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8, "expected exactly");
+    expect_reject("[1,2]", 0, "not a JSON object");
+    expect_reject("{\"a\":", 0, "invalid JSON");
+    expect_reject("{\"__metadata__\":{\"k\":1}}", 0, "values must be strings");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776],\"data_offsets\":[0,8]}}", 8, "shape");
+    expect_reject("{}", 4, "after the last tensor");
+    // a header length past the end of the file
+    unsigned char b[16] = {0xff, 0xff, 0, 0, 0, 0, 0, 0, '{', '}'};
+    StFile f;
+    Err e;
+    EXPECT(st_parse(&f, b, 10, &e) == -1 && strstr(e.msg, "past the end"), "header length: %s", e.msg);
+    EXPECT(st_parse(&f, b, 5, &e) == -1 && strstr(e.msg, "too short"), "tiny file: %s", e.msg);
+    // and a good one
+    size_t len;
+    unsigned char *g = make("{\"__metadata__\":{\"format\":\"pt\"},\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]},"
+                            "\"a\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 8, &len);
+    unsigned char *d = g + len - 8;
+    d[0] = 0x00; d[1] = 0x3C;   // F16 1.0
+    d[2] = 0x00; d[3] = 0xC0;   // F16 -2.0
+    d[4] = 0x80; d[5] = 0x3F;   // BF16 1.0
+    d[6] = 0x40; d[7] = 0x40;   // BF16 3.0
+    EXPECT(st_parse(&f, g, len, &e) == 0, "%s", e.msg);
+    if (f.n == 2) {
+        const StTensor *a = st_find(&f, "a"), *bb = st_find(&f, "b");
+        EXPECT(a && bb && st_get(&f, a, 0) == 1.0f && st_get(&f, a, 1) == -2.0f && st_get(&f, bb, 0) == 1.0f &&
+               st_get(&f, bb, 1) == 3.0f, "F16/BF16 values");
+        st_close(&f);
+    }
+    free(g);
+}
+
+static void test_gpt2_roundtrip(void) {
+    Err e;
+    ModelConfig c;
+    config_preset(&c, "gpt2-tiny", &e);
+    config_set_vocab(&c, 300);   // padded to 384: the padding must not be exported
+    c.n_layer = 2;
+    ModelSlice s = slice_whole(&c);
+    Stage a, b;
+    stage_init(&a, &c, &s, 1, 4, &e);
+    stage_init(&b, &c, &s, 1, 4, &e);
+    ptable_init(&a.table, a.params, 4);
+    char p1[] = "/tmp/tsr_st1_XXXXXX", p2[] = "/tmp/tsr_st2_XXXXXX";
+    int f1 = mkstemp(p1), f2 = mkstemp(p2);
+    close(f1);
+    close(f2);
+    EXPECT(hf_export(&a, p1, &e) == 0, "%s", e.msg);
+    StFile f;
+    EXPECT(st_open(&f, p1, &e) == 0, "%s", e.msg);
+    const StTensor *wte = st_find(&f, "transformer.wte.weight"), *qkv = st_find(&f, "transformer.h.1.attn.c_attn.weight");
+    EXPECT(wte && wte->shape[0] == 300 && wte->shape[1] == 128, "wte shape without padding");
+    EXPECT(qkv && qkv->shape[0] == 128 && qkv->shape[1] == 384, "c_attn stored (in, 3·out)");
+    // element check: tessera c_attn[which=1][out=5][in=7] == HF[7][1·128+5]
+    const ParamInfo *pq = ptable_find(&a.table, "h.1.attn.c_attn.weight");
+    EXPECT(qkv && st_get(&f, qkv, 7 * 384 + 128 + 5) == a.params[pq->offset + (1 * 128 + 5) * 128 + 7], "c_attn transpose");
+    ModelConfig c2 = {0};
+    c2.n_head = 4;
+    EXPECT(hf_read_config(&f, &c2, &e) == 0 && c2.n_layer == 2 && c2.vocab == 300 && c2.d_ff == 512 && c2.max_seq == 64,
+           "inferred config: %s", e.msg);
+    EXPECT(hf_load(&f, &b, &e) == 0, "%s", e.msg);
+    EXPECT(memcmp(a.params, b.params, a.table.total * 4) == 0, "import differs from the exported model");
+    EXPECT(hf_export(&b, p2, &e) == 0, "%s", e.msg);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", p1, p2);
+    EXPECT(system(cmd) == 0, "export -> import -> export is not byte-identical");
+    st_close(&f);
+    unlink(p1);
+    unlink(p2);
+    stage_free(&a);
+    stage_free(&b);
+}
+
+int main(void) {
+    kernels_set_threads(2);
+    RUN(test_malformed_headers);
+    RUN(test_gpt2_roundtrip);
+    return test_finish();
+}
