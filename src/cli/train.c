@@ -13,7 +13,7 @@ int cmd_train(int argc, char **argv) {
     int eval_every = 0, eval_batches = 20;
     const char *schedule = "cosine", *ckpt_dir = NULL;
     const char *init_from = NULL, *resume = NULL;
-    int keep = 0;
+    int keep = 0, exit_after = 0;
     int batch = 8, seq = 0, accum = 1, steps = 100, warmup = 10, log_every = 10, threads = 0, ckpt_every = 0;
     uint64_t seed = 1337;
     double lr = 6e-4, min_lr = -1, wd = 0.1, clip = 1.0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, peak = 0;
@@ -43,6 +43,7 @@ int cmd_train(int argc, char **argv) {
         {"log-every", FLAG_INT, &log_every, 1, 1 << 30, "N", "print and log every N steps (default 10)", 0},
         {"ckpt-dir", FLAG_STR, &ckpt_dir, 0, 0, "DIR", "save checkpoints under DIR (at the end, and every --ckpt-every)", 0},
         {"ckpt-every", FLAG_INT, &ckpt_every, 0, 1 << 30, "N", "steps between checkpoints (default 0: only at the end)", 0},
+        {"exit-after", FLAG_INT, &exit_after, 0, 1 << 30, "N", "stop after step N with a checkpoint, as if interrupted; the LR schedule still spans --steps", 0},
         {"keep", FLAG_INT, &keep, 0, 1 << 30, "K", "keep the newest K checkpoints (default 0: all)", 0},
         {"resume", FLAG_STR, &resume, 0, 0, "[PATH]", "continue from a checkpoint or run directory (alone: --ckpt-dir's latest)", 0},
         {"init-from", FLAG_STR, &init_from, 0, 0, "FILE", "start from a safetensors file with Hugging Face GPT-2 names", 0},
@@ -93,6 +94,7 @@ int cmd_train(int argc, char **argv) {
     tc.ckpt_dir = ckpt_dir;
     tc.ckpt_every = ckpt_every;
     tc.keep = keep;
+    tc.exit_after = exit_after;
     tc.init_from = init_from;
     if (resume_latest) {
         if (!ckpt_dir) { err_set(&e, ERR_USAGE, "--resume without a path needs --ckpt-dir"); goto out; }

@@ -253,6 +253,12 @@ int train_run(const TrainConfig *tc, Err *err) {
                 fflush(log);
             }
         }
+        if (tc->exit_after > 0 && step + 1 == tc->exit_after && !last) {
+            if (tc->ckpt_dir && save_ckpt(tc, step + 1, &st, &opt, ld, err)) goto done;
+            printf("stopped:   after step %d of %d (--exit-after); continue with --resume\n", step + 1, tc->steps);
+            rc = 0;
+            goto done;
+        }
         if (val && tc->eval_every > 0 && (step + 1) % tc->eval_every == 0 && !last) run_eval(tc, &st, val, step + 1, log);
         if (tc->progress && !last) progress_bar(step + 1, tc->steps, timer_now() - t_start);
         if (tc->ckpt_dir && tc->ckpt_every > 0 && (step + 1) % tc->ckpt_every == 0 && !last &&

@@ -23,6 +23,7 @@ typedef struct TrainConfig {
     const char *ckpt_dir;      // checkpoints, or NULL
     int ckpt_every;            // steps between checkpoints (0: only at the end)
     int keep;                  // checkpoints to keep (0: all)
+    int exit_after;            // stop after this step with a checkpoint, as if interrupted (0: run to steps)
     const char *resume;        // checkpoint or run directory to continue from, or NULL
     const char *init_from;     // safetensors file (Hugging Face GPT-2 names) to start from, or NULL
     int batch, seq, accum, steps;
