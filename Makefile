@@ -2,6 +2,7 @@
 # test and ends with "N passed, N failed", `make demo` is the first run,
 # `make bench` prints the benchmark tables.
 
+SHELL   := /bin/bash
 CC      ?= cc
 ARCH    ?= -march=native
 OPT     ?= -O3
@@ -37,7 +38,7 @@ LIB      := $(BUILD)/libtessera.a
 TEST_SRC := $(wildcard tests/*/test_*.c)
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all test demo bench clean features
+.PHONY: all test demo bench clean features check-asan fuzz
 all: features tessera
 
 features:
@@ -66,8 +67,50 @@ $(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h tests/ref.h
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDLIBS)
 
-test: tessera $(TEST_BIN)
-	@bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh
+# The parsers' tests again under AddressSanitizer and UBSan (part of make test).
+ASAN_DIR   := $(BUILD)/asan
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+ASAN_TESTS := tests/core/test_core tests/io/test_safetensors tests/io/test_checkpoint tests/data/test_bpe tests/data/test_loader
+ASAN_BIN   := $(ASAN_TESTS:%=$(ASAN_DIR)/%)
+ASAN_OBJ   := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o)
+$(ASAN_DIR)/src/%.o: src/%.c | features
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  ASAN  $<")
+	$(Q)$(CC) $(filter-out $(OPT),$(CFLAGS)) $(ASAN_FLAGS) -c -o $@ $<
+$(ASAN_DIR)/libtessera.a: $(ASAN_OBJ)
+	@rm -f $@
+	$(Q)ar rcs $@ $^
+$(ASAN_DIR)/tests/%: tests/%.c $(ASAN_DIR)/libtessera.a tests/test.h tests/ref.h
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  ASAN  $<")
+	$(Q)$(CC) $(filter-out $(OPT),$(CFLAGS)) $(ASAN_FLAGS) -Itests -o $@ $< $(ASAN_DIR)/libtessera.a $(LDLIBS)
+
+check-asan: tessera $(ASAN_BIN)
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh $(ASAN_BIN)
+
+test: tessera $(TEST_BIN) $(ASAN_BIN)
+	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh $(ASAN_BIN)
+
+# libFuzzer targets for the safetensors and meta.json readers (clang), each
+# run for FUZZ_SECONDS from the seed corpus in fuzz/corpus.
+FUZZ_SECONDS ?= 20
+FUZZ_CC      ?= clang
+FUZZ_SRC     := src/core/check.c src/core/json.c src/io/safetensors.c src/io/meta.c src/model/config.c
+fuzz: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_meta
+	@for t in safetensors meta; do \
+	  mkdir -p $(BUILD)/fuzz/corpus_$$t; \
+	  echo "fuzz $$t: $(FUZZ_SECONDS) s"; \
+	  $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	    $(BUILD)/fuzz/corpus_$$t fuzz/corpus/$$t >$(BUILD)/fuzz/$$t.log 2>&1; rc=$$?; \
+	  grep -E "DONE|ERROR|SUMMARY" $(BUILD)/fuzz/$$t.log | tail -3; \
+	  if [ $$rc -ne 0 ]; then echo "fuzz $$t: FAILED (log: $(BUILD)/fuzz/$$t.log)"; exit 1; fi; \
+	done
+	@echo "fuzz: no crash"
+
+$(BUILD)/fuzz/%: fuzz/%.c $(FUZZ_SRC)
+	@mkdir -p $(dir $@)
+	@echo "  FUZZ  $<"
+	$(Q)$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Isrc -o $@ $< $(FUZZ_SRC) -lm
 
 demo:
 	bash scripts/deps.sh
@@ -80,7 +123,7 @@ bench: tessera $(BENCH_BIN)
 clean:
 	rm -rf $(BUILD) tessera
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ASAN_OBJ:.o=.d)
 
 BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm $(BUILD)/bench/bench_tokenizer
 $(BUILD)/bench/%: bench/%.c $(LIB)

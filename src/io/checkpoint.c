@@ -12,9 +12,10 @@
 #include <unistd.h>
 
 #include "core/checksum.h"
+#include "io/meta.h"
 
 static const char MAGIC[8] = {'T', 'S', 'R', 'T', 'E', 'N', 'S', 0};
-enum { HEADER_BYTES = 32 };
+enum { HEADER_BYTES = 32, TENSOR_FILE_VERSION = 1 };
 
 // ---- the crash-test hook ----
 
@@ -149,7 +150,7 @@ int ckpt_write_rank(const char *dir, int64_t step, int rank, const Stage *s, con
     jb_obj_end(&idx);
     unsigned char hdr[HEADER_BYTES] = {0};
     memcpy(hdr, MAGIC, 8);
-    put_u32(hdr + 8, CKPT_VERSION);
+    put_u32(hdr + 8, TENSOR_FILE_VERSION);
     put_u32(hdr + 12, (uint32_t)idx.len);
     put_u32(hdr + 16, crc32c(0, idx.s, idx.len));
     put_u64(hdr + 24, data_off);
@@ -207,7 +208,7 @@ int ckpt_commit(const char *dir, int64_t step, int nranks, const Stage *s, const
     jb_init(&m);
     jb_obj_begin(&m);
     jb_key(&m, "format"); jb_str(&m, "tessera-checkpoint");
-    jb_key(&m, "version"); jb_int(&m, CKPT_VERSION);
+    jb_key(&m, "version"); jb_int(&m, META_VERSION);
     jb_key(&m, "step"); jb_int(&m, step);
     jb_key(&m, "model"); config_to_json(&s->cfg, &m);
     jb_key(&m, "layout");
@@ -345,7 +346,7 @@ static int open_file(Ckpt *c, int fi, Err *err) {
     const unsigned char *u = f->map;
     size_t len = f->len;
     if (len < HEADER_BYTES || memcmp(u, MAGIC, 8)) return err_set(err, ERR_USAGE, "%s: not a tessera tensor file (bad magic)", path);
-    if (get_u32(u + 8) != CKPT_VERSION) return err_set(err, ERR_USAGE, "%s: unsupported tensor file version %u", path, get_u32(u + 8));
+    if (get_u32(u + 8) != TENSOR_FILE_VERSION) return err_set(err, ERR_USAGE, "%s: unsupported tensor file version %u", path, get_u32(u + 8));
     uint64_t ilen = get_u32(u + 12), dbytes = get_u64(u + 24);
     uint64_t dstart = (HEADER_BYTES + ilen + 63) / 64 * 64;
     if (dstart > len || dbytes != len - dstart)
@@ -397,40 +398,20 @@ int ckpt_open(Ckpt **out, const char *path, Err *err) {
     char mpath[4300];
     char *text = NULL;
     size_t len;
+    int rc_meta;
     if (resolve(path, c->dir, sizeof c->dir, err)) goto fail;
     snprintf(mpath, sizeof mpath, "%s/meta.json", c->dir);
     if (read_small(mpath, &text, &len, err)) goto fail;
-    c->meta = json_parse(text, len, err);
+    rc_meta = meta_parse(text, len, mpath, &c->meta, err);
     free(text);
-    if (!c->meta) { err_prefix(err, mpath); goto fail; }
-    const Json *f = json_get(c->meta, "format"), *v = json_get(c->meta, "version"), *files = json_get(c->meta, "files");
-    int64_t x;
-    if (!f || f->type != JSON_STR || strcmp(f->text, "tessera-checkpoint")) {
-        err_set(err, ERR_USAGE, "%s: not a tessera checkpoint (field 'format')", mpath);
-        goto fail;
-    }
-    if (json_int64(v, &x) || x != CKPT_VERSION) {
-        err_set(err, ERR_USAGE, "%s: unsupported checkpoint version (field 'version'; this build reads %d)", mpath, CKPT_VERSION);
-        goto fail;
-    }
-    if (json_int64(json_get(c->meta, "step"), &x) || x < 0) {
-        err_set(err, ERR_USAGE, "%s: field 'step' is missing or not a non-negative integer", mpath);
-        goto fail;
-    }
-    if (!files || files->type != JSON_ARR || files->len < 1 || files->len > 65536) {
-        err_set(err, ERR_USAGE, "%s: field 'files' must list the rank files", mpath);
-        goto fail;
-    }
+    if (rc_meta) goto fail;
+    const Json *files = json_get(c->meta, "files");
     c->nfiles = (int)files->len;
     c->files = calloc((size_t)c->nfiles, sizeof *c->files);
     c->index = calloc((size_t)c->nfiles, sizeof *c->index);
     if (!c->files || !c->index) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
     for (int i = 0; i < c->nfiles; i++) {
         const Json *fn = json_at(files, (size_t)i);
-        if (!fn || fn->type != JSON_STR || strchr(fn->text, '/') || !fn->text[0]) {
-            err_set(err, ERR_USAGE, "%s: field 'files' entry %d is not a file name", mpath, i);
-            goto fail;
-        }
         snprintf(c->files[i].path, sizeof c->files[i].path, "%s/%s", c->dir, fn->text);
         if (open_file(c, i, err)) goto fail;
     }
@@ -470,23 +451,9 @@ int ckpt_has_optimizer(const Ckpt *c) {
 }
 
 int ckpt_config(const Ckpt *c, ModelConfig *cfg, Err *err) {
-    const Json *m = json_get(c->meta, "model");
-    if (!m || m->type != JSON_OBJ) return err_set(err, ERR_USAGE, "%s/meta.json: missing field 'model'", c->dir);
-    static const char *keys[] = {"n_layer", "n_head", "d_model", "d_ff", "max_seq", "vocab"};
-    int *dst[] = {&cfg->n_layer, &cfg->n_head, &cfg->d_model, &cfg->d_ff, &cfg->max_seq, &cfg->vocab};
-    memset(cfg, 0, sizeof *cfg);
-    for (int i = 0; i < 6; i++) {
-        int64_t v;
-        if (json_int64(json_get(m, keys[i]), &v) || v < 1 || v > (1 << 30))
-            return err_set(err, ERR_USAGE, "%s/meta.json: field 'model.%s' is missing or not a positive integer", c->dir,
-                           keys[i]);
-        *dst[i] = (int)v;
-    }
-    const Json *nm = json_get(m, "name");
-    snprintf(cfg->name, sizeof cfg->name, "%s", nm && nm->type == JSON_STR ? nm->text : "custom");
-    config_set_vocab(cfg, cfg->vocab);
-    if (config_validate(cfg, err)) { err_prefix(err, "meta.json: model"); return -1; }
-    return 0;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/meta.json", c->dir);
+    return meta_model(c->meta, path, cfg, err);
 }
 
 static int verify_entry(Ckpt *c, Entry *e, Err *err) {

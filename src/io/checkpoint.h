@@ -27,9 +27,8 @@
 #include "core/check.h"
 #include "core/json.h"
 #include "model/stage.h"
+#include "io/meta.h"
 #include "train/optim.h"
-
-enum { CKPT_VERSION = 1 };
 
 // ---- writing: ckpt_begin (one rank), ckpt_write_rank (every rank),
 // ckpt_commit (one rank, after all have written) ----

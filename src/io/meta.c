@@ -1,0 +1,65 @@
+#include "io/meta.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int meta_parse(const char *text, size_t len, const char *path, Json **out, Err *err) {
+    *out = NULL;
+    Json *m = json_parse(text, len, err);
+    if (!m) { err_prefix(err, path); return -1; }
+    const Json *f = json_get(m, "format"), *v = json_get(m, "version"), *files = json_get(m, "files");
+    int64_t x;
+    if (!f || f->type != JSON_STR || strcmp(f->text, "tessera-checkpoint")) {
+        err_set(err, ERR_USAGE, "%s: not a tessera checkpoint (field 'format')", path);
+        goto fail;
+    }
+    if (json_int64(v, &x) || x != META_VERSION) {
+        err_set(err, ERR_USAGE, "%s: unsupported checkpoint version (field 'version'; this build reads %d)", path, META_VERSION);
+        goto fail;
+    }
+    if (json_int64(json_get(m, "step"), &x) || x < 0) {
+        err_set(err, ERR_USAGE, "%s: field 'step' is missing or not a non-negative integer", path);
+        goto fail;
+    }
+    if (!files || files->type != JSON_ARR || files->len < 1 || files->len > 65536) {
+        err_set(err, ERR_USAGE, "%s: field 'files' must list the rank files", path);
+        goto fail;
+    }
+    for (size_t i = 0; i < files->len; i++) {
+        const Json *fn = json_at(files, i);
+        if (!fn || fn->type != JSON_STR || !fn->text[0] || strchr(fn->text, '/') || strlen(fn->text) != fn->len ||
+            !strcmp(fn->text, "..") || !strcmp(fn->text, ".")) {
+            err_set(err, ERR_USAGE, "%s: field 'files' entry %zu is not a file name", path, i);
+            goto fail;
+        }
+    }
+    *out = m;
+    return 0;
+fail:
+    json_free(m);
+    return -1;
+}
+
+int meta_model(const Json *meta, const char *path, ModelConfig *cfg, Err *err) {
+    const Json *m = json_get(meta, "model");
+    if (!m || m->type != JSON_OBJ) return err_set(err, ERR_USAGE, "%s: missing field 'model'", path);
+    static const char *keys[] = {"n_layer", "n_head", "d_model", "d_ff", "max_seq", "vocab"};
+    int *dst[] = {&cfg->n_layer, &cfg->n_head, &cfg->d_model, &cfg->d_ff, &cfg->max_seq, &cfg->vocab};
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < 6; i++) {
+        int64_t v;
+        if (json_int64(json_get(m, keys[i]), &v) || v < 1 || v > (1 << 30))
+            return err_set(err, ERR_USAGE, "%s: field 'model.%s' is missing or not a positive integer", path, keys[i]);
+        *dst[i] = (int)v;
+    }
+    const Json *nm = json_get(m, "name");
+    snprintf(cfg->name, sizeof cfg->name, "%s", nm && nm->type == JSON_STR ? nm->text : "custom");
+    config_set_vocab(cfg, cfg->vocab);
+    if (config_validate(cfg, err)) {
+        char pre[300];
+        snprintf(pre, sizeof pre, "%s: model", path);
+        err_prefix(err, pre);
+        return -1;
+    }
+    return 0;
+}
