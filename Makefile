@@ -27,7 +27,7 @@ else
   endif
 endif
 
-SRC_DIRS := core kernels model train data io
+SRC_DIRS := core kernels model train data io comm
 LIB_SRC  := $(foreach d,$(SRC_DIRS),$(wildcard src/$(d)/*.c))
 CLI_SRC  := $(wildcard src/cli/*.c)
 BUILD    := build
