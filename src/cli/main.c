@@ -16,6 +16,7 @@ static const char *usage =
     "  export   checkpoint -> safetensors (Hugging Face GPT-2 names)\n"
     "  import   safetensors -> step-0 checkpoint\n"
     "  ckpt     ckpt info PATH: a checkpoint's contents, checksums verified\n"
+    "  comm-bench  collective bandwidth and latency (--nproc N ranks)\n"
     "\n"
     "examples:\n"
     "  tessera prepare --input ../shared/data/tinyshakespeare.txt --out data/shakespeare\n"
@@ -46,6 +47,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "export")) return cmd_export(argc - 2, argv + 2);
     if (!strcmp(argv[1], "import")) return cmd_import(argc - 2, argv + 2);
     if (!strcmp(argv[1], "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "comm-bench")) return cmd_comm_bench(argc - 2, argv + 2);
     fprintf(stderr, "tessera: unknown command '%s' (see tessera --help)\n", argv[1]);
     return 2;
 }
