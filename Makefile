@@ -27,6 +27,27 @@ else
   endif
 endif
 
+# MPI: found through pkg-config (OpenMPI's ompi-c, or mpich) or mpicc;
+# NO_MPI=1 builds without it.
+ifndef NO_MPI
+  MPI_PC := $(shell pkg-config --exists ompi-c 2>/dev/null && echo ompi-c || (pkg-config --exists mpich 2>/dev/null && echo mpich))
+  ifneq ($(MPI_PC),)
+    MPI_CFLAGS := $(shell pkg-config --cflags $(MPI_PC))
+    MPI_LIBS   := $(shell pkg-config --libs $(MPI_PC))
+  else ifneq ($(shell command -v mpicc 2>/dev/null),)
+    MPI_PC     := mpicc
+    MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null || mpicc -compile_info 2>/dev/null | cut -d' ' -f2-)
+    MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null || mpicc -link_info 2>/dev/null | cut -d' ' -f2-)
+  endif
+endif
+ifneq ($(MPI_PC),)
+  CFLAGS += $(MPI_CFLAGS) -DTSR_MPI=1
+  LDLIBS += $(MPI_LIBS)
+  MPI_MSG := MPI $(MPI_PC) ✓
+else
+  MPI_MSG := MPI ✗ (install libopenmpi-dev for multi-node runs)
+endif
+
 SRC_DIRS := core kernels model train data io comm
 LIB_SRC  := $(foreach d,$(SRC_DIRS),$(wildcard src/$(d)/*.c))
 CLI_SRC  := $(wildcard src/cli/*.c)
@@ -36,7 +57,14 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libtessera.a
 
 TEST_SRC := $(wildcard tests/*/test_*.c)
-TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
+# the MPI test runs through mpirun (tests/comm/test_mpi.sh), not directly
+ifneq ($(MPI_PC),)
+  MPI_TESTS := tests/comm/test_mpi.sh
+else
+  TEST_SRC := $(filter-out tests/comm/test_comm_mpi.c,$(TEST_SRC))
+endif
+TEST_BIN := $(filter-out $(BUILD)/tests/comm/test_comm_mpi,$(TEST_SRC:%.c=$(BUILD)/%))
+TEST_BUILD := $(TEST_SRC:%.c=$(BUILD)/%)
 
 .PHONY: all test demo bench clean features check-asan fuzz
 all: features tessera
@@ -44,7 +72,7 @@ all: features tessera
 features:
 	@if [ "$(BLAS_PC)" = none ]; then \
 	  echo "tessera build: no CBLAS found: run scripts/deps.sh (installs libopenblas-openmp-dev and pkg-config)"; exit 1; fi
-	@printf 'tessera build: CBLAS %s ✓  OpenMP ✓  (%s)\n' "$(BLAS_PC)" "$(CC) $(OPT) $(ARCH)"
+	@printf 'tessera build: CBLAS %s ✓  OpenMP ✓  %s  (%s)\n' "$(BLAS_PC)" "$(MPI_MSG)" "$(CC) $(OPT) $(ARCH)"
 
 tessera: $(CLI_OBJ) $(LIB) | features
 	@$(if $(Q),echo "  LD    $@")
@@ -88,8 +116,8 @@ $(ASAN_DIR)/tests/%: tests/%.c $(ASAN_DIR)/libtessera.a tests/test.h tests/ref.h
 check-asan: tessera $(ASAN_BIN)
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh $(ASAN_BIN)
 
-test: tessera $(TEST_BIN) $(ASAN_BIN)
-	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh $(ASAN_BIN)
+test: tessera $(TEST_BUILD) $(ASAN_BIN)
+	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh $(ASAN_BIN) $(MPI_TESTS)
 
 # libFuzzer targets for the safetensors and meta.json readers (clang), each
 # run for FUZZ_SECONDS from the seed corpus in fuzz/corpus.
@@ -126,6 +154,9 @@ clean:
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ASAN_OBJ:.o=.d)
 
 BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm $(BUILD)/bench/bench_tokenizer
+ifneq ($(MPI_PC),)
+  BENCH_BIN += $(BUILD)/bench/mpi_allreduce
+endif
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")

@@ -47,3 +47,14 @@ if command -v node >/dev/null; then
 else
   echo "(node not installed: no tiktoken reference row)"
 fi
+
+echo
+echo "Collectives, 2 ranks on this machine: allreduce, float32"
+./tessera comm-bench --nproc 2 --op allreduce --min-bytes 8 --max-bytes 64M --iters 20 | grep -E "^(#| +(bytes|8|4096|1048576|67108864) )"
+if [ -x $B/mpi_allreduce ]; then
+  MPIRUN=(mpirun --oversubscribe -np 2)
+  [ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
+  "${MPIRUN[@]}" $B/mpi_allreduce 8 67108864 20 2>/dev/null | grep -E "^(#| +(bytes|8|4096|1048576|67108864) )"
+  echo "tessera's MPI backend (same collectives over MPI, rank-order reduction):"
+  "${MPIRUN[@]}" ./tessera comm-bench --op allreduce --min-bytes 8 --max-bytes 64M --iters 20 2>/dev/null | grep -E "^ +(8|4096|1048576|67108864) "
+fi

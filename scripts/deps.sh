@@ -2,7 +2,7 @@
 # Installs what a fresh Debian/Ubuntu machine lacks to build and test tessera.
 # Idempotent: installs only missing packages.
 set -euo pipefail
-pkgs=(build-essential pkg-config libopenblas-openmp-dev clang libclang-rt-14-dev)
+pkgs=(build-essential pkg-config libopenblas-openmp-dev clang libclang-rt-14-dev openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,7 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/flags.h"
-#include "comm/local.h"
+#include "comm/run.h"
 #include "core/alloc.h"
 #include "core/timer.h"
 
@@ -97,7 +97,7 @@ int cmd_comm_bench(int argc, char **argv) {
     const char *op = "all", *min_s = "8", *max_s = "256M";
     double timeout = 0;
     Flag f[] = {
-        {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (local backend; default 2)", 0},
+        {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (local backend; default 2; under mpirun, mpirun's ranks)", 0},
         {"op", FLAG_STR, &op, 0, 0, "OP", "allreduce, reduce_scatter, allgather, broadcast or all (default)", 0},
         {"min-bytes", FLAG_STR, &min_s, 0, 0, "S", "smallest message, with K/M/G suffixes (default 8)", 0},
         {"max-bytes", FLAG_STR, &max_s, 0, 0, "S", "largest message (default 256M)", 0},
@@ -128,6 +128,6 @@ int cmd_comm_bench(int argc, char **argv) {
         err_set(&e, ERR_USAGE, "--max-bytes: expected a size at least --min-bytes, got '%s'", max_s);
         return cli_fail("comm-bench", &e);
     }
-    if (comm_launch(nproc, bench_main, &b, timeout > 0 ? timeout : comm_timeout_default(), &e)) return cli_fail("comm-bench", &e);
+    if (comm_run(nproc, bench_main, &b, timeout > 0 ? timeout : comm_timeout_default(), &e)) return cli_fail("comm-bench", &e);
     return 0;
 }

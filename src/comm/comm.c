@@ -123,6 +123,7 @@ static int execute(Comm *c, int op, const void *in, void *out, size_t count, Com
         c->broken_err = *e;
         fprintf(stderr, "tessera: rank %d: %s\n", c->rank, e->msg);
         comm_print_history(c);
+        if (c->ops->on_failure) c->ops->on_failure(c->be);
     }
     return rc;
 }

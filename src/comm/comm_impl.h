@@ -29,6 +29,8 @@ typedef struct CommBackendOps {
     // Collective over the parent: returns the new group's backend state, its rank and size.
     int (*split)(void *be, const OpDesc *d, int color, int key, void **out_be, int *rank, int *size, Err *err);
     void (*free)(void *be);
+    // Called after a failure was reported (may be NULL): MPI ends the job.
+    void (*on_failure)(void *be);
 } CommBackendOps;
 
 // Wraps a backend state into a Comm (generic layer).

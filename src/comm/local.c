@@ -63,22 +63,28 @@ typedef struct {
     double timeout;
     double t_start;              // of the current collective
     const OpDesc *cur;
+    uint64_t use;                // buffer-set uses so far (the same on every rank)
 } Local;
 
 static size_t area_bytes(int n) {
     size_t b = sizeof(Area) + (size_t)n * sizeof(RankDesc);
     b = (b + 63) & ~(size_t)63;
-    b += (size_t)(n + 1) * SLOT;                   // slots + result
+    b += 2 * (size_t)(n + 1) * SLOT;               // two sets of slots + result
     b += (size_t)n * n * (sizeof(Mailbox) + P2P);  // mailboxes
     return (b + 4095) & ~(size_t)4095;
 }
 
+// Staging slot r (n: the result slot) of the current buffer set. Two sets
+// alternate from one use to the next, so a set is only rewritten after a
+// barrier that every reader of its previous use has passed — most
+// collectives need a single barrier.
 static unsigned char *slot(const Local *l, int r) {
     size_t b = (sizeof(Area) + (size_t)l->n * sizeof(RankDesc) + 63) & ~(size_t)63;
-    return (unsigned char *)l->a + b + (size_t)r * SLOT;
+    return (unsigned char *)l->a + b + ((size_t)(l->use & 1) * (size_t)(l->n + 1) + (size_t)r) * SLOT;
 }
 static Mailbox *mailbox(const Local *l, int src, int dst) {
-    unsigned char *base = slot(l, l->n + 1);
+    size_t b = (sizeof(Area) + (size_t)l->n * sizeof(RankDesc) + 63) & ~(size_t)63;
+    unsigned char *base = (unsigned char *)l->a + b + 2 * (size_t)(l->n + 1) * SLOT;
     return (Mailbox *)(base + (size_t)(src * l->n + dst) * (sizeof(Mailbox) + P2P));
 }
 static unsigned char *mail_data(Mailbox *m) { return (unsigned char *)(m + 1); }
@@ -131,9 +137,8 @@ static int barrier(Local *l, Err *err) {
     return wait_change(l, &a->phase, ph, err);
 }
 
-// Publishes this rank's descriptor, meets the others, and checks that all
-// called the same collective.
-static int enter(Local *l, const OpDesc *d, Err *err) {
+// Publishes this rank's descriptor for collective d.
+static void publish(Local *l, const OpDesc *d) {
     l->cur = d;
     l->t_start = timer_now();
     RankDesc *me = &l->a->desc[l->me];
@@ -142,7 +147,10 @@ static int enter(Local *l, const OpDesc *d, Err *err) {
     me->root = d->root;
     me->count = d->count;
     atomic_store(&me->seq, d->seq);
-    if (barrier(l, err)) return -1;
+}
+
+// After the first barrier of d: checks that every rank called the same collective.
+static int check_peers(Local *l, const OpDesc *d, Err *err) {
     for (int r = 0; r < l->n; r++) {
         const RankDesc *o = &l->a->desc[r];
         // A peer may already have left this collective and be publishing
@@ -164,18 +172,34 @@ static int enter(Local *l, const OpDesc *d, Err *err) {
     return 0;
 }
 
+// Publish, meet, check: the entry of a collective that moves no data first.
+static int enter(Local *l, const OpDesc *d, Err *err) {
+    publish(l, d);
+    if (barrier(l, err)) return -1;
+    return check_peers(l, d, err);
+}
+
+// The barrier after a piece was staged; the first one of a collective also
+// checks the peers.
+static int staged(Local *l, const OpDesc *d, int first, Err *err) {
+    if (barrier(l, err)) return -1;
+    return first ? check_peers(l, d, err) : 0;
+}
+
 static int l_barrier(void *be, const OpDesc *d, Err *err) { return enter(be, d, err); }
 
 static int l_allreduce(void *be, const OpDesc *d, const void *in, void *out, uint64_t *sent, uint64_t *recv, Err *err) {
     Local *l = be;
-    if (enter(l, d, err)) return -1;
+    publish(l, d);
     int n = l->n;
     size_t es = comm_dtype_size(d->dtype), per = SLOT / es, count = d->count;
     const void *srcs[MAX_RANKS];
+    if (count == 0) return enter(l, d, err);
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
+        l->use++;
         memcpy(slot(l, l->me), (const char *)in + off * es, m * es);
-        if (barrier(l, err)) return -1;
+        if (staged(l, d, off == 0, err)) return -1;
         if (m * es <= SMALL || n == 1) {
             for (int r = 0; r < n; r++) srcs[r] = slot(l, r);
             comm_reduce((char *)out + off * es, srcs, n, m, d->dtype, d->redop);
@@ -191,64 +215,66 @@ static int l_allreduce(void *be, const OpDesc *d, const void *in, void *out, uin
             *sent += 2 * (uint64_t)(m - (hi - lo)) * es;
             *recv += 2 * (uint64_t)(m - (hi - lo)) * es;
         }
-        if (barrier(l, err)) return -1;
     }
     return 0;
 }
 
 static int l_reduce_scatter(void *be, const OpDesc *d, const void *in, void *out, uint64_t *sent, uint64_t *recv, Err *err) {
     Local *l = be;
-    if (enter(l, d, err)) return -1;
+    publish(l, d);
     int n = l->n;
     size_t es = comm_dtype_size(d->dtype), k = d->count / (size_t)n, per = SLOT / es / (size_t)n;
     if (per == 0) per = 1;
     const void *srcs[MAX_RANKS];
+    if (k == 0) return enter(l, d, err);
     for (size_t off = 0; off < k; off += per) {
         size_t m = k - off < per ? k - off : per;
+        l->use++;
         // my slot holds piece [off, off+m) of every block, block by block
         for (int b = 0; b < n; b++) memcpy(slot(l, l->me) + (size_t)b * m * es, (const char *)in + ((size_t)b * k + off) * es, m * es);
-        if (barrier(l, err)) return -1;
+        if (staged(l, d, off == 0, err)) return -1;
         for (int r = 0; r < n; r++) srcs[r] = slot(l, r) + (size_t)l->me * m * es;
         comm_reduce((char *)out + off * es, srcs, n, m, d->dtype, d->redop);
         *sent += (uint64_t)(n - 1) * m * es;
         *recv += (uint64_t)(n - 1) * m * es;
-        if (barrier(l, err)) return -1;
     }
     return 0;
 }
 
 static int l_allgather(void *be, const OpDesc *d, const void *in, void *out, uint64_t *sent, uint64_t *recv, Err *err) {
     Local *l = be;
-    if (enter(l, d, err)) return -1;
+    publish(l, d);
     int n = l->n;
     size_t es = comm_dtype_size(d->dtype), k = d->count, per = SLOT / es;
+    if (k == 0) return enter(l, d, err);
     for (size_t off = 0; off < k; off += per) {
         size_t m = k - off < per ? k - off : per;
+        l->use++;
         memcpy(slot(l, l->me), (const char *)in + off * es, m * es);
-        if (barrier(l, err)) return -1;
+        if (staged(l, d, off == 0, err)) return -1;
         for (int r = 0; r < n; r++) memcpy((char *)out + ((size_t)r * k + off) * es, slot(l, r), m * es);
         *sent += (uint64_t)(n - 1) * m * es;
         *recv += (uint64_t)(n - 1) * m * es;
-        if (barrier(l, err)) return -1;
     }
     return 0;
 }
 
 static int l_broadcast(void *be, const OpDesc *d, void *buf, uint64_t *sent, uint64_t *recv, Err *err) {
     Local *l = be;
-    if (enter(l, d, err)) return -1;
+    publish(l, d);
     size_t es = comm_dtype_size(d->dtype), per = SLOT / es, count = d->count;
+    if (count == 0) return enter(l, d, err);
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
+        l->use++;
         if (l->me == d->root) memcpy(slot(l, l->n), (char *)buf + off * es, m * es);
-        if (barrier(l, err)) return -1;
+        if (staged(l, d, off == 0, err)) return -1;
         if (l->me != d->root) {
             memcpy((char *)buf + off * es, slot(l, l->n), m * es);
             *recv += m * es;
         } else {
             *sent += (uint64_t)(l->n - 1) * m * es;
         }
-        if (barrier(l, err)) return -1;
     }
     return 0;
 }
@@ -368,7 +394,7 @@ static int l_split(void *be, const OpDesc *d, int color, int key, void **out_be,
 static void l_free(void *be) { free(be); }
 
 static const CommBackendOps LOCAL_OPS = {
-    "local", l_allreduce, l_reduce_scatter, l_allgather, l_broadcast, l_send, l_recv, l_barrier, l_split, l_free,
+    "local", l_allreduce, l_reduce_scatter, l_allgather, l_broadcast, l_send, l_recv, l_barrier, l_split, l_free, NULL,
 };
 
 // ---- the launcher ----

@@ -1,0 +1,257 @@
+#include "comm/mpi.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+
+int comm_mpi_launched(void) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_NUM_TASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+#ifndef TSR_MPI
+
+int comm_mpi_world(Comm **out, double timeout, Err *err) {
+    (void)timeout;
+    *out = NULL;
+    return err_set(err, ERR_USAGE, "started under MPI, but this tessera was built without MPI (install libopenmpi-dev, rebuild)");
+}
+void comm_mpi_finalize(void) {}
+
+#else
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/timer.h"
+
+// The watchdog: MPI calls cannot time out by themselves, so a thread checks
+// the call in flight and ends the job when it has waited too long.
+static _Atomic long long inflight_us;    // start of the MPI call in flight, 0 when none
+static const OpDesc *_Atomic inflight_op;
+static double watchdog_timeout;
+static pthread_t watchdog;
+static _Atomic int watchdog_stop;
+static int watchdog_started;
+
+static long long now_us(void) { return (long long)(timer_now() * 1e6); }
+
+static void *watchdog_main(void *arg) {
+    (void)arg;
+    while (!atomic_load(&watchdog_stop)) {
+        usleep(100000);
+        long long t0 = atomic_load(&inflight_us);
+        if (t0 && (now_us() - t0) * 1e-6 > watchdog_timeout) {
+            const OpDesc *d = atomic_load(&inflight_op);
+            int me = -1;
+            MPI_Comm_rank(MPI_COMM_WORLD, &me);
+            fprintf(stderr, "tessera: MPI rank %d: %s (seq %llu) timed out after %.0f s; ending the job\n", me,
+                    d ? comm_op_name(d->op) : "collective", d ? (unsigned long long)d->seq : 0ULL, watchdog_timeout);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+    return NULL;
+}
+
+#define GUARDED(d, call) (atomic_store(&inflight_op, (d)), atomic_store(&inflight_us, now_us()), \
+                          guard_rc = (call), atomic_store(&inflight_us, 0LL), guard_rc)
+static _Thread_local int guard_rc;
+
+typedef struct {
+    MPI_Comm comm;
+    int me, n;
+    unsigned char *tmp;     // scratch for the all-to-all blocks
+    size_t tmp_bytes;
+} Mpi;
+
+static int mpi_fail(Err *err, const OpDesc *d, int code) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, s, &len);
+    return err_set(err, ERR_RUN, "%s (seq %llu): MPI error: %s", comm_op_name(d->op), (unsigned long long)d->seq, s);
+}
+
+static unsigned char *scratch(Mpi *m, size_t bytes) {
+    if (bytes > m->tmp_bytes) {
+        free(m->tmp);
+        m->tmp = malloc(bytes);
+        CHECKF(m->tmp, "out of memory (%zu bytes) in the MPI backend", bytes);
+        m->tmp_bytes = bytes;
+    }
+    return m->tmp;
+}
+
+// Block b of count elements split over n ranks: [lo, hi).
+static size_t blk(size_t count, int n, int b) { return count * (size_t)b / (size_t)n; }
+
+// Each rank receives block `me` of every rank's `in` (count elements split
+// in n blocks) into tmp, rank after rank, and reduces it in rank order into out.
+static int scatter_reduce(Mpi *m, const OpDesc *d, const void *in, void *out, size_t count, Err *err) {
+    int n = m->n;
+    size_t es = comm_dtype_size(d->dtype);
+    size_t mylo = blk(count, n, m->me), mine = blk(count, n, m->me + 1) - mylo;
+    unsigned char *tmp = scratch(m, mine * es * n + 1);
+    int *sc = malloc(4 * sizeof(int) * n), *sd = sc + n, *rc = sd + n, *rd = rc + n;
+    for (int r = 0; r < n; r++) {
+        size_t lo = blk(count, n, r), hi = blk(count, n, r + 1);
+        sc[r] = (int)((hi - lo) * es);
+        sd[r] = (int)(lo * es);
+        rc[r] = (int)(mine * es);
+        rd[r] = (int)(r * mine * es);
+    }
+    int e = GUARDED(d, MPI_Alltoallv(in, sc, sd, MPI_BYTE, tmp, rc, rd, MPI_BYTE, m->comm));
+    free(sc);
+    if (e != MPI_SUCCESS) return mpi_fail(err, d, e);
+    const void *src[1024];
+    for (int r = 0; r < n; r++) src[r] = tmp + (size_t)r * mine * es;
+    comm_reduce(out, src, n, mine, d->dtype, d->redop);
+    return 0;
+}
+
+static int m_allreduce(void *be, const OpDesc *d, const void *in, void *out, uint64_t *sent, uint64_t *recv, Err *err) {
+    Mpi *m = be;
+    int n = m->n;
+    size_t es = comm_dtype_size(d->dtype), count = d->count;
+    if (count * es > (size_t)1 << 30) return err_set(err, ERR_USAGE, "allreduce: messages above 1 GiB are not supported by the MPI backend");
+    size_t mylo = blk(count, n, m->me), mine = blk(count, n, m->me + 1) - mylo;
+    unsigned char *red = malloc(mine * es + 1);
+    if (scatter_reduce(m, d, in, red, count, err)) { free(red); return -1; }
+    int *rc = malloc(2 * sizeof(int) * n), *rd = rc + n;
+    for (int r = 0; r < n; r++) {
+        rc[r] = (int)((blk(count, n, r + 1) - blk(count, n, r)) * es);
+        rd[r] = (int)(blk(count, n, r) * es);
+    }
+    int e = GUARDED(d, MPI_Allgatherv(red, (int)(mine * es), MPI_BYTE, out, rc, rd, MPI_BYTE, m->comm));
+    free(rc);
+    free(red);
+    if (e != MPI_SUCCESS) return mpi_fail(err, d, e);
+    *sent += 2 * (uint64_t)(count - mine) * es;
+    *recv += 2 * (uint64_t)(count - mine) * es;
+    return 0;
+}
+
+static int m_reduce_scatter(void *be, const OpDesc *d, const void *in, void *out, uint64_t *sent, uint64_t *recv, Err *err) {
+    Mpi *m = be;
+    size_t es = comm_dtype_size(d->dtype), k = d->count / (size_t)m->n;
+    if (scatter_reduce(m, d, in, out, d->count, err)) return -1;
+    *sent += (uint64_t)(m->n - 1) * k * es;
+    *recv += (uint64_t)(m->n - 1) * k * es;
+    return 0;
+}
+
+static int m_allgather(void *be, const OpDesc *d, const void *in, void *out, uint64_t *sent, uint64_t *recv, Err *err) {
+    Mpi *m = be;
+    size_t bytes = d->count * comm_dtype_size(d->dtype);
+    int e = GUARDED(d, MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, m->comm));
+    if (e != MPI_SUCCESS) return mpi_fail(err, d, e);
+    *sent += (uint64_t)(m->n - 1) * bytes;
+    *recv += (uint64_t)(m->n - 1) * bytes;
+    return 0;
+}
+
+static int m_broadcast(void *be, const OpDesc *d, void *buf, uint64_t *sent, uint64_t *recv, Err *err) {
+    Mpi *m = be;
+    size_t bytes = d->count * comm_dtype_size(d->dtype);
+    int e = GUARDED(d, MPI_Bcast(buf, (int)bytes, MPI_BYTE, d->root, m->comm));
+    if (e != MPI_SUCCESS) return mpi_fail(err, d, e);
+    if (m->me == d->root) *sent += (uint64_t)(m->n - 1) * bytes; else *recv += bytes;
+    return 0;
+}
+
+static int m_send(void *be, const OpDesc *d, const void *buf, int peer, uint64_t *sent, Err *err) {
+    Mpi *m = be;
+    size_t bytes = d->count * comm_dtype_size(d->dtype);
+    int e = GUARDED(d, MPI_Send(buf, (int)bytes, MPI_BYTE, peer, 7, m->comm));
+    if (e != MPI_SUCCESS) return mpi_fail(err, d, e);
+    *sent += bytes;
+    return 0;
+}
+
+static int m_recv(void *be, const OpDesc *d, void *buf, int peer, uint64_t *recv, Err *err) {
+    Mpi *m = be;
+    size_t bytes = d->count * comm_dtype_size(d->dtype);
+    MPI_Status st;
+    int e = GUARDED(d, MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, 7, m->comm, &st));
+    if (e != MPI_SUCCESS) return mpi_fail(err, d, e);
+    int got;
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    if ((size_t)got != bytes) return err_set(err, ERR_RUN, "recv from rank %d: %d bytes arrived, %zu expected", peer, got, bytes);
+    *recv += bytes;
+    return 0;
+}
+
+static int m_barrier(void *be, const OpDesc *d, Err *err) {
+    int e = GUARDED(d, MPI_Barrier(((Mpi *)be)->comm));
+    return e == MPI_SUCCESS ? 0 : mpi_fail(err, d, e);
+}
+
+static Mpi *mpi_new(MPI_Comm c) {
+    Mpi *m = calloc(1, sizeof *m);
+    CHECKF(m, "out of memory");
+    m->comm = c;
+    MPI_Comm_rank(c, &m->me);
+    MPI_Comm_size(c, &m->n);
+    return m;
+}
+
+static int m_split(void *be, const OpDesc *d, int color, int key, void **out_be, int *rank, int *size, Err *err) {
+    Mpi *m = be;
+    MPI_Comm nc;
+    int e = MPI_Comm_split(m->comm, color, key, &nc);
+    if (e != MPI_SUCCESS) return mpi_fail(err, d, e);
+    Mpi *n = mpi_new(nc);
+    *out_be = n;
+    *rank = n->me;
+    *size = n->n;
+    return 0;
+}
+
+static void m_free(void *be) {
+    Mpi *m = be;
+    if (m->comm != MPI_COMM_WORLD) MPI_Comm_free(&m->comm);
+    free(m->tmp);
+    free(m);
+}
+
+// A failed collective cannot be recovered from under MPI: end the whole job
+// (mpirun then stops every rank and exits non-zero).
+static void m_on_failure(void *be) {
+    (void)be;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static const CommBackendOps MPI_OPS = {
+    "mpi", m_allreduce, m_reduce_scatter, m_allgather, m_broadcast, m_send, m_recv, m_barrier, m_split, m_free,
+    m_on_failure,
+};
+
+int comm_mpi_world(Comm **out, double timeout, Err *err) {
+    int provided, inited;
+    MPI_Initialized(&inited);
+    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        return err_set(err, ERR_RUN, "MPI_Init_thread failed");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    watchdog_timeout = timeout;
+    if (!watchdog_started && pthread_create(&watchdog, NULL, watchdog_main, NULL) == 0) watchdog_started = 1;
+    Mpi *m = mpi_new(MPI_COMM_WORLD);
+    *out = comm_wrap(&MPI_OPS, m, m->me, m->n, "world", timeout);
+    return 0;
+}
+
+void comm_mpi_finalize(void) {
+    if (watchdog_started) {
+        atomic_store(&watchdog_stop, 1);
+        pthread_join(watchdog, NULL);
+        watchdog_started = 0;
+    }
+    int fin;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+}
+#endif

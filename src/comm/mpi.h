@@ -1,0 +1,21 @@
+// comm/mpi — the MPI backend (OpenMPI or MPICH), chosen when the process
+// was started by mpirun/mpiexec/srun. Built only when MPI is found at build
+// time (TSR_MPI); otherwise comm_mpi_world says so.
+//
+// Data moves as bytes; reductions never use MPI_Op, so that results are the
+// same bits as the local backend's: allreduce is an all-to-all of blocks,
+// a reduction of each rank's block in rank order, and an allgather of the
+// reduced blocks — 2(n−1)/n of the bytes sent and received per rank.
+#ifndef TSR_COMM_MPI_H
+#define TSR_COMM_MPI_H
+
+#include "comm/comm.h"
+
+// 1 when the environment says this process is an MPI rank.
+int comm_mpi_launched(void);
+// Initialises MPI (thread level serialized) and returns the world communicator.
+int comm_mpi_world(Comm **out, double timeout, Err *err);
+// Finalises MPI after the last communicator is freed.
+void comm_mpi_finalize(void);
+
+#endif

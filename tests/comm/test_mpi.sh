@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The MPI backend under mpirun --oversubscribe: the collective cases on 2, 3
+# and 8 ranks, comm-bench, and a killed rank ending the job with an error.
+set -u
+pass=0
+fail=0
+if ! command -v mpirun >/dev/null; then
+  echo "FAIL mpirun not found (scripts/deps.sh installs openmpi-bin)"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+MPIRUN=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl_vader_single_copy_mechanism none)
+[ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
+for np in 2 3 8; do
+  out=$(timeout 300 "${MPIRUN[@]}" -np $np build/tests/comm/test_comm_mpi 2>&1)
+  rc=$?
+  echo "$out" | grep -E "^(ok|FAIL)" | sed 's/^/  /'
+  line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -1)
+  if [ $rc -eq 0 ] && [ -n "$line" ] && [ "${line#*, }" = "0 failed" ]; then pass=$((pass + 1)); echo "ok   mpi cases on $np ranks"
+  else fail=$((fail + 1)); echo "FAIL mpi cases on $np ranks (exit $rc)"; echo "$out" | tail -5; fi
+done
+out=$(timeout 120 "${MPIRUN[@]}" -np 2 ./tessera comm-bench --op allreduce --max-bytes 1M --iters 3 2>&1)
+if [ $? -eq 0 ] && echo "$out" | grep -q "backend mpi" && echo "$out" | grep -qE "^ +1048576 "; then pass=$((pass + 1)); echo "ok   comm-bench under mpirun"
+else fail=$((fail + 1)); echo "FAIL comm-bench under mpirun"; echo "$out" | tail -5; fi
+# A rank killed mid-run: mpirun ends the job and exits non-zero, no hang.
+start=$(date +%s)
+TESSERA_COMM_TIMEOUT=20 TESSERA_TEST_KILL_RANK=1 timeout 120 "${MPIRUN[@]}" -np 3 build/tests/comm/test_comm_mpi >/dev/null 2>&1
+rc=$?
+el=$(( $(date +%s) - start ))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $el -lt 60 ]; then pass=$((pass + 1)); echo "ok   killed MPI rank ends the job (exit $rc, ${el}s)"
+else fail=$((fail + 1)); echo "FAIL killed MPI rank: exit $rc after ${el}s"; fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
