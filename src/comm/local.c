@@ -42,7 +42,8 @@ typedef struct {                 // a sender -> receiver mailbox
 typedef struct {                 // a communicator's area
     _Atomic uint32_t arrive, phase;   // barrier: count and generation (futex word)
     uint32_t n;
-    uint32_t pad[13];
+    _Atomic uint32_t sleepers;   // ranks in a futex wait on any word of this area
+    uint32_t pad[12];
     int32_t world_rank[MAX_RANKS];
     RankDesc desc[];             // n of them, then slots, mailboxes, buffers
 } Area;
@@ -93,7 +94,7 @@ static void futex_wait(_Atomic uint32_t *addr, uint32_t val, int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
 }
-static void futex_wake(_Atomic uint32_t *addr) { syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
+static void futex_wake_raw(_Atomic uint32_t *addr) { syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
 
 // The error of a wait that cannot finish: a failed peer or the timeout.
 static int wait_error(Local *l, Err *err) {
@@ -114,11 +115,20 @@ static int wait_error(Local *l, Err *err) {
                    comm_op_name(d->op), (unsigned long long)d->seq, l->name, l->timeout, used ? missing : "(all arrived)");
 }
 
+// Wakes the waiters on word — a system call only when someone sleeps. The
+// writer changes the word before looking at `sleepers`, a waiter counts
+// itself in before its last look at the word, so no wake-up is lost.
+static void wake(Local *l, _Atomic uint32_t *word) {
+    if (atomic_load(&l->a->sleepers)) futex_wake_raw(word);
+}
+
 // Waits until *word != val; returns -1 with err on failure or timeout.
 static int wait_change(Local *l, _Atomic uint32_t *word, uint32_t val, Err *err) {
     for (int i = 0; i < l->spin && atomic_load(word) == val; i++) __builtin_ia32_pause();
     while (atomic_load(word) == val) {
-        futex_wait(word, val, 100);
+        atomic_fetch_add(&l->a->sleepers, 1);
+        if (atomic_load(word) == val) futex_wait(word, val, 100);
+        atomic_fetch_sub(&l->a->sleepers, 1);
         if (atomic_load(word) != val) break;
         if (atomic_load(&l->seg->failed_rank) >= 0 || timer_now() - l->t_start > l->timeout) return wait_error(l, err);
     }
@@ -131,7 +141,7 @@ static int barrier(Local *l, Err *err) {
     if (atomic_fetch_add(&a->arrive, 1) == (uint32_t)l->n - 1) {
         atomic_store(&a->arrive, 0);
         atomic_fetch_add(&a->phase, 1);
-        futex_wake(&a->phase);
+        wake(l, &a->phase);
         return 0;
     }
     return wait_change(l, &a->phase, ph, err);
@@ -293,7 +303,7 @@ static int l_send(void *be, const OpDesc *d, const void *buf, int peer, uint64_t
             if (wait_change(l, &mb->full, f, err)) return -1;
         memcpy(mail_data(mb), (const char *)buf + off, m);
         atomic_store(&mb->full, (uint32_t)m | 0x80000000u);   // high bit: a piece, possibly empty
-        futex_wake(&mb->full);
+        wake(l, &mb->full);
         *sent += m;
         if (bytes == 0) break;
     }
@@ -317,7 +327,7 @@ static int l_recv(void *be, const OpDesc *d, void *buf, int peer, uint64_t *recv
                            l->name, peer, got, m);
         memcpy((char *)buf + off, mail_data(mb), m);
         atomic_store(&mb->full, 0);
-        futex_wake(&mb->full);
+        wake(l, &mb->full);
         *recv += m;
         if (bytes == 0) break;
     }

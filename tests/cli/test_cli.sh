@@ -181,5 +181,14 @@ expect_error "import a malformed file"   2 "bad.safetensors: .*header length" --
 expect_error "init from a missing file"  2 "\-\-init-from: /nope.safetensors" -- $T --init-from /nope.safetensors
 expect_error "ckpt info of a corrupt checkpoint" 2 "checksum mismatch" -- ckpt info "$TMP/r1"
 
+# comm-bench: a table for every op, and its errors.
+out=$("$BIN" comm-bench --nproc 3 --min-bytes 8 --max-bytes 64K --iters 2 --warmup 1 2>&1)
+if [ $? -eq 0 ] && [ "$(echo "$out" | grep -c '^# ')" -eq 5 ] && echo "$out" | grep -qE "^ +65532 +16383 " &&
+   echo "$out" | grep -qE "^ +8 +2 "; then ok "comm-bench on 3 forked ranks"
+else bad "comm-bench on 3 forked ranks" "$(echo "$out" | head -5)"; fi
+expect_error "comm-bench bad size"      2 "\-\-max-bytes: expected a size" -- comm-bench --max-bytes 12Q
+expect_error "comm-bench bad op"        2 "\-\-op: expected allreduce" -- comm-bench --op alltoall
+expect_error "comm-bench too many ranks" 2 "\-\-nproc: 300 is out of range" -- comm-bench --nproc 300
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
