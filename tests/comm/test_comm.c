@@ -15,11 +15,10 @@
 #include "cases.h"
 
 static void test_every_op_dtype_and_size(void) {
-    int ns[] = {1, 2, 3, 5, 8};
-    for (int k = 0; k < 5; k++) {
+    for (int n = 1; n <= 8; n++) {
         Err e;
-        int rc = comm_launch(ns[k], ops_main, NULL, 60, &e);
-        EXPECT(rc == 0, "%d ranks: %s", ns[k], e.msg);
+        int rc = comm_launch(n, ops_main, NULL, 60, &e);
+        EXPECT(rc == 0, "%d ranks: %s", n, e.msg);
     }
 }
 
