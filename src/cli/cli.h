@@ -14,6 +14,7 @@ int cmd_export(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_comm_bench(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 // Prints "tessera <cmd>: <message>" to stderr and returns the exit status for e.
 int cli_fail(const char *cmd, const Err *e);

@@ -17,6 +17,7 @@ static const char *usage =
     "  import   safetensors -> step-0 checkpoint\n"
     "  ckpt     ckpt info PATH: a checkpoint's contents, checksums verified\n"
     "  comm-bench  collective bandwidth and latency (--nproc N ranks)\n"
+    "  plan     memory, FLOPs, communication and time for any model on any cluster; the best layout\n"
     "\n"
     "examples:\n"
     "  tessera prepare --input ../shared/data/tinyshakespeare.txt --out data/shakespeare\n"
@@ -48,6 +49,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "import")) return cmd_import(argc - 2, argv + 2);
     if (!strcmp(argv[1], "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(argv[1], "comm-bench")) return cmd_comm_bench(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "plan")) return cmd_plan(argc - 2, argv + 2);
     fprintf(stderr, "tessera: unknown command '%s' (see tessera --help)\n", argv[1]);
     return 2;
 }

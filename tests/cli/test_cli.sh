@@ -190,5 +190,39 @@ expect_error "comm-bench bad size"      2 "\-\-max-bytes: expected a size" -- co
 expect_error "comm-bench bad op"        2 "\-\-op: expected allreduce" -- comm-bench --op alltoall
 expect_error "comm-bench too many ranks" 2 "\-\-nproc: 300 is out of range" -- comm-bench --nproc 300
 
+# tessera plan: a layout, JSON, a search, why-not, the tutorial, errors, and
+# a sweep of flag combinations that must never crash.
+out=$("$BIN" plan --model gpt2-124m --devices 1 --dp 1 --precision fp32 --json 2>&1)
+if echo "$out" | grep -q '"params":124439808' && echo "$out" | grep -q '"model_states_bytes":' &&
+   echo "$out" | grep -q '"activations_bytes":' && echo "$out" | grep -q '"total_bytes":' &&
+   echo "$out" | grep -q '"step_seconds":' && echo "$out" | grep -q '"comm_bytes":{"dp":'; then ok "plan --json"
+else bad "plan --json" "$out"; fi
+out=$("$BIN" plan --model llama2-70b --devices 64 --global-batch 1024 --seq 4096 --tokens 2e12 2>&1)
+if echo "$out" | grep -qE "^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-3] " && echo "$out" | grep -q "layouts fit"; then ok "plan search"
+else bad "plan search" "$(echo "$out" | tail -3)"; fi
+out=$("$BIN" plan --model llama2-70b --devices 64 --global-batch 1024 --why-not dp=64,tp=1,pp=1,zero=0 2>&1)
+if echo "$out" | grep -q "why not: needs .* GiB per device, more than the 80 GiB"; then ok "plan --why-not"
+else bad "plan --why-not" "$(echo "$out" | tail -2)"; fi
+out=$("$BIN" plan --model gpt3-175b --tutorial 2>&1)
+if echo "$out" | grep -q "110.7 years" && echo "$out" | grep -q "14.0 s"; then ok "plan --tutorial"; else bad "plan --tutorial" "$out"; fi
+out=$("$BIN" plan --model gpt3-175b --devices 8 --dp 8 --explain 2>&1)
+if echo "$out" | grep -q "DOES NOT FIT" && echo "$out" | grep -q "= states:"; then ok "plan --explain"; else bad "plan --explain" "$(echo "$out" | head -3)"; fi
+expect_error "plan: tp not dividing heads" 2 "tp=8 does not divide the 12 heads" -- plan --model gpt2-124m --devices 8 --tp 8
+expect_error "plan: no layout fits"        2 "no layout fits" -- plan --model gpt3-175b --devices 8 --device-mem 16
+expect_error "plan: negative size"         2 "\-\-seq: expected an integer, got '-5'" -- plan --seq -5
+expect_error "plan: unknown preset"        2 "\-\-model: unknown preset 'gpt5'" -- plan --model gpt5
+crashes=0
+for m in gpt2-tiny gpt3-175b llama2-70b; do
+  for d in 1 3 8 512; do
+    for extra in "" "--tp 2" "--pp 4 --schedule gpipe" "--tp 8 --pp 2 --zero 3 --sp" "--recompute full --precision fp16" \
+                 "--micro-batch 7 --global-batch 13" "--device-mem 0.001" "--mfu 1 --bw-inter 0.001"; do
+      "$BIN" plan --model $m --devices $d $extra >/dev/null 2>&1
+      rc=$?
+      [ $rc -ne 0 ] && [ $rc -ne 2 ] && { crashes=$((crashes + 1)); echo "     plan --model $m --devices $d $extra: exit $rc"; }
+    done
+  done
+done
+if [ $crashes -eq 0 ]; then ok "plan never crashes over 96 flag combinations"; else bad "plan crashes" "$crashes"; fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

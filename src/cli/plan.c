@@ -1,0 +1,295 @@
+// tessera plan — memory, FLOPs, communication and time for a model on a
+// cluster, for one layout or the best ones.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/flags.h"
+#include "core/json.h"
+#include "plan/plan.h"
+
+static const double GiB = 1073741824.0;
+
+static const char *sched_name[] = {"1f1b", "gpipe"}, *rec_name[] = {"none", "selective", "full"},
+                  *prec_name[] = {"fp32", "bf16", "fp16"};
+
+static int pick(const char *v, const char *const *names, int n, const char *flag, int *out, Err *err) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, names[i])) { *out = i; return 0; }
+    return err_set(err, ERR_USAGE, "--%s: unknown value '%s'", flag, v);
+}
+
+static void commas(int64_t v, char *buf, size_t cap) {
+    char tmp[32];
+    snprintf(tmp, sizeof tmp, "%lld", (long long)(v < 0 ? -v : v));
+    size_t n = strlen(tmp), o = 0;
+    if (v < 0 && o + 1 < cap) buf[o++] = '-';
+    for (size_t i = 0; i < n && o + 2 < cap; i++) {
+        buf[o++] = tmp[i];
+        if ((n - i - 1) % 3 == 0 && i + 1 < n) buf[o++] = ',';
+    }
+    buf[o] = 0;
+}
+
+static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l,
+                         const PlanResult *r, int explain) {
+    char p[32], pd[32], f12[32];
+    commas(r->params, p, sizeof p);
+    commas(r->params_device, pd, sizeof pd);
+    int64_t f = 12 * m->L * m->h * m->h + 13 * m->L * m->h + (m->V + m->s) * m->h;
+    commas(f, f12, sizeof f12);
+    printf("model      %s: %s, %lld layers, width %lld, %lld heads (%lld kv), FFN %lld, vocabulary %lld, positions %lld\n",
+           m->name, m->arch == PLAN_GPT ? "GPT (learned positions, LayerNorm, GELU, tied head)"
+                                        : "LLaMA (RoPE, RMSNorm, SwiGLU, untied head)",
+           (long long)m->L, (long long)m->h, (long long)m->a, (long long)m->kv, (long long)m->f, (long long)m->V, (long long)m->s);
+    printf("params     %s, final norm included", p);
+    if (m->arch == PLAN_GPT) printf(" (12Lh²+13Lh+(V+s)h = %s leaves it out)", f12);
+    printf("; busiest device holds %s\n", pd);
+    printf("layout     dp %d × tp %d × pp %d = %lld devices, ZeRO-%d, %s, recompute %s, %s%s, micro-batch %lld × %lld per step (%lld in flight)\n",
+           l->dp, l->tp, l->pp, (long long)c->devices, l->zero, sched_name[l->schedule], rec_name[l->recompute],
+           prec_name[l->precision], l->sp ? ", sequence parallel" : "", (long long)j->micro_batch,
+           (long long)r->micro_batches, (long long)r->inflight);
+    printf("memory     weights %.2f + gradients %.2f + optimizer %.2f = model states %.2f GiB; activations %.2f; comm buffers %.2f\n",
+           r->weights / GiB, r->grads / GiB, r->optim / GiB, r->model_states / GiB, r->acts / GiB, r->comm_buf / GiB);
+    printf("           total %.2f GiB per device of %.0f GiB: %s\n", r->total / GiB, c->mem_gb, r->fits ? "fits" : "DOES NOT FIT");
+    if (explain) {
+        int mixed = l->precision != PREC_FP32;
+        printf("  = states: (%s) × Ψ=%s%s\n", mixed ? "2 weights + 2 gradients + 12 fp32 master/m/v" : "4 + 4 + 8 (m, v)", pd,
+               l->zero ? (l->zero == 1 ? ", optimizer / dp" : l->zero == 2 ? ", gradients and optimizer / dp" : ", all / dp") : "");
+        printf("  = activations: %.3g B per layer per micro-batch × %lld layers × %lld in flight (+ stage input and final norm)\n",
+               r->act_layer, (long long)(m->L / l->pp), (long long)r->inflight);
+        printf("    per layer: tensors tessera keeps for backward (norm outputs, q/k/v, attention output and log-sum-exp,\n"
+               "    residual, FFN pre- and post-activation, output); Korthikanti et al. s·b·h·(34+5as/h) for a 16-bit\n"
+               "    Megatron layer = %.3g B%s\n", r->act_korthikanti,
+               l->fused_attention ? " (its 5as/h term is the s² attention matrix, which fused attention does not keep)" : "");
+    }
+    printf("flops      %.4g per token (6N + 12·L·h·s, PaLM convention); hardware %.4g with recompute %s\n", r->flops_token,
+           r->hw_flops_token, rec_name[l->recompute]);
+    printf("step       compute %.4g s, pipeline bubble %.4g s, tensor-parallel comm %.4g s, pipeline comm %.4g s,\n"
+           "           data-parallel comm %.4g s (%.4g exposed after overlap with backward) -> step %.4g s\n",
+           r->t_compute, r->t_bubble, r->t_tp, r->t_pp, r->t_dp, r->t_dp_exposed, r->t_step);
+    printf("comm       per device per step: dp %.4g GB, tp %.4g GB, pp %.4g GB\n", r->bytes_dp / 1e9, r->bytes_tp / 1e9, r->bytes_pp / 1e9);
+    if (explain) {
+        printf("  = compute: %lld tokens × %.4g FLOPs / (%lld devices × %.4g TFLOP/s × MFU %.2f)\n",
+               (long long)(j->global_batch * j->seq), r->hw_flops_token, (long long)c->devices, c->tflops, c->mfu);
+        printf("  = bubble: compute × (pp−1)/micro-batches; dp: ring 2(d−1)/d × gradient bytes%s; tp: 4 allreduces of s·b·h per layer\n"
+               "    and micro-batch, 2(t−1)/t each; pp: 2·s·b·h per micro-batch per boundary; latency α per message\n",
+               l->zero == 3 ? " × 1.5 (ZeRO-3 gathers parameters twice)" : "");
+    }
+    printf("speed      %.4g tokens/s, MFU %.1f%%\n", r->tokens_per_s, 100 * r->mfu);
+    if (j->tokens > 0)
+        printf("training   %.4g tokens: %.4g days, %.4g device-hours (Megatron-LM eq. 4, 8·T·P/(n·X): %.4g days)\n", j->tokens,
+               r->days, r->device_hours, r->megatron_days);
+}
+
+static void json_layout(const PlanModel *m, const PlanCluster *c, const PlanLayout *l, const PlanResult *r) {
+    JsonBuf b;
+    jb_init(&b);
+    jb_obj_begin(&b);
+    jb_key(&b, "model"); jb_str(&b, m->name);
+    jb_key(&b, "params"); jb_int(&b, r->params);
+    jb_key(&b, "params_device"); jb_int(&b, r->params_device);
+    jb_key(&b, "layout"); jb_obj_begin(&b);
+    jb_key(&b, "dp"); jb_int(&b, l->dp); jb_key(&b, "tp"); jb_int(&b, l->tp); jb_key(&b, "pp"); jb_int(&b, l->pp);
+    jb_key(&b, "zero"); jb_int(&b, l->zero); jb_key(&b, "schedule"); jb_str(&b, sched_name[l->schedule]);
+    jb_key(&b, "recompute"); jb_str(&b, rec_name[l->recompute]); jb_key(&b, "precision"); jb_str(&b, prec_name[l->precision]);
+    jb_key(&b, "sp"); jb_bool(&b, l->sp);
+    jb_obj_end(&b);
+    jb_key(&b, "weights_bytes"); jb_num(&b, r->weights);
+    jb_key(&b, "grads_bytes"); jb_num(&b, r->grads);
+    jb_key(&b, "optim_bytes"); jb_num(&b, r->optim);
+    jb_key(&b, "model_states_bytes"); jb_num(&b, r->model_states);
+    jb_key(&b, "activations_bytes"); jb_num(&b, r->acts);
+    jb_key(&b, "comm_buffer_bytes"); jb_num(&b, r->comm_buf);
+    jb_key(&b, "total_bytes"); jb_num(&b, r->total);
+    jb_key(&b, "device_bytes"); jb_num(&b, c->mem_gb * GiB);
+    jb_key(&b, "fits"); jb_bool(&b, r->fits);
+    jb_key(&b, "flops_per_token"); jb_num(&b, r->flops_token);
+    jb_key(&b, "hw_flops_per_token"); jb_num(&b, r->hw_flops_token);
+    jb_key(&b, "step_seconds"); jb_num(&b, r->t_step);
+    jb_key(&b, "compute_seconds"); jb_num(&b, r->t_compute);
+    jb_key(&b, "bubble_seconds"); jb_num(&b, r->t_bubble);
+    jb_key(&b, "comm_bytes"); jb_obj_begin(&b);
+    jb_key(&b, "dp"); jb_num(&b, r->bytes_dp); jb_key(&b, "tp"); jb_num(&b, r->bytes_tp); jb_key(&b, "pp"); jb_num(&b, r->bytes_pp);
+    jb_obj_end(&b);
+    jb_key(&b, "comm_seconds"); jb_obj_begin(&b);
+    jb_key(&b, "dp"); jb_num(&b, r->t_dp); jb_key(&b, "dp_exposed"); jb_num(&b, r->t_dp_exposed);
+    jb_key(&b, "tp"); jb_num(&b, r->t_tp); jb_key(&b, "pp"); jb_num(&b, r->t_pp);
+    jb_obj_end(&b);
+    jb_key(&b, "tokens_per_s"); jb_num(&b, r->tokens_per_s);
+    jb_key(&b, "mfu"); jb_num(&b, r->mfu);
+    jb_key(&b, "days"); jb_num(&b, r->days);
+    jb_key(&b, "device_hours"); jb_num(&b, r->device_hours);
+    jb_key(&b, "megatron_eq4_days"); jb_num(&b, r->megatron_days);
+    jb_obj_end(&b);
+    puts(b.s);
+    jb_free(&b);
+}
+
+// The tutorial's back-of-envelope numbers for GPT-3 175B, next to exact ones.
+static void tutorial(const PlanModel *m) {
+    double P = (double)plan_params(m), h = (double)m->h, L = (double)m->L, s = (double)m->s;
+    printf("The tutorial's calculations for %s, checked:\n", m->name);
+    printf("  %-44s %-22s %s\n", "claim", "tutorial", "exact");
+    printf("  %-44s %-22s %.1f GB (%.0f parameters × 4 B)\n", "fp32 weights", "700 GB", P * 4 / 1e9, P);
+    printf("  %-44s %-22s %.2f TB (16 B per parameter: weights, gradients, Adam m and v)\n", "with gradients and Adam", "2.8 TB", P * 16 / 1e12);
+    printf("  %-44s %-22s %.1f → %d cards (model states only; activations need more)\n", "32 GB cards needed", "~90", P * 16 / 32e9, (int)ceil(P * 16 / 32e9));
+    printf("  %-44s %-22s %.3g (6N), %.3g with attention (6N + 12·L·h·s)\n", "FLOPs per token", "6 × 175B = 1.05e12", 6 * P, 6 * P + 12 * L * h * s);
+    printf("  %-44s %-22s %.3g (6N), %.3g with attention\n", "FLOPs for 1T tokens", "1.05e24", 6 * P * 1e12, (6 * P + 12 * L * h * s) * 1e12);
+    double secs = 6 * P * 1e12 / 300e12;
+    printf("  %-44s %-22s %.3g s = %.0f days = %.1f years (wrong by ~100×)\n", "one 300 TFLOP/s card, 1T tokens", "405 days", secs, secs / 86400, secs / 86400 / 365.25);
+    printf("  %-44s %-22s %.1f s: a ring allreduce sends 2(n−1)/n ≈ 2× the gradient bytes\n", "700 GB of gradients at 100 GB/s", "7 s per step", 2 * P * 4 / 100e9);
+    printf("  %-44s %-22s %.1f s with bf16 gradients (2 B each)\n", "", "", 2 * P * 2 / 100e9);
+}
+
+int cmd_plan(int argc, char **argv) {
+    const char *model = "gpt2-124m", *schedule = "1f1b", *recompute = "none", *precision = "bf16", *reduce = "fp32",
+               *attention = "fused", *why_not = NULL;
+    int64_t devices = 8, per_node = 8, seq = 0, gbatch = 512, mbatch = 1;
+    double mem = 80, tflops = 312, mfu = 0.5, bw_intra = 300, bw_inter = 25, alpha = 5, tokens = 0;
+    int dp = 0, tp = 0, pp = 0, zero = -1, sp = 0, json = 0, explain = 0, top = 5, tut = 0;
+    Flag f[] = {
+        {"model", FLAG_STR, &model, 0, 0, "PRESET", "model (default gpt2-124m); see the list below", 0},
+        {"devices", FLAG_U64, &devices, 1, 1e7, "N", "devices in the cluster (default 8)", 0},
+        {"devices-per-node", FLAG_U64, &per_node, 1, 1e4, "N", "devices per node (default 8)", 0},
+        {"device-mem", FLAG_FLOAT, &mem, 1e-6, 1e7, "GiB", "memory per device (default 80)", 0},
+        {"device-tflops", FLAG_FLOAT, &tflops, 1e-6, 1e7, "X", "peak TFLOP/s per device at the training precision (default 312)", 0},
+        {"mfu", FLAG_FLOAT, &mfu, 1e-6, 1, "X", "fraction of peak the compute achieves (default 0.5)", 0},
+        {"bw-intra", FLAG_FLOAT, &bw_intra, 1e-9, 1e9, "GB/s", "bandwidth per device inside a node (default 300)", 0},
+        {"bw-inter", FLAG_FLOAT, &bw_inter, 1e-9, 1e9, "GB/s", "bandwidth per device between nodes (default 25)", 0},
+        {"alpha-us", FLAG_FLOAT, &alpha, 0, 1e9, "US", "latency per message in µs (default 5)", 0},
+        {"seq", FLAG_U64, &seq, 1, 1e9, "S", "sequence length (default: the model's positions)", 0},
+        {"global-batch", FLAG_U64, &gbatch, 1, 1e12, "B", "sequences per optimizer step (default 512)", 0},
+        {"micro-batch", FLAG_U64, &mbatch, 1, 1e9, "B", "sequences per micro-batch per device (default 1)", 0},
+        {"tokens", FLAG_FLOAT, &tokens, 0, 1e30, "T", "tokens to train on, for the time estimate", 0},
+        {"dp", FLAG_INT, &dp, 1, 1 << 30, "N", "data-parallel size (a layout; without dp/tp/pp: search)", 0},
+        {"tp", FLAG_INT, &tp, 1, 1 << 30, "N", "tensor-parallel size", 0},
+        {"pp", FLAG_INT, &pp, 1, 1 << 30, "N", "pipeline-parallel size", 0},
+        {"zero", FLAG_INT, &zero, 0, 3, "Z", "ZeRO stage 0..3 (default 0 for a layout, all in a search)", 0},
+        {"schedule", FLAG_STR, &schedule, 0, 0, "S", "1f1b (default) or gpipe", 0},
+        {"recompute", FLAG_STR, &recompute, 0, 0, "R", "none (default), selective or full", 0},
+        {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32, bf16 (default) or fp16", 0},
+        {"reduce-dtype", FLAG_STR, &reduce, 0, 0, "T", "gradient reduction dtype under bf16/fp16: fp32 (default) or bf16", 0},
+        {"sp", FLAG_BOOL, &sp, 0, 0, "true|false", "sequence parallelism (default false)", 0},
+        {"attention", FLAG_STR, &attention, 0, 0, "A", "fused (default, no s² activations) or naive", 0},
+        {"json", FLAG_BOOL, &json, 0, 0, "", "one JSON object instead of text", 0},
+        {"explain", FLAG_BOOL, &explain, 0, 0, "", "show the formula behind each figure", 0},
+        {"top", FLAG_INT, &top, 1, 1000, "N", "layouts to list in a search (default 5)", 0},
+        {"why-not", FLAG_STR, &why_not, 0, 0, "dp=N,tp=N,pp=N[,zero=Z]", "why a layout was not chosen", 0},
+        {"tutorial", FLAG_BOOL, &tut, 0, 0, "", "the tutorial's GPT-3 numbers, checked", 0},
+    };
+    int nf = (int)(sizeof f / sizeof f[0]), help;
+    const char *bare[] = {"--json", "--explain", "--tutorial", "--sp"};
+    for (int i = 0; i < argc; i++)
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(argv[i], bare[k]) && (i + 1 == argc || strncmp(argv[i + 1], "--", 2) == 0 ||
+                                               (strcmp(argv[i + 1], "true") && strcmp(argv[i + 1], "false")))) {
+                static char buf[4][32];
+                snprintf(buf[k], sizeof buf[k], "%s=true", bare[k]);
+                argv[i] = buf[k];
+            }
+    Json *unused = NULL;
+    Err e = {0};
+    if (flags_parse(f, nf, argc, argv, "plan", &help, &unused, &e)) return cli_fail("plan", &e);
+    if (help) {
+        printf("usage: tessera plan --model PRESET [cluster] [job] [layout]\n\n"
+               "Predicts memory per device, FLOPs, communication, step time and training time; with a layout\n"
+               "(--dp/--tp/--pp) for that layout, without one the best layouts. Presets: %s.\n\n", plan_preset_list());
+        flags_print(f, nf);
+        return 0;
+    }
+    PlanModel m;
+    if (plan_model_preset(&m, model, &e)) return cli_fail("plan", &e);
+    if (tut) { tutorial(&m); return 0; }
+    PlanCluster c = {devices, per_node, mem, tflops, mfu, bw_intra, bw_inter, alpha};
+    PlanJob j = {seq ? seq : m.s, gbatch, mbatch, tokens};
+    PlanLayout l = {0};
+    int s_ = 0, r_ = 0, p_ = 0, red_ = 0, att_ = 0;
+    if (pick(schedule, sched_name, 2, "schedule", &s_, &e) || pick(recompute, rec_name, 3, "recompute", &r_, &e) ||
+        pick(precision, prec_name, 3, "precision", &p_, &e) || pick(reduce, (const char *[]){"bf16", "fp32"}, 2, "reduce-dtype", &red_, &e) ||
+        pick(attention, (const char *[]){"naive", "fused"}, 2, "attention", &att_, &e))
+        return cli_fail("plan", &e);
+    l.schedule = s_;
+    l.recompute = r_;
+    l.precision = p_;
+    l.reduce_fp32 = red_;
+    l.fused_attention = att_;
+    l.sp = sp;
+    if (why_not) {
+        if (sscanf(why_not, "dp=%d,tp=%d,pp=%d,zero=%d", &dp, &tp, &pp, &zero) < 3) {
+            err_set(&e, ERR_USAGE, "--why-not: expected dp=N,tp=N,pp=N[,zero=Z], got '%s'", why_not);
+            return cli_fail("plan", &e);
+        }
+    }
+    PlanResult r;
+    if (dp || tp || pp) {
+        l.tp = tp ? tp : 1;
+        l.pp = pp ? pp : 1;
+        l.dp = dp ? dp : (int)(devices / ((int64_t)l.tp * l.pp) > 0 ? devices / ((int64_t)l.tp * l.pp) : 1);
+        l.zero = zero < 0 ? 0 : zero;
+        if (plan_check(&m, &c, &j, &l, &e)) {
+            if (why_not) { printf("dp=%d,tp=%d,pp=%d,zero=%d is not a valid layout: %s\n", l.dp, l.tp, l.pp, l.zero, e.msg); return 0; }
+            return cli_fail("plan", &e);
+        }
+        plan_eval(&m, &c, &j, &l, &r);
+        if (json) json_layout(&m, &c, &l, &r);
+        else print_layout(&m, &c, &j, &l, &r, explain || why_not);
+        if (why_not && !r.fits) printf("why not: needs %.2f GiB per device, more than the %.0f GiB it has\n", r.total / GiB, mem);
+        else if (why_not) printf("why not: it fits; it was ranked by step time (%.4g s) against the layouts the search lists\n", r.t_step);
+        return 0;
+    }
+    // search
+    enum { MAXL = 4096 };
+    static PlanLayout cand[MAXL];
+    static PlanResult res[MAXL];
+    int n = 0, rejected_mem = 0, rejected_rule = 0;
+    double best_mem = 1e300;
+    for (int t = 1; t <= c.per_node && t <= m.a; t *= 2)
+        for (int p = 1; p <= m.L; p++) {
+            if (m.L % p || devices % ((int64_t)t * p)) continue;
+            for (int z = 0; z <= 3; z++) {
+                if (zero >= 0 && z != zero) continue;
+                for (int rc = 0; rc < 3; rc++) {
+                    PlanLayout x = l;
+                    x.tp = t; x.pp = p; x.dp = (int)(devices / ((int64_t)t * p)); x.zero = z; x.recompute = rc;
+                    if (x.dp > 1 << 30) continue;
+                    if (plan_check(&m, &c, &j, &x, NULL)) { rejected_rule++; continue; }
+                    PlanResult y;
+                    plan_eval(&m, &c, &j, &x, &y);
+                    if (!y.fits) { rejected_mem++; if (y.total < best_mem) best_mem = y.total; continue; }
+                    if (n < MAXL) { cand[n] = x; res[n] = y; n++; }
+                }
+            }
+        }
+    if (n == 0) {
+        err_set(&e, ERR_USAGE, "no layout fits: %d valid layouts need more than %.0f GiB per device (the smallest %.1f GiB), "
+                "%d break a rule (divisibility, batch, TP inside a node); add devices or memory",
+                rejected_mem, mem, best_mem < 1e300 ? best_mem / GiB : 0.0, rejected_rule);
+        return cli_fail("plan", &e);
+    }
+    // rank by step time, then memory
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && (res[b].t_step < res[b - 1].t_step ||
+                                  (res[b].t_step == res[b - 1].t_step && res[b].total < res[b - 1].total)); b--) {
+            PlanLayout tl = cand[b]; cand[b] = cand[b - 1]; cand[b - 1] = tl;
+            PlanResult tr = res[b]; res[b] = res[b - 1]; res[b - 1] = tr;
+        }
+    if (json) { json_layout(&m, &c, &cand[0], &res[0]); return 0; }
+    char pbuf[32];
+    commas(plan_params(&m), pbuf, sizeof pbuf);
+    printf("%s (%s parameters) on %lld devices (%lld per node, %.0f GiB, %.0f TFLOP/s at MFU %.2f), %s, seq %lld, global batch %lld, micro-batch %lld\n",
+           m.name, pbuf, (long long)devices, (long long)per_node, mem, tflops, mfu, prec_name[l.precision], (long long)j.seq,
+           (long long)gbatch, (long long)mbatch);
+    printf("%4s %4s %4s %5s %-10s | %9s | %10s | %12s | %6s\n", "dp", "tp", "pp", "zero", "recompute", "GiB/dev", "step (s)",
+           "tokens/s", "MFU");
+    for (int k = 0; k < n && k < top; k++)
+        printf("%4d %4d %4d %5d %-10s | %9.2f | %10.4g | %12.4g | %5.1f%%\n", cand[k].dp, cand[k].tp, cand[k].pp,
+               cand[k].zero, rec_name[cand[k].recompute], res[k].total / GiB, res[k].t_step, res[k].tokens_per_s,
+               100 * res[k].mfu);
+    printf("%d layouts fit; %d valid ones need more memory than the device has; %d break a rule. Details: --dp/--tp/--pp, --why-not.\n",
+           n, rejected_mem, rejected_rule);
+    if (tokens > 0) printf("best layout trains %.4g tokens in %.4g days (%.4g device-hours)\n", tokens, res[0].days, res[0].device_hours);
+    return 0;
+}

@@ -1,0 +1,92 @@
+// plan/plan — memory, FLOPs, communication and time of training a model on a
+// cluster with a given layout, and the search for the best layout. Pure
+// computation: allocates nothing, talks to nobody.
+//
+// Conventions (each printed under --explain):
+// - Parameters are counted exactly, final norm included.
+// - Model states per device follow ZeRO (Rajbhandari et al. 2020): fp32
+//   training 4+4+8 bytes per parameter; mixed precision 2 (weights) + 2
+//   (gradients) + 12 (fp32 master, Adam m and v); ZeRO-1 divides the
+//   optimizer states by dp, ZeRO-2 also the gradients, ZeRO-3 everything.
+// - FLOPs per token: 6N + 12·L·h·s (PaLM, appendix B); hardware FLOPs add
+//   recomputation (full: one more forward, 8N + 16·L·h·s).
+// - Activations: the tensors tessera's layer keeps for backward (see
+//   plan_act_layer), with the Korthikanti et al. 2022 expression
+//   s·b·h·(34 + 5·a·s/h) for 16-bit Megatron layers given for comparison.
+// - Communication: ring allreduce 2(n−1)/n of the bytes per device,
+//   reduce-scatter and allgather (n−1)/n, ZeRO-3 1.5× the data-parallel
+//   volume, tensor parallel 4 allreduces of s·b·h per layer and micro-batch,
+//   pipeline 2·s·b·h per stage boundary and micro-batch.
+#ifndef TSR_PLAN_PLAN_H
+#define TSR_PLAN_PLAN_H
+
+#include <stdint.h>
+
+#include "core/check.h"
+#include "model/config.h"
+
+typedef enum { PLAN_GPT, PLAN_LLAMA } PlanArch;
+typedef enum { SCHED_1F1B, SCHED_GPIPE } PlanSchedule;
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } PlanRecompute;
+typedef enum { PREC_FP32, PREC_BF16, PREC_FP16 } PlanPrecision;
+
+typedef struct PlanModel {
+    char name[32];
+    PlanArch arch;
+    int64_t L, h, a, kv, f, V, s;   // layers, width, heads, kv heads, FFN, vocabulary, positions
+    int64_t vpad;                   // vocabulary rows tessera allocates (V padded to 128)
+} PlanModel;
+
+typedef struct PlanCluster {
+    int64_t devices, per_node;
+    double mem_gb;                  // per device, GiB
+    double tflops;                  // peak per device
+    double mfu;                     // fraction of peak achieved on compute
+    double bw_intra, bw_inter;      // GB/s per device
+    double alpha_us;                // latency per message
+} PlanCluster;
+
+typedef struct PlanJob {
+    int64_t seq, global_batch, micro_batch;
+    double tokens;                  // to train on
+} PlanJob;
+
+typedef struct PlanLayout {
+    int dp, tp, pp, zero, sp;
+    PlanSchedule schedule;
+    PlanRecompute recompute;
+    PlanPrecision precision;
+    int reduce_fp32;                // gradients reduced in fp32 under mixed precision
+    int fused_attention;            // no s² term (tessera's kind)
+} PlanLayout;
+
+typedef struct PlanResult {
+    int64_t params;                 // exact, final norm included
+    int64_t params_device;          // on the busiest device
+    double weights, grads, optim, model_states, acts, comm_buf, total;   // bytes per device
+    double act_layer;               // bytes per layer per micro-batch
+    double act_korthikanti;         // s·b·h·(34 + 5as/h) for comparison
+    int64_t micro_batches, inflight;
+    double flops_token, hw_flops_token;
+    double t_compute, t_bubble, t_dp, t_dp_exposed, t_tp, t_pp, t_step;
+    double bytes_dp, bytes_tp, bytes_pp;   // per device per step
+    double tokens_per_s, mfu, days, device_hours, megatron_days;
+    int fits;
+} PlanResult;
+
+int plan_model_preset(PlanModel *m, const char *name, Err *err);
+const char *plan_preset_list(void);
+void plan_model_from_config(PlanModel *m, const ModelConfig *c);
+int64_t plan_params(const PlanModel *m);
+
+// Checks the layout against the model, cluster and job (DESIGN §3); the
+// message names the constraint.
+int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, Err *err);
+// Evaluates a checked layout.
+void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r);
+
+// Activation bytes one layer keeps for backward per micro-batch of b·s tokens
+// on one device (see plan.c for the derivation).
+double plan_act_layer(const PlanModel *m, const PlanJob *j, const PlanLayout *l);
+
+#endif

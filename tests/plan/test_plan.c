@@ -1,0 +1,194 @@
+// plan/: exact parameter counts, ZeRO model states, activation and FLOP
+// formulas, the Megatron-LM training-time estimates, the planner's
+// prediction against tessera's own allocator, and a sweep of inputs that
+// must never crash.
+#include <math.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "kernels/matmul.h"
+#include "model/stage.h"
+#include "plan/plan.h"
+#include "train/optim.h"
+#include "test.h"
+
+static PlanCluster cluster(int64_t n) { return (PlanCluster){n, 8, 80, 312, 0.5, 300, 25, 5}; }
+
+static void test_param_counts(void) {
+    Err e;
+    PlanModel m;
+    struct { const char *name; int64_t want; } c[] = {
+        {"gpt2-124m", 124439808LL}, {"gpt3-175b", 174604259328LL}, {"llama-7b", 6738415616LL}};
+    for (int i = 0; i < 3; i++) {
+        EXPECT(plan_model_preset(&m, c[i].name, &e) == 0, "%s", e.msg);
+        EXPECT(plan_params(&m) == c[i].want, "%s: %lld, want %lld", c[i].name, (long long)plan_params(&m), (long long)c[i].want);
+    }
+    // GPT-3: 12Lh²+13Lh+(V+s)h leaves out the final norm's 2h
+    plan_model_preset(&m, "gpt3-175b", &e);
+    int64_t f = 12 * m.L * m.h * m.h + 13 * m.L * m.h + (m.V + m.s) * m.h;
+    EXPECT(plan_params(&m) - f == 2 * m.h, "final norm");
+    EXPECT(plan_model_preset(&m, "gpt9", &e) == -1 && strstr(e.msg, "gpt9"), "unknown preset: %s", e.msg);
+    EXPECT(plan_model_preset(&m, "llama2-70b", &e) == 0 && m.kv == 8 && m.f == 28672, "llama2-70b GQA");
+}
+
+static void test_zero_states(void) {
+    Err e;
+    PlanModel m;
+    plan_model_preset(&m, "llama-7b", &e);
+    PlanCluster c = cluster(8);
+    PlanJob j = {2048, 64, 1, 0};
+    for (int z = 0; z <= 3; z++) {
+        PlanLayout l = {.dp = 8, .tp = 1, .pp = 1, .zero = z, .precision = PREC_BF16, .fused_attention = 1};
+        PlanResult r;
+        EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
+        plan_eval(&m, &c, &j, &l, &r);
+        double psi = (double)r.params_device, d = 8;
+        double want = z == 0 ? 16 * psi : z == 1 ? 4 * psi + 12 * psi / d : z == 2 ? 2 * psi + 14 * psi / d : 16 * psi / d;
+        EXPECT(fabs(r.model_states - want) < 1e-6 * want, "zero %d: %.6g, want %.6g", z, r.model_states, want);
+    }
+    PlanLayout l = {.dp = 8, .tp = 1, .pp = 1, .precision = PREC_FP32, .fused_attention = 1};
+    PlanResult r;
+    plan_eval(&m, &c, &j, &l, &r);
+    EXPECT(r.model_states == 16.0 * r.params_device, "fp32 Adam is 16 B per parameter");
+}
+
+static void test_activations_and_flops(void) {
+    Err e;
+    PlanModel m;
+    plan_model_preset(&m, "gpt3-175b", &e);
+    PlanCluster c = cluster(64);
+    PlanJob j = {2048, 64, 1, 0};
+    PlanLayout l = {.dp = 1, .tp = 8, .pp = 8, .precision = PREC_BF16, .fused_attention = 1};
+    PlanResult r;
+    EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
+    plan_eval(&m, &c, &j, &l, &r);
+    double sbh = 2048.0 * 1 * m.h;
+    EXPECT(r.act_korthikanti == sbh * (34 + 5.0 * m.a * 2048 / m.h), "Korthikanti expression");
+    EXPECT(r.flops_token == 6.0 * r.params + 12.0 * m.L * m.h * 2048, "6N + 12Lhs");
+    // fused attention: no s² term — activations linear in s; naive: more than linear
+    PlanJob j2 = j;
+    j2.seq = 4096;
+    double a1 = plan_act_layer(&m, &j, &l), a2 = plan_act_layer(&m, &j2, &l);
+    EXPECT(fabs(a2 / a1 - 2) < 1e-12, "fused attention activations scale with s (%.6f)", a2 / a1);
+    l.fused_attention = 0;
+    EXPECT(plan_act_layer(&m, &j2, &l) / plan_act_layer(&m, &j, &l) > 2.1, "naive attention has the s² term");
+    l.fused_attention = 1;
+    // sequence parallelism and tensor parallelism shrink activations; full recompute keeps only the input
+    PlanLayout sp = l;
+    sp.sp = 1;
+    EXPECT(plan_act_layer(&m, &j, &sp) < a1, "sequence parallel");
+    PlanLayout full = l;
+    full.recompute = RECOMPUTE_FULL;
+    EXPECT(plan_act_layer(&m, &j, &full) == 2.0 * sbh, "full recompute keeps s·b·h 16-bit values");
+    plan_eval(&m, &c, &j, &full, &r);
+    EXPECT(r.hw_flops_token == 8.0 * r.params + 16.0 * m.L * m.h * 2048, "hardware FLOPs with full recompute");
+}
+
+// Narayanan et al. 2021, eq. 4: 8·T·P/(n·X).
+static void test_megatron_estimates(void) {
+    Err e;
+    PlanModel m;
+    PlanResult r;
+    plan_model_preset(&m, "gpt3-175b", &e);
+    PlanCluster c = cluster(1024);
+    c.tflops = 140;
+    c.mfu = 1;   // X is the achieved throughput
+    PlanJob j = {2048, 1536, 1, 300e9};
+    PlanLayout l = {.dp = 8, .tp = 8, .pp = 16, .precision = PREC_BF16, .recompute = RECOMPUTE_FULL, .fused_attention = 1};
+    EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
+    plan_eval(&m, &c, &j, &l, &r);
+    EXPECT(fabs(r.megatron_days - 34) < 0.5, "175B: %.2f days, paper ≈ 34", r.megatron_days);
+    plan_model_preset(&m, "megatron-1t", &e);
+    c = cluster(3072);
+    c.tflops = 163;
+    c.mfu = 1;
+    j = (PlanJob){2048, 3072, 1, 450e9};
+    l = (PlanLayout){.dp = 6, .tp = 8, .pp = 64, .precision = PREC_BF16, .recompute = RECOMPUTE_FULL, .fused_attention = 1};
+    EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
+    plan_eval(&m, &c, &j, &l, &r);
+    EXPECT(fabs(r.megatron_days - 84) < 1.0, "1T: %.2f days, paper ≈ 84", r.megatron_days);
+}
+
+// The planner against tessera's allocator: fp32, one process.
+static void check_against_tessera(const char *preset, int vocab, int B, int T) {
+    Err e;
+    ModelConfig mc;
+    config_preset(&mc, preset, &e);
+    config_set_vocab(&mc, vocab);
+    size_t p0 = mem_current(MEM_PARAMS), g0 = mem_current(MEM_GRADS), o0 = mem_current(MEM_OPTIM), a0 = mem_current(MEM_ACTS);
+    Stage st;
+    ModelSlice sl = slice_whole(&mc);
+    AdamW opt;
+    EXPECT(stage_init(&st, &mc, &sl, B, T, &e) == 0 && adamw_init(&opt, st.table.total, &e) == 0, "%s", e.msg);
+    PlanModel m;
+    plan_model_from_config(&m, &mc);
+    PlanCluster c = cluster(1);
+    PlanJob j = {T, B, B, 0};
+    PlanLayout l = {.dp = 1, .tp = 1, .pp = 1, .precision = PREC_FP32, .fused_attention = 1};
+    PlanResult r;
+    EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
+    plan_eval(&m, &c, &j, &l, &r);
+    EXPECT(r.weights == (double)(mem_current(MEM_PARAMS) - p0), "%s weights %.0f vs allocator %zu", preset, r.weights, mem_current(MEM_PARAMS) - p0);
+    EXPECT(r.grads == (double)(mem_current(MEM_GRADS) - g0), "%s grads", preset);
+    EXPECT(r.optim == (double)(mem_current(MEM_OPTIM) - o0), "%s optimizer", preset);
+    double acts = (double)(mem_current(MEM_ACTS) - a0);
+    EXPECT(fabs(r.acts - acts) < 0.10 * acts, "%s activations %.4g predicted vs %.4g allocated", preset, r.acts, acts);
+    EXPECT(r.bytes_dp == 0 && r.bytes_tp == 0 && r.bytes_pp == 0, "one process communicates nothing");
+    adamw_free(&opt);
+    stage_free(&st);
+}
+
+static void test_against_tessera(void) {
+    check_against_tessera("gpt2-tiny", 256, 12, 64);
+    check_against_tessera("gpt2-tiny", 50257, 4, 32);
+    check_against_tessera("gpt2-124m", 50257, 4, 64);
+}
+
+static void test_invalid_and_sweep(void) {
+    Err e;
+    PlanModel m;
+    plan_model_preset(&m, "gpt2-124m", &e);
+    PlanCluster c = cluster(8);
+    PlanJob j = {1024, 64, 1, 1e9};
+    PlanLayout l = {.dp = 1, .tp = 8, .pp = 1, .precision = PREC_BF16};
+    EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "heads"), "tp=8 with 12 heads: %s", e.msg);
+    l = (PlanLayout){.dp = 3, .tp = 1, .pp = 1};
+    EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "devices"), "dp·tp·pp != devices: %s", e.msg);
+    l = (PlanLayout){.dp = 2, .tp = 1, .pp = 4, .schedule = SCHED_1F1B};
+    j.global_batch = 4;
+    EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "1F1B"), "too few micro-batches: %s", e.msg);
+    // a grid of inputs, valid or not: check then evaluate; never crash, never NaN
+    int evaluated = 0, bad = 0;
+    int64_t devs[] = {1, 2, 3, 8, 64, 1024}, seqs[] = {1, 128, 2048}, gbs[] = {1, 7, 512};
+    int tps[] = {1, 2, 3, 8}, pps[] = {1, 2, 4, 12}, zs[] = {0, 1, 2, 3};
+    const char *models[] = {"gpt2-tiny", "gpt3-175b", "llama2-70b"};
+    for (int mi = 0; mi < 3; mi++) {
+        plan_model_preset(&m, models[mi], &e);
+        for (int a = 0; a < 6; a++) for (int b = 0; b < 3; b++) for (int g = 0; g < 3; g++)
+        for (int t = 0; t < 4; t++) for (int p = 0; p < 4; p++) for (int z = 0; z < 4; z++) {
+            PlanCluster cc = cluster(devs[a]);
+            PlanJob jj = {seqs[b], gbs[g], 1, 1e12};
+            int dp = (int)(devs[a] / (tps[t] * pps[p]));
+            PlanLayout ll = {.dp = dp > 0 ? dp : 1, .tp = tps[t], .pp = pps[p], .zero = zs[z], .recompute = (a + b) % 3,
+                             .precision = (PlanPrecision)(g % 3), .sp = t % 2, .fused_attention = p % 2,
+                             .schedule = (PlanSchedule)(z % 2)};
+            if (plan_check(&m, &cc, &jj, &ll, &e)) continue;
+            PlanResult r;
+            plan_eval(&m, &cc, &jj, &ll, &r);
+            evaluated++;
+            bad += !isfinite(r.total) || !isfinite(r.t_step) || r.t_step <= 0 || r.total <= 0 || !isfinite(r.mfu);
+        }
+    }
+    EXPECT(evaluated > 100 && bad == 0, "%d layouts evaluated, %d with non-finite results", evaluated, bad);
+}
+
+int main(void) {
+    kernels_set_threads(2);
+    RUN(test_param_counts);
+    RUN(test_zero_states);
+    RUN(test_activations_and_flops);
+    RUN(test_megatron_estimates);
+    RUN(test_against_tessera);
+    RUN(test_invalid_and_sweep);
+    return test_finish();
+}
