@@ -26,6 +26,8 @@ enum {
     SEG_BYTES = 1 << 30,   // virtual size of the segment (pages appear when touched)
 };
 
+#define SEQ_BUSY UINT64_MAX      // a descriptor being rewritten
+
 typedef struct {                 // per rank, in a communicator's area
     _Atomic uint64_t seq;        // last collective entered
     int32_t op, dtype, root, color;
@@ -152,10 +154,15 @@ static void publish(Local *l, const OpDesc *d) {
     l->cur = d;
     l->t_start = timer_now();
     RankDesc *me = &l->a->desc[l->me];
+    // a seqlock: readers skip a descriptor whose seq is SEQ_BUSY or changes
+    // while they read it
+    atomic_store(&me->seq, SEQ_BUSY);
+    atomic_thread_fence(memory_order_seq_cst);
     me->op = d->op;
     me->dtype = d->dtype;
     me->root = d->root;
     me->count = d->count;
+    atomic_thread_fence(memory_order_seq_cst);
     atomic_store(&me->seq, d->seq);
 }
 
@@ -166,9 +173,11 @@ static int check_peers(Local *l, const OpDesc *d, Err *err) {
         // A peer may already have left this collective and be publishing
         // its next one: read its descriptor like a seqlock, skip it then.
         uint64_t s1 = atomic_load(&o->seq);
+        atomic_thread_fence(memory_order_seq_cst);
         RankDesc snap = {.op = o->op, .dtype = o->dtype, .root = o->root, .count = o->count};
+        atomic_thread_fence(memory_order_seq_cst);
         uint64_t s2 = atomic_load(&o->seq);
-        if (s1 != s2 || s1 > d->seq) continue;
+        if (s1 != s2 || s1 == SEQ_BUSY || s1 > d->seq) continue;
         const RankDesc *q = &snap;
         int same_root = d->op != OP_BROADCAST || q->root == d->root;
         if (s1 != d->seq || q->op != d->op || q->dtype != d->dtype || q->count != d->count || !same_root)
@@ -291,9 +300,7 @@ static int l_broadcast(void *be, const OpDesc *d, void *buf, uint64_t *sent, uin
 
 static int l_send(void *be, const OpDesc *d, const void *buf, int peer, uint64_t *sent, Err *err) {
     Local *l = be;
-    l->cur = d;
-    l->t_start = timer_now();
-    atomic_store(&l->a->desc[l->me].seq, d->seq);
+    publish(l, d);
     Mailbox *mb = mailbox(l, l->me, peer);
     size_t bytes = d->count * comm_dtype_size(d->dtype);
     for (size_t off = 0; off < bytes || off == 0; off += P2P) {
@@ -312,9 +319,7 @@ static int l_send(void *be, const OpDesc *d, const void *buf, int peer, uint64_t
 
 static int l_recv(void *be, const OpDesc *d, void *buf, int peer, uint64_t *recv, Err *err) {
     Local *l = be;
-    l->cur = d;
-    l->t_start = timer_now();
-    atomic_store(&l->a->desc[l->me].seq, d->seq);
+    publish(l, d);
     Mailbox *mb = mailbox(l, peer, l->me);
     size_t bytes = d->count * comm_dtype_size(d->dtype);
     for (size_t off = 0; off < bytes || off == 0; off += P2P) {
