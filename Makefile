@@ -48,7 +48,7 @@ else
   MPI_MSG := MPI ✗ (install libopenmpi-dev for multi-node runs)
 endif
 
-SRC_DIRS := core kernels model train data io comm plan
+SRC_DIRS := core kernels model train data io comm parallel plan
 LIB_SRC  := $(foreach d,$(SRC_DIRS),$(wildcard src/$(d)/*.c))
 CLI_SRC  := $(wildcard src/cli/*.c)
 BUILD    := build

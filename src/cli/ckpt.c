@@ -1,5 +1,6 @@
 // tessera export / import / ckpt info — moving weights to and from the
 // Hugging Face ecosystem, and looking inside a checkpoint.
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -92,10 +93,47 @@ fail:
     return cli_fail("import", &e);
 }
 
+// tessera ckpt diff A B: the largest difference between two checkpoints'
+// parameters (same model), absolute and relative to the largest magnitude.
+static int ckpt_diff(const char *pa, const char *pb) {
+    Err e = {0};
+    Ckpt *a = NULL, *b = NULL;
+    ModelConfig ca, cb;
+    Stage sa, sb;
+    memset(&sa, 0, sizeof sa);
+    memset(&sb, 0, sizeof sb);
+    int rc = 2;
+    if (ckpt_open(&a, pa, &e) || ckpt_open(&b, pb, &e) || ckpt_config(a, &ca, &e) || ckpt_config(b, &cb, &e)) goto out;
+    if (memcmp(&ca.n_layer, &cb.n_layer, sizeof ca - sizeof ca.name)) { err_set(&e, ERR_USAGE, "the two checkpoints hold different models"); goto out; }
+    ModelSlice sl = slice_whole(&ca);
+    if (stage_init(&sa, &ca, &sl, 1, 1, &e) || stage_init(&sb, &cb, &sl, 1, 1, &e) || ckpt_load(a, &sa, NULL, &e) ||
+        ckpt_load(b, &sb, NULL, &e))
+        goto out;
+    double dmax = 0, vmax = 0;
+    const char *worst = "";
+    for (int k = 0; k < sa.table.n; k++) {
+        const ParamInfo *p = &sa.table.p[k];
+        for (size_t i = 0; i < p->numel; i++) {
+            double x = sa.params[p->offset + i], y = sb.params[p->offset + i], d = fabs(x - y);
+            if (d > dmax) { dmax = d; worst = p->name; }
+            if (fabs(x) > vmax) vmax = fabs(x);
+        }
+    }
+    printf("max |a-b| %.6g (in %s), max |a| %.6g, max relative difference %.6g\n", dmax, worst, vmax, vmax ? dmax / vmax : 0);
+    rc = 0;
+out:
+    stage_free(&sa);
+    stage_free(&sb);
+    ckpt_close(a);
+    ckpt_close(b);
+    return rc ? cli_fail("ckpt diff", &e) : 0;
+}
+
 int cmd_ckpt(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[0], "diff")) return ckpt_diff(argv[1], argv[2]);
     if (argc < 1 || (strcmp(argv[0], "info") && strcmp(argv[0], "--help") && strcmp(argv[0], "-h"))) {
         Err e;
-        err_set(&e, ERR_USAGE, "usage: tessera ckpt info PATH");
+        err_set(&e, ERR_USAGE, "usage: tessera ckpt info PATH | tessera ckpt diff PATH_A PATH_B");
         return cli_fail("ckpt", &e);
     }
     if (argv[0][0] == '-' || (argc > 1 && !strcmp(argv[1], "--help"))) {

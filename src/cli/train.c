@@ -6,14 +6,35 @@
 
 #include "cli/cli.h"
 #include "cli/flags.h"
+#include "comm/mpi.h"
+#include "comm/run.h"
 #include "train/trainer.h"
+
+typedef struct { const TrainConfig *tc; int dp; } RankArgs;
+
+// One data-parallel rank: rank 0 prints, the others keep quiet.
+static int train_rank(Comm *world, void *arg) {
+    RankArgs *ra = arg;
+    Err e = {0};
+    if (comm_size(world) != ra->dp) {
+        fprintf(stderr, "tessera train: --dp %d but %d ranks were started\n", ra->dp, comm_size(world));
+        return 2;
+    }
+    if (comm_rank(world) != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+    if (train_run(ra->tc, world, &e)) {
+        fprintf(stderr, "tessera train: rank %d: %s\n", comm_rank(world), e.msg);
+        return e.code ? e.code : 1;
+    }
+    return 0;
+}
 
 int cmd_train(int argc, char **argv) {
     const char *model = "gpt2-tiny", *config = NULL, *data = NULL, *tokenizer = "gpt2", *log = NULL, *val_data = NULL;
     int eval_every = 0, eval_batches = 20;
     const char *schedule = "cosine", *ckpt_dir = NULL;
     const char *init_from = NULL, *resume = NULL;
-    int keep = 0, exit_after = 0;
+    int keep = 0, exit_after = 0, nproc = 1, dp = 1;
+    double bucket_mb = 25, comm_timeout = 0;
     int batch = 8, seq = 0, accum = 1, steps = 100, warmup = 10, log_every = 10, threads = 0, ckpt_every = 0;
     uint64_t seed = 1337;
     double lr = 6e-4, min_lr = -1, wd = 0.1, clip = 1.0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, peak = 0;
@@ -47,7 +68,11 @@ int cmd_train(int argc, char **argv) {
         {"keep", FLAG_INT, &keep, 0, 1 << 30, "K", "keep the newest K checkpoints (default 0: all)", 0},
         {"resume", FLAG_STR, &resume, 0, 0, "[PATH]", "continue from a checkpoint or run directory (alone: --ckpt-dir's latest)", 0},
         {"init-from", FLAG_STR, &init_from, 0, 0, "FILE", "start from a safetensors file with Hugging Face GPT-2 names", 0},
-        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores)", 0},
+        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores; with --nproc, cores/nproc)", 0},
+        {"dp", FLAG_INT, &dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default 1)", 0},
+        {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp); under mpirun leave it out", 0},
+        {"bucket-mb", FLAG_FLOAT, &bucket_mb, 0.001, 1e6, "MB", "data-parallel gradient bucket size (default 25)", 0},
+        {"comm-timeout", FLAG_FLOAT, &comm_timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0},
         {"peak-gflops", FLAG_FLOAT, &peak, 0, 1e9, "X", "peak GFLOP/s for MFU (default: measured SGEMM)", 0},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
@@ -117,7 +142,24 @@ int cmd_train(int argc, char **argv) {
         .beta2 = (float)beta2, .eps = (float)eps, .weight_decay = (float)wd, .clip = (float)clip,
     };
     if (tc.opt.min_lr > tc.opt.lr) { err_set(&e, ERR_USAGE, "--min-lr %g is above --lr %g", min_lr, lr); goto out; }
-    rc = train_run(&tc, &e) ? e.code : 0;
+    tc.bucket_mb = bucket_mb;
+    if (comm_mpi_launched() || nproc > 1 || dp > 1) {
+        int world = comm_mpi_launched() ? -1 : nproc;
+        if (world > 0 && dp != nproc) {
+            err_set(&e, ERR_USAGE, "--dp %d with --nproc %d: every forked rank is a data-parallel rank (set both to N)", dp, nproc);
+            goto out;
+        }
+        if (!threads) tc.threads = omp_get_num_procs() / (world > 0 ? world : 1) > 0 ? omp_get_num_procs() / (world > 0 ? world : 1) : 1;
+        RankArgs ra = {&tc, dp};
+        Err le = {0};
+        if (comm_run(world > 0 ? world : 1, train_rank, &ra, comm_timeout > 0 ? comm_timeout : comm_timeout_default(), &le)) {
+            fprintf(stderr, "tessera train: %s\n", le.msg);
+            rc = le.code ? le.code : 1;
+            e.msg[0] = 0;
+        } else rc = 0;
+        goto out;
+    }
+    rc = train_run(&tc, NULL, &e) ? e.code : 0;
 out:
     json_free(cfg);
     if (rc && e.msg[0]) return cli_fail("train", &e);

@@ -1,7 +1,8 @@
 // comm/comm — the collective-communication library (DESIGN §4): an
 // NCCL/HCCL-shaped API over interchangeable backends.
 //
-// A Comm is a group of ranks. Collectives are called by every rank of the
+// A Comm is a group of ranks. (f64 exists for small exact statistics such as
+// gradient norms.) Collectives are called by every rank of the
 // group in the same order; each call gets a sequence number. Reductions add
 // contributions in rank order (0, 1, ..., n−1), so results are bitwise
 // reproducible and independent of the backend; bf16 and f16 are reduced in
@@ -28,7 +29,7 @@
 typedef struct Comm Comm;
 typedef struct CommRequest CommRequest;
 
-typedef enum { DT_F32, DT_BF16, DT_F16, DT_I32, DT_I64, DT_U8, DT_COUNT } CommDtype;
+typedef enum { DT_F32, DT_BF16, DT_F16, DT_I32, DT_I64, DT_U8, DT_F64, DT_COUNT } CommDtype;
 typedef enum { RED_SUM, RED_MAX } CommRedOp;
 typedef enum {
     OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_BROADCAST, OP_SEND, OP_RECV, OP_BARRIER, OP_SPLIT, OP_COUNT

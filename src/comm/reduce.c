@@ -4,12 +4,12 @@
 #include "comm/comm_impl.h"
 
 size_t comm_dtype_size(CommDtype t) {
-    static const size_t s[DT_COUNT] = {4, 2, 2, 4, 8, 1};
+    static const size_t s[DT_COUNT] = {4, 2, 2, 4, 8, 1, 8};
     return s[t];
 }
 
 const char *comm_dtype_name(CommDtype t) {
-    static const char *n[DT_COUNT] = {"f32", "bf16", "f16", "i32", "i64", "u8"};
+    static const char *n[DT_COUNT] = {"f32", "bf16", "f16", "i32", "i64", "u8", "f64"};
     return t >= 0 && t < DT_COUNT ? n[t] : "?";
 }
 
@@ -68,6 +68,17 @@ void comm_reduce(void *out, const void *const *src, int n, size_t count, CommDty
         if (o != s0) memcpy(o, s0, count * 4);
         for (int r = 1; r < n; r++) {
             const float *s = src[r];
+            if (op == RED_SUM) for (size_t i = 0; i < count; i++) o[i] += s[i];
+            else for (size_t i = 0; i < count; i++) o[i] = s[i] > o[i] || isnan(s[i]) ? s[i] : o[i];
+        }
+        break;
+    }
+    case DT_F64: {
+        double *o = out;
+        const double *s0 = src[0];
+        if (o != s0) memcpy(o, s0, count * 8);
+        for (int r = 1; r < n; r++) {
+            const double *s = src[r];
             if (op == RED_SUM) for (size_t i = 0; i < count; i++) o[i] += s[i];
             else for (size_t i = 0; i < count; i++) o[i] = s[i] > o[i] || isnan(s[i]) ? s[i] : o[i];
         }

@@ -24,6 +24,7 @@
 typedef struct ModelSlice {
     int layer_begin, layer_end;
     int tp_rank, tp_size;
+    int pad_multiple;   // flat buffers are padded to a multiple of this many floats (ZeRO shards); 0 or 1: none
 } ModelSlice;
 
 ModelSlice slice_whole(const ModelConfig *c);

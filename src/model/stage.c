@@ -157,7 +157,9 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
             CHECKF(p, "missing %s", nm);
             a->blk_off[i][k] = p->offset;
         }
-    size_t pbytes = s->table.total * sizeof(float);
+    size_t pm = slice->pad_multiple > 1 ? (size_t)slice->pad_multiple : 1;
+    s->padded_total = (s->table.total + pm - 1) / pm * pm;
+    size_t pbytes = s->padded_total * sizeof(float);
     a->act_bytes = layout(a, B, T, cfg->d_model, a->Vl, NULL, 1);
     a->ws_bytes = layout(a, B, T, cfg->d_model, a->Vl, NULL, 0);
     s->params = mem_alloc(MEM_PARAMS, pbytes);
@@ -272,13 +274,31 @@ double stage_forward(Stage *s, const int *tokens, const int *targets, int B, int
     return sum;
 }
 
+// Tells the grad_ready hook that tensors from block i (or, for i = nl, the
+// tensors after the last block) onwards are final.
+static void ready_from_block(Stage *s, int i) {
+    if (!s->grad_ready) return;
+    size_t off = i < s->acts->nl ? s->acts->blk_off[i][0] : s->table.total;
+    if (i == s->acts->nl) {   // ln_f (and the head) follow the last block
+        const ParamInfo *p = ptable_find(&s->table, "ln_f.weight");
+        off = p ? p->offset : s->table.total;
+    }
+    s->grad_ready(s->grad_ready_ctx, off);
+}
+
 void stage_backward(Stage *s, const int *tokens, int B, int T) {
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     StageActs *a = s->acts;
-    for (int i = a->nl - 1; i >= 0; i--) block_backward(s, i, block_input(s, i), B, T);
+    ready_from_block(s, a->nl);
+    for (int i = a->nl - 1; i >= 0; i--) {
+        block_backward(s, i, block_input(s, i), B, T);
+        // wte (before the blocks) is final only after the embedding
+        if (i > 0 || !slice_is_first(&s->slice)) ready_from_block(s, i);
+    }
     if (slice_is_first(&s->slice))
         embedding_backward(tensor(s, s->grads, "wte.weight"), tensor(s, s->grads, "wpe.weight"), a->dres, tokens, B,
                            T, s->cfg.d_model, a->v0, a->Vl);
+    if (s->grad_ready) s->grad_ready(s->grad_ready_ctx, 0);
 }
 
 void stage_logits(Stage *s, int B, int T, int pos, float *logits) {

@@ -26,8 +26,14 @@ typedef struct Stage {
     ModelConfig cfg;
     ModelSlice slice;
     ParamTable table;
-    float *params;     // table.total floats (MEM_PARAMS)
-    float *grads;      // table.total floats (MEM_GRADS)
+    float *params;     // padded_total floats (MEM_PARAMS)
+    float *grads;      // padded_total floats (MEM_GRADS)
+    size_t padded_total;   // table.total rounded up to slice.pad_multiple (the tail stays zero)
+    // Called during stage_backward each time the gradients of every tensor
+    // at flat offset >= ready are final (after the head, each block, and the
+    // embeddings with ready = 0): data-parallel buckets start reducing then.
+    void (*grad_ready)(void *ctx, size_t ready);
+    void *grad_ready_ctx;
     int B, T;          // activation capacity
     StageActs *acts;
 } Stage;

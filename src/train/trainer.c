@@ -14,6 +14,8 @@
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "io/hf_gpt2.h"
+#include "parallel/ddp.h"
+#include "core/checksum.h"
 #include "kernels/matmul.h"
 #include "model/stage.h"
 
@@ -133,7 +135,9 @@ static int choose_model(const TrainConfig *tc, const Tokenizer *tok, ModelConfig
     return 0;
 }
 
-int train_run(const TrainConfig *tc, Err *err) {
+int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
+    int rank = dp ? comm_rank(dp) : 0, D = dp ? comm_size(dp) : 1;
+    Ddp *ddp = NULL;
     Tokenizer tok;
     if (tokenizer_open(&tok, tc->tokenizer, err)) return -1;
     ModelConfig mc;
@@ -147,7 +151,7 @@ int train_run(const TrainConfig *tc, Err *err) {
     memset(&st, 0, sizeof st);
     if (choose_model(tc, &tok, &mc, &ck, &sf, err)) goto done;
     if (tc->threads > 0) kernels_set_threads(tc->threads);
-    LoaderOptions lo = {.T = tc->seq, .B = tc->batch, .rank = 0, .ranks = 1, .seed = tc->seed,
+    LoaderOptions lo = {.T = tc->seq, .B = tc->batch, .rank = rank, .ranks = D, .seed = tc->seed,
                         .split = SPLIT_TRAIN, .prefetch = 1};
     if (loader_open(&ld, tc->data, &tok, &lo, err)) { err_prefix(err, "--data"); goto done; }
     lo.split = SPLIT_VAL;
@@ -179,7 +183,22 @@ int train_run(const TrainConfig *tc, Err *err) {
     } else {
         ptable_init(&st.table, st.params, tc->seed);
     }
-    if (tc->log_path && !(log = fopen(tc->log_path, "a"))) {
+    if (dp && D > 1) {
+        // Parameters start identical by construction (init by global index,
+        // or the same file); verify it before the first step.
+        int32_t mine = (int32_t)crc32c(0, st.params, st.table.total * sizeof(float)), *all = calloc((size_t)D, 4);
+        if (!all || comm_allgather(dp, &mine, all, 1, DT_I32, err)) { free(all); goto done; }
+        for (int r = 1; r < D; r++)
+            if (all[r] != all[0]) {
+                err_set(err, ERR_RUN, "data-parallel ranks 0 and %d start from different parameters (checksums %08x, %08x)",
+                        r, (unsigned)all[0], (unsigned)all[r]);
+                free(all);
+                goto done;
+            }
+        free(all);
+        if (ddp_init(&ddp, dp, &st.table, st.grads, tc->bucket_mb, err)) goto done;
+    }
+    if (rank == 0 && tc->log_path && !(log = fopen(tc->log_path, "a"))) {
         err_set(err, ERR_USAGE, "--log %s: %s", tc->log_path, strerror(errno));
         goto done;
     }
@@ -188,7 +207,7 @@ int train_run(const TrainConfig *tc, Err *err) {
     if (!inp || !tgt) { err_set(err, ERR_RUN, "out of memory"); goto done; }
 
     int B = tc->batch, T = tc->seq, K = tc->accum;
-    double tokens_per_step = (double)B * T * K;
+    double tokens_per_step = (double)B * T * K * D;
     double flops_tok = train_flops_per_token(&mc, T);
     double peak = tc->peak_gflops;
     const char *peak_src = "--peak-gflops";
@@ -204,8 +223,11 @@ int train_run(const TrainConfig *tc, Err *err) {
         printf("val:       %lld tokens, %lld sequences; evaluated %s%s, %s\n", (long long)loader_tokens(val),
                (long long)loader_samples(val), tc->eval_every > 0 ? "every --eval-every steps and " : "",
                "at the end", tc->eval_batches ? "first --eval-batches batches" : "all of it");
-    printf("batch:     %d × %d tokens × %d accumulation = %.0f tokens per step, %d steps\n", B, T, K,
+    printf("batch:     %d × %d tokens × %d accumulation × %d ranks = %.0f tokens per step, %d steps\n", B, T, K, D,
            tokens_per_step, tc->steps);
+    if (ddp)
+        printf("parallel:  data parallel over %d ranks (%s backend), gradients in %d buckets of ≤ %g MB, overlapped with backward\n",
+               D, comm_backend(dp), ddp_nbuckets(ddp), tc->bucket_mb);
     printf("optimizer: AdamW lr %g → %g (%s, warmup %d), betas %g/%g, eps %g, weight decay %g, clip %g\n",
            tc->opt.lr, tc->opt.schedule == LR_COSINE ? tc->opt.min_lr : tc->opt.lr,
            tc->opt.schedule == LR_COSINE ? "cosine" : "constant", tc->opt.warmup, tc->opt.beta1, tc->opt.beta2,
@@ -227,7 +249,15 @@ int train_run(const TrainConfig *tc, Err *err) {
         for (int k = 0; k < K; k++) {
             loader_next(ld, inp, tgt);
             loss_sum += stage_forward(&st, inp, tgt, B, T, dscale);
+            // only the last micro-batch's backward synchronises
+            st.grad_ready = ddp && k == K - 1 ? ddp_ready : NULL;
+            st.grad_ready_ctx = ddp;
             stage_backward(&st, inp, B, T);
+        }
+        st.grad_ready = NULL;
+        if (ddp) {
+            double ls = loss_sum;
+            if (ddp_finish(ddp, err) || comm_allreduce(dp, &ls, &loss_sum, 1, DT_F64, RED_SUM, err)) goto done;
         }
         double loss = loss_sum / tokens_per_step;
         double norm = sqrt(sum_squares(st.grads, st.table.total));
@@ -241,7 +271,7 @@ int train_run(const TrainConfig *tc, Err *err) {
         }
         int last = step + 1 == tc->steps;
         if ((step + 1) % tc->log_every == 0 || last || step == 0) {
-            double tps = tokens_per_step / dt, mfu = tps * flops_tok / (peak * 1e9);
+            double tps = tokens_per_step / dt, mfu = tps * flops_tok / (peak * 1e9 * D);
             if (tc->progress) printf("\r\033[K");
             printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%\n", step + 1,
                    tc->steps, loss, lr, norm, dt * 1e3, tps, 100 * mfu);
@@ -254,20 +284,20 @@ int train_run(const TrainConfig *tc, Err *err) {
             }
         }
         if (tc->exit_after > 0 && step + 1 == tc->exit_after && !last) {
-            if (tc->ckpt_dir && save_ckpt(tc, step + 1, &st, &opt, ld, err)) goto done;
+            if (rank == 0 && tc->ckpt_dir && save_ckpt(tc, step + 1, &st, &opt, ld, err)) goto done;
             printf("stopped:   after step %d of %d (--exit-after); continue with --resume\n", step + 1, tc->steps);
             rc = 0;
             goto done;
         }
         if (val && tc->eval_every > 0 && (step + 1) % tc->eval_every == 0 && !last) run_eval(tc, &st, val, step + 1, log);
         if (tc->progress && !last) progress_bar(step + 1, tc->steps, timer_now() - t_start);
-        if (tc->ckpt_dir && tc->ckpt_every > 0 && (step + 1) % tc->ckpt_every == 0 && !last &&
+        if (rank == 0 && tc->ckpt_dir && tc->ckpt_every > 0 && (step + 1) % tc->ckpt_every == 0 && !last &&
             save_ckpt(tc, step + 1, &st, &opt, ld, err))
             goto done;
     }
     double total = timer_now() - t_start;
     if (val) run_eval(tc, &st, val, tc->steps, log);
-    if (tc->ckpt_dir && start < tc->steps && save_ckpt(tc, tc->steps, &st, &opt, ld, err)) goto done;
+    if (rank == 0 && tc->ckpt_dir && start < tc->steps && save_ckpt(tc, tc->steps, &st, &opt, ld, err)) goto done;
     if (start < tc->steps)
         printf("done:      %d steps in %.1f s, %.0f tokens/s average\n", tc->steps - start, total,
                tokens_per_step * (tc->steps - start) / total);
@@ -279,6 +309,7 @@ done:
     free(tgt);
     adamw_free(&opt);
     stage_free(&st);
+    ddp_free(ddp);
     loader_free(ld);
     loader_free(val);
     ckpt_close(ck);

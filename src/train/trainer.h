@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/check.h"
+#include "comm/comm.h"
 #include "data/loader.h"
 #include "model/config.h"
 #include "model/stage.h"
@@ -33,6 +34,7 @@ typedef struct TrainConfig {
     OptimConfig opt;
     double peak_gflops;        // MFU denominator; 0 = measure SGEMM at start
     int progress;              // draw a progress bar (stdout is a terminal)
+    double bucket_mb;          // data-parallel gradient bucket size
 } TrainConfig;
 
 // FLOPs of one training step per token: 6·N + 12·L·T·C (PaLM's convention:
@@ -45,7 +47,10 @@ double train_flops_per_token(const ModelConfig *c, int T);
 double train_evaluate(Stage *st, Loader *val, int max_batches, int64_t *ntok);
 
 // Runs the whole training; prints the header, one line per logged step and
-// a summary to stdout. Returns 0, or -1 with err set.
-int train_run(const TrainConfig *tc, Err *err);
+// a summary to stdout. With dp (a communicator of data-parallel ranks; NULL
+// for one process) every rank trains on its share of each global batch of
+// batch·dp·grad_accum sequences and gradients are averaged across ranks in
+// buckets overlapped with backward. Returns 0, or -1 with err set.
+int train_run(const TrainConfig *tc, Comm *dp, Err *err);
 
 #endif

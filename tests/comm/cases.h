@@ -51,6 +51,7 @@ static void fill(void *buf, CommDtype t, size_t n, int rank, uint64_t salt) {
         case DT_F16: ((uint16_t *)buf)[i] = ff16((float)(u * 10 + (u < 0 ? -1 : 1))); break;
         case DT_I32: ((int32_t *)buf)[i] = (int32_t)(u * 2e9); break;
         case DT_I64: ((int64_t *)buf)[i] = (int64_t)(u * 9e18); break;
+        case DT_F64: ((double *)buf)[i] = u * 1e3; break;
         default: ((uint8_t *)buf)[i] = (uint8_t)(u * 255); break;
         }
     }
@@ -66,6 +67,11 @@ static void reference(void *ref, CommDtype t, CommRedOp op, size_t count, int n,
             switch (t) {
             case DT_F32: {
                 float *o = (float *)ref + i, v = ((float *)x)[i];
+                *o = r == 0 ? v : op == RED_SUM ? *o + v : (v > *o ? v : *o);
+                break;
+            }
+            case DT_F64: {
+                double *o = (double *)ref + i, v = ((double *)x)[i];
                 *o = r == 0 ? v : op == RED_SUM ? *o + v : (v > *o ? v : *o);
                 break;
             }

@@ -69,7 +69,7 @@ static void test_roundtrip(void) {
 static void test_slices_across_files(void) {
     Err e;
     ModelConfig c = tiny();
-    ModelSlice whole = slice_whole(&c), h0 = {0, c.n_layer, 0, 2}, h1 = {0, c.n_layer, 1, 2};
+    ModelSlice whole = slice_whole(&c), h0 = {0, c.n_layer, 0, 2, 1}, h1 = {0, c.n_layer, 1, 2, 1};
     Stage w, a, b, w2;
     EXPECT(stage_init(&w, &c, &whole, 1, 8, &e) == 0 && stage_init(&a, &c, &h0, 1, 8, &e) == 0 &&
            stage_init(&b, &c, &h1, 1, 8, &e) == 0 && stage_init(&w2, &c, &whole, 1, 8, &e) == 0, "%s", e.msg);

@@ -74,7 +74,7 @@ static void test_init(void) {
     const ParamInfo *g = ptable_find(&t, "ln_f.weight");
     EXPECT(a[g->offset] == 1.0f && a[g->offset + 15] == 1.0f, "norm gains start at one");
     // A tensor-parallel slice draws exactly the global elements it holds.
-    ModelSlice s2 = {0, 2, 1, 2};
+    ModelSlice s2 = {0, 2, 1, 2, 1};
     ParamTable t2;
     EXPECT(ptable_build(&t2, &c, &s2, &e) == 0, "%s", e.msg);
     float *h = mem_alloc(MEM_PARAMS, t2.total * 4);

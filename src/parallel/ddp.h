@@ -1,0 +1,31 @@
+// parallel/ddp — data-parallel gradient synchronisation in buckets,
+// overlapped with the backward pass.
+//
+// The flat gradient buffer is cut into buckets of about bucket_mb, whole
+// tensors each, from the end of the buffer (the last layers, whose
+// gradients are final first). During the last micro-batch's backward the
+// stage reports how far its gradients are final (Stage.grad_ready); every
+// bucket entirely past that point starts its allreduce (non-blocking, on
+// the communicator's progress thread) while backward goes on. ddp_finish
+// starts what is left and waits for all of it.
+#ifndef TSR_PARALLEL_DDP_H
+#define TSR_PARALLEL_DDP_H
+
+#include "comm/comm.h"
+#include "core/check.h"
+#include "model/params.h"
+
+typedef struct Ddp Ddp;
+
+int ddp_init(Ddp **out, Comm *dp, const ParamTable *t, float *grads, double bucket_mb, Err *err);
+void ddp_free(Ddp *d);
+int ddp_nbuckets(const Ddp *d);
+// The Stage.grad_ready hook (ctx is the Ddp).
+void ddp_ready(void *ctx, size_t ready);
+// Starts the remaining buckets, waits for every allreduce; 0 or -1 with err.
+int ddp_finish(Ddp *d, Err *err);
+// Seconds spent waiting in ddp_finish in total (communication not hidden
+// behind backward).
+double ddp_wait_seconds(const Ddp *d);
+
+#endif
