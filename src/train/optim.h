@@ -38,6 +38,11 @@ void adamw_free(AdamW *a);
 void adamw_step(AdamW *a, const ParamTable *t, float *params, const float *grads, float lr,
                 const OptimConfig *o, float grad_scale);
 
+// The same update for the flat range [lo, hi) of the parameters only (a
+// ZeRO shard): grads, and the moments of a (sized hi − lo), are indexed from lo.
+void adamw_step_range(AdamW *a, const ParamTable *t, float *params, const float *grads, size_t lo, size_t hi, float lr,
+                      const OptimConfig *o, float grad_scale);
+
 // Sum of squares of g (n) in double, in a fixed order (blocks summed in
 // order), so the value does not depend on the thread count.
 double sum_squares(const float *g, size_t n);

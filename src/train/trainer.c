@@ -60,14 +60,33 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls) {
     return b.s;
 }
 
-static int save_ckpt(const TrainConfig *tc, int step, const Stage *st, const AdamW *opt, const Loader *ld, Err *err) {
-    char *meta = train_meta_json(tc, step, loader_state(ld));
-    double t0 = timer_now();
-    int rc = ckpt_save(tc->ckpt_dir, step, st, opt, meta, tc->keep, err);
-    free(meta);
-    if (rc == 0) printf("checkpoint: %s/step_%08d (%.2f s)\n", tc->ckpt_dir, step, timer_now() - t0);
+// Saves a checkpoint. Every rank calls it: under ZeRO the optimizer shards
+// are first gathered so that rank 0 writes a complete (consolidated)
+// checkpoint, loadable into any layout.
+static int save_ckpt(const TrainConfig *tc, int step, const Stage *st, const AdamW *opt, const Loader *ld, Comm *dp,
+                     int rank, Err *err) {
+    AdamW full = *opt;
+    int rc = 0;
+    if (tc->zero && dp) {
+        size_t S = opt->n, P = (size_t)comm_size(dp) * S;
+        full.m = mem_alloc(MEM_WORKSPACE, P * sizeof(float));
+        full.v = mem_alloc(MEM_WORKSPACE, P * sizeof(float));
+        if (!full.m || !full.v) rc = err_set(err, ERR_RUN, "out of memory gathering the optimizer state for a checkpoint");
+        if (!rc && (comm_allgather(dp, opt->m, full.m, S, DT_F32, err) || comm_allgather(dp, opt->v, full.v, S, DT_F32, err)))
+            rc = -1;
+        full.n = P;
+    }
+    if (!rc && rank == 0) {
+        char *meta = train_meta_json(tc, step, loader_state(ld));
+        double t0 = timer_now();
+        rc = ckpt_save(tc->ckpt_dir, step, st, &full, meta, tc->keep, err);
+        free(meta);
+        if (rc == 0) printf("checkpoint: %s/step_%08d (%.2f s)\n", tc->ckpt_dir, step, timer_now() - t0);
+    }
+    if (full.m != opt->m) { mem_free(full.m); mem_free(full.v); }
     return rc;
 }
+
 
 double train_evaluate(Stage *st, Loader *val, int max_batches, int64_t *ntok) {
     int B = st->B, T = st->T;
@@ -138,6 +157,8 @@ static int choose_model(const TrainConfig *tc, const Tokenizer *tok, ModelConfig
 int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
     int rank = dp ? comm_rank(dp) : 0, D = dp ? comm_size(dp) : 1;
     Ddp *ddp = NULL;
+    float *gshard = NULL;
+    if (tc->zero && (!dp || D < 2)) return err_set(err, ERR_USAGE, "--zero %d needs data parallelism (--dp 2 or more)", tc->zero);
     Tokenizer tok;
     if (tokenizer_open(&tok, tc->tokenizer, err)) return -1;
     ModelConfig mc;
@@ -166,10 +187,24 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             loader_open(&val, tc->data, &tok, &lo, err)) { err_prefix(err, "--data (validation shards)"); goto done; }
     }
     ModelSlice slice = slice_whole(&mc);
+    if (tc->zero) slice.pad_multiple = D;   // whole shards
     if (stage_init(&st, &mc, &slice, tc->batch, tc->seq, err)) goto done;
-    if (adamw_init(&opt, st.table.total, err)) goto done;
+    // ZeRO-1: this rank owns [shard_lo, shard_lo + S) of the flat buffers; its moments
+    // and gradient shard are S long.
+    size_t S = tc->zero ? st.padded_total / (size_t)D : st.table.total, shard_lo = tc->zero ? (size_t)rank * S : 0;
+    if (adamw_init(&opt, S, err)) goto done;
+    if (tc->zero && !(gshard = mem_alloc(MEM_GRADS, S * sizeof(float)))) { err_set(err, ERR_RUN, "out of memory"); goto done; }
     if (ck) {
-        if (ckpt_load(ck, &st, &opt, err)) goto done;
+        if (tc->zero) {   // load the whole optimizer state, keep this rank's shard
+            AdamW full;
+            if (adamw_init(&full, st.padded_total, err)) goto done;
+            int lr_ = ckpt_load(ck, &st, &full, err);
+            memcpy(opt.m, full.m + shard_lo, S * sizeof(float));
+            memcpy(opt.v, full.v + shard_lo, S * sizeof(float));
+            opt.t = full.t;
+            adamw_free(&full);
+            if (lr_) goto done;
+        } else if (ckpt_load(ck, &st, &opt, err)) goto done;
         start = (int)ckpt_step(ck);
         const Json *ls = json_get(json_get(ckpt_meta(ck), "train"), "loader");
         int64_t e = 0, p = 0;
@@ -196,7 +231,7 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
                 goto done;
             }
         free(all);
-        if (ddp_init(&ddp, dp, &st.table, st.grads, tc->bucket_mb, err)) goto done;
+        if (!tc->zero && ddp_init(&ddp, dp, &st.table, st.grads, tc->bucket_mb, err)) goto done;
     }
     if (rank == 0 && tc->log_path && !(log = fopen(tc->log_path, "a"))) {
         err_set(err, ERR_USAGE, "--log %s: %s", tc->log_path, strerror(errno));
@@ -225,6 +260,10 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
                "at the end", tc->eval_batches ? "first --eval-batches batches" : "all of it");
     printf("batch:     %d × %d tokens × %d accumulation × %d ranks = %.0f tokens per step, %d steps\n", B, T, K, D,
            tokens_per_step, tc->steps);
+    if (tc->zero)
+        printf("parallel:  data parallel over %d ranks (%s backend), ZeRO-1: optimizer state sharded (%zu of %zu floats per rank); "
+               "gradients reduce-scattered after backward, parameters allgathered after the update\n",
+               D, comm_backend(dp), S, st.padded_total);
     if (ddp)
         printf("parallel:  data parallel over %d ranks (%s backend), gradients in %d buckets of ≤ %g MB, overlapped with backward\n",
                D, comm_backend(dp), ddp_nbuckets(ddp), tc->bucket_mb);
@@ -255,15 +294,29 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             stage_backward(&st, inp, B, T);
         }
         st.grad_ready = NULL;
-        if (ddp) {
+        if (dp && D > 1) {
             double ls = loss_sum;
-            if (ddp_finish(ddp, err) || comm_allreduce(dp, &ls, &loss_sum, 1, DT_F64, RED_SUM, err)) goto done;
+            if ((ddp && ddp_finish(ddp, err)) || comm_allreduce(dp, &ls, &loss_sum, 1, DT_F64, RED_SUM, err)) goto done;
         }
-        double loss = loss_sum / tokens_per_step;
-        double norm = sqrt(sum_squares(st.grads, st.table.total));
-        float gscale = (tc->opt.clip > 0 && norm > tc->opt.clip) ? (float)(tc->opt.clip / norm) : 1.0f;
+        double loss = loss_sum / tokens_per_step, norm;
         float lr = lr_at(&tc->opt, step);
-        adamw_step(&opt, &st.table, st.params, st.grads, lr, &tc->opt, gscale);
+        if (tc->zero) {
+            // reduce-scatter the gradients; the global norm from the shards;
+            // AdamW on this rank's shard; allgather the parameters
+            double ss, ss_all;
+            if (comm_reduce_scatter(dp, st.grads, gshard, st.padded_total, DT_F32, RED_SUM, err)) goto done;
+            ss = sum_squares(gshard, S);
+            if (comm_allreduce(dp, &ss, &ss_all, 1, DT_F64, RED_SUM, err)) goto done;
+            norm = sqrt(ss_all);
+            float gscale = (tc->opt.clip > 0 && norm > tc->opt.clip) ? (float)(tc->opt.clip / norm) : 1.0f;
+            adamw_step_range(&opt, &st.table, st.params, gshard, shard_lo, shard_lo + S, lr, &tc->opt, gscale);
+            memcpy(gshard, st.params + shard_lo, S * sizeof(float));
+            if (comm_allgather(dp, gshard, st.params, S, DT_F32, err)) goto done;
+        } else {
+            norm = sqrt(sum_squares(st.grads, st.table.total));
+            float gscale = (tc->opt.clip > 0 && norm > tc->opt.clip) ? (float)(tc->opt.clip / norm) : 1.0f;
+            adamw_step(&opt, &st.table, st.params, st.grads, lr, &tc->opt, gscale);
+        }
         double dt = timer_now() - t0;
         if (!isfinite(loss)) {
             err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
@@ -278,26 +331,29 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             fflush(stdout);
             if (log) {
                 fprintf(log, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms\":%.3f,"
-                             "\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"mem_peak_bytes\":%zu}\n",
-                        step + 1, loss, lr, norm, dt * 1e3, tps, mfu, mem_peak_total());
+                             "\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"mem_peak_bytes\":%zu,\"mem\":{\"params\":%zu,"
+                             "\"grads\":%zu,\"optim\":%zu,\"acts\":%zu,\"comm\":%zu,\"workspace\":%zu}}\n",
+                        step + 1, loss, lr, norm, dt * 1e3, tps, mfu, mem_peak_total(), mem_peak(MEM_PARAMS),
+                        mem_peak(MEM_GRADS), mem_peak(MEM_OPTIM), mem_peak(MEM_ACTS), mem_peak(MEM_COMM),
+                        mem_peak(MEM_WORKSPACE));
                 fflush(log);
             }
         }
         if (tc->exit_after > 0 && step + 1 == tc->exit_after && !last) {
-            if (rank == 0 && tc->ckpt_dir && save_ckpt(tc, step + 1, &st, &opt, ld, err)) goto done;
+            if (tc->ckpt_dir && save_ckpt(tc, step + 1, &st, &opt, ld, dp, rank, err)) goto done;
             printf("stopped:   after step %d of %d (--exit-after); continue with --resume\n", step + 1, tc->steps);
             rc = 0;
             goto done;
         }
         if (val && tc->eval_every > 0 && (step + 1) % tc->eval_every == 0 && !last) run_eval(tc, &st, val, step + 1, log);
         if (tc->progress && !last) progress_bar(step + 1, tc->steps, timer_now() - t_start);
-        if (rank == 0 && tc->ckpt_dir && tc->ckpt_every > 0 && (step + 1) % tc->ckpt_every == 0 && !last &&
-            save_ckpt(tc, step + 1, &st, &opt, ld, err))
+        if (tc->ckpt_dir && tc->ckpt_every > 0 && (step + 1) % tc->ckpt_every == 0 && !last &&
+            save_ckpt(tc, step + 1, &st, &opt, ld, dp, rank, err))
             goto done;
     }
     double total = timer_now() - t_start;
     if (val) run_eval(tc, &st, val, tc->steps, log);
-    if (rank == 0 && tc->ckpt_dir && start < tc->steps && save_ckpt(tc, tc->steps, &st, &opt, ld, err)) goto done;
+    if (tc->ckpt_dir && start < tc->steps && save_ckpt(tc, tc->steps, &st, &opt, ld, dp, rank, err)) goto done;
     if (start < tc->steps)
         printf("done:      %d steps in %.1f s, %.0f tokens/s average\n", tc->steps - start, total,
                tokens_per_step * (tc->steps - start) / total);
@@ -310,6 +366,7 @@ done:
     adamw_free(&opt);
     stage_free(&st);
     ddp_free(ddp);
+    mem_free(gshard);
     loader_free(ld);
     loader_free(val);
     ckpt_close(ck);

@@ -35,6 +35,7 @@ typedef struct TrainConfig {
     double peak_gflops;        // MFU denominator; 0 = measure SGEMM at start
     int progress;              // draw a progress bar (stdout is a terminal)
     double bucket_mb;          // data-parallel gradient bucket size
+    int zero;                  // ZeRO stage: 0, or 1 (optimizer state sharded over dp)
 } TrainConfig;
 
 // FLOPs of one training step per token: 6·N + 12·L·T·C (PaLM's convention:

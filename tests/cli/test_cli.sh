@@ -230,19 +230,38 @@ if [ $crashes -eq 0 ]; then ok "plan never crashes over 96 flag combinations"; e
 DPR="train --data $DATA --tokenizer byte --steps 12 --log-every 1 --seed 21 --lr 1e-3 --warmup 2"
 "$BIN" $DPR --batch 8 --log "$TMP/dp1.jsonl" --ckpt-dir "$TMP/dp1" >/dev/null 2>&1
 dp_bad=0
-for cfg in "2 1 4" "2 2 2" "4 1 2" "4 2 1"; do
-  read -r n k b <<<"$cfg"
-  "$BIN" $DPR --nproc $n --dp $n --grad-accum $k --batch $b --log "$TMP/dp$n$k.jsonl" --ckpt-dir "$TMP/dp$n$k" >/dev/null 2>&1 ||
+for cfg in "2 1 4 0" "2 2 2 0" "4 1 2 0" "4 2 1 0" "2 1 4 1" "4 2 1 1"; do
+  read -r n k b z <<<"$cfg"
+  [ "$z" = 1 ] && { n_=$n; n="${n}z"; } || n_=$n
+  "$BIN" $DPR --nproc $n_ --dp $n_ --zero $z --grad-accum $k --batch $b --log "$TMP/dp$n$k.jsonl" --ckpt-dir "$TMP/dp$n$k" >/dev/null 2>&1 ||
     { dp_bad=1; echo "     dp=$n accum=$k: run failed"; continue; }
   if ! paste -d' ' <(grep -o '"loss":[0-9.]*' "$TMP/dp1.jsonl" | cut -d: -f2) <(grep -o '"loss":[0-9.]*' "$TMP/dp$n$k.jsonl" | cut -d: -f2) |
        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1 } END { exit bad }'; then dp_bad=1; echo "     dp=$n accum=$k: losses differ"; fi
   rel=$("$BIN" ckpt diff "$TMP/dp1" "$TMP/dp$n$k" | sed 's/.*max relative difference //')
   awk -v r="$rel" 'BEGIN { exit !(r < 1e-4) }' || { dp_bad=1; echo "     dp=$n accum=$k: parameters differ by $rel"; }
 done
-if [ $dp_bad -eq 0 ]; then ok "data parallel dp=2,4 × accum=1,2 track the single-process run"; else bad "data parallel equivalence"; fi
+if [ $dp_bad -eq 0 ]; then ok "data parallel dp=2,4 × accum=1,2 × ZeRO 0,1 track the single-process run"; else bad "data parallel equivalence"; fi
+# ZeRO-1 gives the same bits as ZeRO-0 (same sums, per-element updates) and
+# halves the optimizer state per rank on 2 ranks.
+z=$("$BIN" ckpt diff "$TMP/dp21" "$TMP/dp2z1" | sed 's/.*max relative difference //')
+o0=$(tail -1 "$TMP/dp21.jsonl" | sed 's/.*"optim":\([0-9]*\).*/\1/'); o1=$(tail -1 "$TMP/dp2z1.jsonl" | sed 's/.*"optim":\([0-9]*\).*/\1/')
+g0=$(tail -1 "$TMP/dp21.jsonl" | sed 's/.*"grads":\([0-9]*\).*/\1/'); g1=$(tail -1 "$TMP/dp2z1.jsonl" | sed 's/.*"grads":\([0-9]*\).*/\1/')
+if [ "$z" = "0" ] && [ "$o1" -eq $((o0 / 2)) ] && [ "$g1" -eq $((g0 + g0 / 2)) ]; then ok "ZeRO-1: same parameters as ZeRO-0, optimizer state 8N/d per rank"
+else bad "ZeRO-1 memory and equality" "diff $z, optim $o0 -> $o1, grads $g0 -> $g1"; fi
+# A checkpoint moves between layouts: dp=2/ZeRO-1 stops at step 6, dp=1
+# finishes; dp=1 stops, dp=2/ZeRO-1 finishes — both end where dp=1 did.
+"$BIN" $DPR --nproc 2 --dp 2 --zero 1 --batch 4 --exit-after 6 --ckpt-dir "$TMP/mv1" >/dev/null 2>&1
+"$BIN" $DPR --batch 8 --resume "$TMP/mv1" --ckpt-dir "$TMP/mv1" >/dev/null 2>&1
+"$BIN" $DPR --batch 8 --exit-after 6 --ckpt-dir "$TMP/mv2" >/dev/null 2>&1
+"$BIN" $DPR --nproc 2 --dp 2 --zero 1 --batch 4 --resume "$TMP/mv2" --ckpt-dir "$TMP/mv2" >/dev/null 2>&1
+r1=$("$BIN" ckpt diff "$TMP/dp1" "$TMP/mv1" 2>&1 | sed 's/.*max relative difference //')
+r2=$("$BIN" ckpt diff "$TMP/dp1" "$TMP/mv2" 2>&1 | sed 's/.*max relative difference //')
+if awk -v a="$r1" -v b="$r2" 'BEGIN { exit !(a < 1e-4 && b < 1e-4) }'; then ok "checkpoints move between dp=2/ZeRO-1 and dp=1 ($r1, $r2)"
+else bad "checkpoints between layouts" "$r1" "$r2"; fi
 "$BIN" $DPR --nproc 2 --dp 2 --batch 4 --ckpt-dir "$TMP/dpr" >/dev/null 2>&1
 if cmp -s "$TMP/dpr/step_00000012/rank_00000.tsr" "$TMP/dp21/step_00000012/rank_00000.tsr"; then ok "data parallel run repeats bit for bit"
 else bad "data parallel run repeats bit for bit"; fi
+expect_error "ZeRO without dp" 2 "\-\-zero 1 needs data parallelism" -- $T --zero 1
 expect_error "dp and nproc disagree" 2 "\-\-dp 2 with \-\-nproc 4" -- $T --nproc 4 --dp 2
 # A rank killed mid-training: every rank stops, the launcher exits non-zero,
 # and the last complete checkpoint still loads.
