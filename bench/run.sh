@@ -58,3 +58,19 @@ if [ -x $B/mpi_allreduce ]; then
   echo "tessera's MPI backend (same collectives over MPI, rank-order reduction):"
   "${MPIRUN[@]}" ./tessera comm-bench --op allreduce --min-bytes 8 --max-bytes 64M --iters 20 2>/dev/null | grep -E "^ +(8|4096|1048576|67108864) "
 fi
+
+echo
+echo "Data parallel, gpt2-124m, B=4 T=64 per rank, GPT-2 tokenizer on tinyshakespeare, 6 steps (median of steps 2-6):"
+dpbench() {   # label, then tessera train flags
+  local label=$1; shift
+  local log; log=$(mktemp)
+  ./tessera train --model gpt2-124m --data "$TEXT" --batch 4 --seq 64 --steps 6 --log-every 1 --log "$log" "$@" >"$log.out" 2>&1
+  local ms; ms=$(grep -o '"ms":[0-9.]*' "$log" | tail -5 | cut -d: -f2 | sort -n | sed -n 3p)
+  local tok; tok=$(grep -o '"tokens_per_s":[0-9.]*' "$log" | tail -5 | cut -d: -f2 | sort -n | sed -n 3p)
+  printf '%-34s %9.1f ms/step %9.1f tokens/s   %s\n' "$label" "$ms" "$tok" "$(grep '^comm:' "$log.out" | cut -c12-)"
+  echo "$tok" >"$log.tok"; DP_TOK=$tok
+  rm -f "$log" "$log.out" "$log.tok"
+}
+dpbench "dp=1, 2 threads" --threads 2; base=$DP_TOK
+dpbench "dp=2 (1 thread each), ZeRO-0" --nproc 2 --dp 2; awk -v a="$DP_TOK" -v b="$base" 'BEGIN { printf "%-34s scaling %.2fx the 2-thread run (tokens/s of twice the batch)\n", "", a / b }'
+dpbench "dp=2 (1 thread each), ZeRO-1" --nproc 2 --dp 2 --zero 1; awk -v a="$DP_TOK" -v b="$base" 'BEGIN { printf "%-34s scaling %.2fx\n", "", a / b }'

@@ -357,6 +357,13 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
     if (start < tc->steps)
         printf("done:      %d steps in %.1f s, %.0f tokens/s average\n", tc->steps - start, total,
                tokens_per_step * (tc->steps - start) / total);
+    if (ddp) {
+        const CommStats *cs = comm_stats(dp);
+        double ar = cs->seconds[OP_ALLREDUCE], waited = ddp_wait_seconds(ddp);
+        printf("comm:      gradient allreduce %.2f s in all, %.2f s of it waited for after backward (%.0f%% hidden); "
+               "%.1f MB sent per step per rank\n", ar, waited, ar > 0 ? 100 * (1 - waited / ar) : 100.0,
+               cs->bytes_sent[OP_ALLREDUCE] / 1e6 / (tc->steps - start > 0 ? tc->steps - start : 1));
+    }
     print_memory();
     rc = 0;
 done:

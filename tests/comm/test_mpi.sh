@@ -29,5 +29,15 @@ rc=$?
 el=$(( $(date +%s) - start ))
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $el -lt 60 ]; then pass=$((pass + 1)); echo "ok   killed MPI rank ends the job (exit $rc, ${el}s)"
 else fail=$((fail + 1)); echo "FAIL killed MPI rank: exit $rc after ${el}s"; fi
+# Data-parallel training under mpirun gives the same bits as with forked ranks.
+DATA=${TSR_DATA:-../shared/data}/tinyshakespeare.txt
+TMP=$(mktemp -d)
+R=(train --data "$DATA" --tokenizer byte --steps 8 --log-every 100 --seed 21 --lr 1e-3 --warmup 2 --dp 2 --batch 4)
+timeout 120 "${MPIRUN[@]}" -np 2 ./tessera "${R[@]}" --ckpt-dir "$TMP/mpi" >/dev/null 2>&1
+./tessera "${R[@]}" --nproc 2 --ckpt-dir "$TMP/local" >/dev/null 2>&1
+if cmp -s "$TMP/mpi/step_00000008/rank_00000.tsr" "$TMP/local/step_00000008/rank_00000.tsr"; then
+  pass=$((pass + 1)); echo "ok   dp=2 training: mpirun and forked ranks give identical checkpoints"
+else fail=$((fail + 1)); echo "FAIL dp=2 training under mpirun differs from forked ranks"; fi
+rm -rf "$TMP"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
