@@ -147,11 +147,12 @@ static void tutorial(const PlanModel *m) {
 int cmd_plan(int argc, char **argv) {
     const char *model = "gpt2-124m", *schedule = "1f1b", *recompute = "none", *precision = "bf16", *reduce = "fp32",
                *attention = "fused", *why_not = NULL;
-    int64_t devices = 8, per_node = 8, seq = 0, gbatch = 512, mbatch = 1;
+    int64_t devices = 8, per_node = 8, seq = 0, gbatch = 512, mbatch = 1, vocab = 0;
     double mem = 80, tflops = 312, mfu = 0.5, bw_intra = 300, bw_inter = 25, alpha = 5, tokens = 0;
     int dp = 0, tp = 0, pp = 0, zero = -1, sp = 0, json = 0, explain = 0, top = 5, tut = 0;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "model (default gpt2-124m); see the list below", 0},
+        {"vocab", FLAG_U64, &vocab, 2, 1 << 24, "V", "override the model's vocabulary (e.g. 256 for --tokenizer byte)", 0},
         {"devices", FLAG_U64, &devices, 1, 1e7, "N", "devices in the cluster (default 8)", 0},
         {"devices-per-node", FLAG_U64, &per_node, 1, 1e4, "N", "devices per node (default 8)", 0},
         {"device-mem", FLAG_FLOAT, &mem, 1e-6, 1e7, "GiB", "memory per device (default 80)", 0},
@@ -202,6 +203,7 @@ int cmd_plan(int argc, char **argv) {
     }
     PlanModel m;
     if (plan_model_preset(&m, model, &e)) return cli_fail("plan", &e);
+    if (vocab) { m.V = vocab; m.vpad = (vocab + 127) / 128 * 128; }
     if (tut) { tutorial(&m); return 0; }
     PlanCluster c = {devices, per_node, mem, tflops, mfu, bw_intra, bw_inter, alpha};
     PlanJob j = {seq ? seq : m.s, gbatch, mbatch, tokens};

@@ -157,6 +157,7 @@ static int choose_model(const TrainConfig *tc, const Tokenizer *tok, ModelConfig
 int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
     int rank = dp ? comm_rank(dp) : 0, D = dp ? comm_size(dp) : 1;
     Ddp *ddp = NULL;
+    Comm *stats = NULL;   // the loss and norm reductions, so that dp's counters hold gradient traffic only
     float *gshard = NULL;
     if (tc->zero && (!dp || D < 2)) return err_set(err, ERR_USAGE, "--zero %d needs data parallelism (--dp 2 or more)", tc->zero);
     Tokenizer tok;
@@ -232,6 +233,7 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             }
         free(all);
         if (!tc->zero && ddp_init(&ddp, dp, &st.table, st.grads, tc->bucket_mb, err)) goto done;
+        if (comm_split(dp, 0, rank, "dp-stats", &stats, err)) goto done;
     }
     if (rank == 0 && tc->log_path && !(log = fopen(tc->log_path, "a"))) {
         err_set(err, ERR_USAGE, "--log %s: %s", tc->log_path, strerror(errno));
@@ -280,8 +282,14 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
 
     double t_start = timer_now();
     if (start >= tc->steps) printf("nothing to train: the checkpoint is at step %d and --steps is %d\n", start, tc->steps);
+    uint64_t sent_before = 0;
     for (int step = start; step < tc->steps; step++) {
         double t0 = timer_now();
+        if (dp) {
+            const CommStats *cs = comm_stats(dp);
+            sent_before = 0;
+            for (int o = 0; o < OP_COUNT; o++) sent_before += cs->bytes_sent[o];
+        }
         memset(st.grads, 0, st.table.total * sizeof(float));
         double loss_sum = 0;
         float dscale = (float)(1.0 / tokens_per_step);
@@ -296,7 +304,7 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
         st.grad_ready = NULL;
         if (dp && D > 1) {
             double ls = loss_sum;
-            if ((ddp && ddp_finish(ddp, err)) || comm_allreduce(dp, &ls, &loss_sum, 1, DT_F64, RED_SUM, err)) goto done;
+            if ((ddp && ddp_finish(ddp, err)) || comm_allreduce(stats, &ls, &loss_sum, 1, DT_F64, RED_SUM, err)) goto done;
         }
         double loss = loss_sum / tokens_per_step, norm;
         float lr = lr_at(&tc->opt, step);
@@ -306,7 +314,7 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             double ss, ss_all;
             if (comm_reduce_scatter(dp, st.grads, gshard, st.padded_total, DT_F32, RED_SUM, err)) goto done;
             ss = sum_squares(gshard, S);
-            if (comm_allreduce(dp, &ss, &ss_all, 1, DT_F64, RED_SUM, err)) goto done;
+            if (comm_allreduce(stats, &ss, &ss_all, 1, DT_F64, RED_SUM, err)) goto done;
             norm = sqrt(ss_all);
             float gscale = (tc->opt.clip > 0 && norm > tc->opt.clip) ? (float)(tc->opt.clip / norm) : 1.0f;
             adamw_step_range(&opt, &st.table, st.params, gshard, shard_lo, shard_lo + S, lr, &tc->opt, gscale);
@@ -318,6 +326,12 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             adamw_step(&opt, &st.table, st.params, st.grads, lr, &tc->opt, gscale);
         }
         double dt = timer_now() - t0;
+        uint64_t grad_sent = 0;
+        if (dp) {
+            const CommStats *cs = comm_stats(dp);
+            for (int o = 0; o < OP_COUNT; o++) grad_sent += cs->bytes_sent[o];
+            grad_sent -= sent_before;
+        }
         if (!isfinite(loss)) {
             err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
             goto done;
@@ -332,10 +346,10 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             if (log) {
                 fprintf(log, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms\":%.3f,"
                              "\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"mem_peak_bytes\":%zu,\"mem\":{\"params\":%zu,"
-                             "\"grads\":%zu,\"optim\":%zu,\"acts\":%zu,\"comm\":%zu,\"workspace\":%zu}}\n",
+                             "\"grads\":%zu,\"optim\":%zu,\"acts\":%zu,\"comm\":%zu,\"workspace\":%zu},\"grad_comm_bytes\":%llu}\n",
                         step + 1, loss, lr, norm, dt * 1e3, tps, mfu, mem_peak_total(), mem_peak(MEM_PARAMS),
                         mem_peak(MEM_GRADS), mem_peak(MEM_OPTIM), mem_peak(MEM_ACTS), mem_peak(MEM_COMM),
-                        mem_peak(MEM_WORKSPACE));
+                        mem_peak(MEM_WORKSPACE), (unsigned long long)grad_sent);
                 fflush(log);
             }
         }
@@ -373,6 +387,7 @@ done:
     adamw_free(&opt);
     stage_free(&st);
     ddp_free(ddp);
+    comm_free(stats);
     mem_free(gshard);
     loader_free(ld);
     loader_free(val);

@@ -263,6 +263,21 @@ if cmp -s "$TMP/dpr/step_00000012/rank_00000.tsr" "$TMP/dp21/step_00000012/rank_
 else bad "data parallel run repeats bit for bit"; fi
 expect_error "ZeRO without dp" 2 "\-\-zero 1 needs data parallelism" -- $T --zero 1
 expect_error "dp and nproc disagree" 2 "\-\-dp 2 with \-\-nproc 4" -- $T --nproc 4 --dp 2
+# The planner against tessera's data-parallel runs: predicted gradient bytes
+# sent per rank per step equal the comm counters, and the predicted
+# weights and optimizer bytes per rank equal the allocator's, for ZeRO 0 and 1.
+pl_bad=0
+for z in 0 1; do
+  "$BIN" train --data "$DATA" --tokenizer byte --steps 2 --log-every 1 --nproc 2 --dp 2 --batch 4 --zero $z --log "$TMP/pl$z.jsonl" >/dev/null 2>&1
+  got=$(tail -1 "$TMP/pl$z.jsonl" | sed 's/.*"grad_comm_bytes":\([0-9]*\).*/\1/')
+  gp=$(tail -1 "$TMP/pl$z.jsonl" | sed 's/.*"params":\([0-9]*\).*/\1/'); go=$(tail -1 "$TMP/pl$z.jsonl" | sed 's/.*"optim":\([0-9]*\).*/\1/')
+  pj=$("$BIN" plan --model gpt2-tiny --vocab 256 --devices 2 --dp 2 --zero $z --precision fp32 --global-batch 8 --micro-batch 4 --seq 64 --json)
+  want=$(echo "$pj" | sed 's/.*"comm_bytes":{"dp":\([0-9.e+]*\).*/\1/')
+  wp=$(echo "$pj" | sed 's/.*"weights_bytes":\([0-9.e+]*\).*/\1/'); wo=$(echo "$pj" | sed 's/.*"optim_bytes":\([0-9.e+]*\).*/\1/')
+  awk -v a="$got" -v b="$want" -v c="$gp" -v d="$wp" -v e="$go" -v f="$wo" 'BEGIN { exit !(a == b && c == d && e == f) }' ||
+    { pl_bad=1; echo "     zero $z: comm $got vs $want, params $gp vs $wp, optim $go vs $wo"; }
+done
+if [ $pl_bad -eq 0 ]; then ok "plan predicts the data-parallel comm bytes and weights/optimizer bytes exactly"; else bad "plan vs data-parallel runs"; fi
 # A rank killed mid-training: every rank stops, the launcher exits non-zero,
 # and the last complete checkpoint still loads.
 "$BIN" train --data "$DATA" --tokenizer byte --steps 100000 --batch 2 --nproc 3 --dp 3 --ckpt-dir "$TMP/kill" --ckpt-every 5 \
