@@ -1,5 +1,7 @@
 #include "cli/flags.h"
 
+#include "core/fileio.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -53,20 +55,9 @@ static int set_value(Flag *f, const char *v, const char *src, Err *err) {
 }
 
 static int load_config(Flag *flags, int n, const char *path, Json **out, Err *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return err_set(err, ERR_USAGE, "--config %s: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0;
-    for (;;) {
-        char *nt = realloc(text, len + 65536 + 1);
-        if (!nt) { free(text); fclose(fp); return err_set(err, ERR_RUN, "--config %s: out of memory", path); }
-        text = nt;
-        size_t got = fread(text + len, 1, 65536, fp);
-        len += got;
-        if (got == 0) break;
-        if (len > (64u << 20)) { free(text); fclose(fp); return err_set(err, ERR_USAGE, "--config %s: file too large", path); }
-    }
-    fclose(fp);
+    char *text;
+    size_t len;
+    if (file_read(path, &text, &len, 64u << 20, err)) { err_prefix(err, "--config"); return -1; }
     Json *j = json_parse(text, len, err);
     free(text);
     if (!j) {

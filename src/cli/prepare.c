@@ -19,6 +19,7 @@
 
 #include "cli/cli.h"
 #include "cli/flags.h"
+#include "core/fileio.h"
 #include "core/timer.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -110,22 +111,6 @@ static int emit(Writer *w, int which, const int *ids, int64_t n, Err *err) {
     return 0;
 }
 
-static char *read_file(const char *path, size_t *len, Err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { err_set(err, ERR_USAGE, "--input %s: %s", path, strerror(errno)); return NULL; }
-    struct stat st;
-    fstat(fileno(f), &st);
-    char *b = malloc((size_t)st.st_size + 1);
-    if (!b || fread(b, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
-        free(b);
-        fclose(f);
-        err_set(err, ERR_USAGE, "--input %s: read error", path);
-        return NULL;
-    }
-    fclose(f);
-    *len = (size_t)st.st_size;
-    return b;
-}
 
 int cmd_prepare(int argc, char **argv) {
     const char *out = NULL, *name = "gpt2";
@@ -197,8 +182,8 @@ int cmd_prepare(int argc, char **argv) {
            total_bytes / 1e6, name, nth, out);
     for (int fi2 = 0; fi2 < files.n; fi2++) {
         size_t len;
-        char *text = read_file(files.v[fi2], &len, &e);
-        if (!text) goto fail_states;
+        char *text;
+        if (file_read(files.v[fi2], &text, &len, 0, &e)) { err_prefix(&e, "--input"); goto fail_states; }
         if (tok.eot >= 0 && emit(&w, done_bytes < val_bytes ? 0 : 1, &tok.eot, 1, &e)) { free(text); goto fail_states; }
         // Pieces: cut at safe points, and at the val/train boundary.
         size_t np = 0, capp = 16;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fileio.h"
 #include "core/json.h"
 #include "data/unicode.h"
 
@@ -153,32 +154,14 @@ static int str_lookup(const Bpe *b, const StrSlot *t, size_t mask, const unsigne
     }
 }
 
-static char *read_all(const char *path, size_t *len, Err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno)); return NULL; }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        fclose(f);
-        err_set(err, ERR_USAGE, "%s: read error", path);
-        return NULL;
-    }
-    fclose(f);
-    buf[n] = 0;
-    *len = (size_t)n;
-    return buf;
-}
 
 int bpe_load(Bpe **out, const char *dir, Err *err) {
     *out = NULL;
     char path[4200];
     size_t len;
     snprintf(path, sizeof path, "%s/encoder.json", dir);
-    char *text = read_all(path, &len, err);
-    if (!text) return -1;
+    char *text;
+    if (file_read(path, &text, &len, 0, err)) return -1;
     Json *j = json_parse(text, len, err);
     free(text);
     if (!j) { err_prefix(err, path); return -1; }
@@ -263,8 +246,7 @@ int bpe_load(Bpe **out, const char *dir, Err *err) {
         }
 
     snprintf(path, sizeof path, "%s/vocab.bpe", dir);
-    merges = read_all(path, &len, err);
-    if (!merges) goto fail;
+    if (file_read(path, &merges, &len, 0, err)) goto fail;
     b->pair_mask = 1;
     while (b->pair_mask < 2 * (size_t)b->vocab) b->pair_mask <<= 1;
     b->pairs = calloc(b->pair_mask, sizeof *b->pairs);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/fileio.h"
 #include "core/rng.h"
 #include "data/shard.h"
 
@@ -127,24 +128,9 @@ static int ends_with(const char *s, const char *suf) {
 }
 
 static int open_text(Loader *l, const char *path, const Tokenizer *tok, Err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 65536 > cap) {
-            cap = cap ? 2 * cap : 1 << 20;
-            char *nt = realloc(text, cap);
-            if (!nt) { free(text); fclose(f); return err_set(err, ERR_RUN, "%s: out of memory", path); }
-            text = nt;
-        }
-        size_t got = fread(text + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    int rerr = ferror(f);
-    fclose(f);
-    if (rerr) { free(text); return err_set(err, ERR_USAGE, "%s: read error", path); }
+    char *text;
+    size_t len;
+    if (file_read(path, &text, &len, 0, err)) return -1;
     Source s = {0};
     s.owned = malloc((len + 1) * sizeof *s.owned);
     if (!s.owned) { free(text); return err_set(err, ERR_RUN, "%s: out of memory", path); }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/checksum.h"
+#include "core/fileio.h"
 #include "io/meta.h"
 
 static const char MAGIC[8] = {'T', 'S', 'R', 'T', 'E', 'N', 'S', 0};
@@ -288,19 +289,6 @@ struct Ckpt {
     int n;
 };
 
-static int read_small(const char *path, char **out, size_t *len, Err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
-    char *buf = malloc(1 << 20);
-    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-    int big = !feof(f);
-    fclose(f);
-    if (!buf || big) { free(buf); return err_set(err, ERR_USAGE, "%s: larger than 1 MiB", path); }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return 0;
-}
 
 static int resolve(const char *path, char *stepdir, size_t cap, Err *err) {
     char probe[4300];
@@ -312,7 +300,7 @@ static int resolve(const char *path, char *stepdir, size_t cap, Err *err) {
     snprintf(probe, sizeof probe, "%s/latest", path);
     char *line;
     size_t n;
-    if (read_small(probe, &line, &n, NULL))
+    if (file_read(probe, &line, &n, 4096, NULL))
         return err_set(err, ERR_USAGE, "%s: neither a checkpoint (no meta.json) nor a run directory (no latest)", path);
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
     if (n == 0 || strchr(line, '/') || strncmp(line, "step_", 5)) {
@@ -401,7 +389,7 @@ int ckpt_open(Ckpt **out, const char *path, Err *err) {
     int rc_meta;
     if (resolve(path, c->dir, sizeof c->dir, err)) goto fail;
     snprintf(mpath, sizeof mpath, "%s/meta.json", c->dir);
-    if (read_small(mpath, &text, &len, err)) goto fail;
+    if (file_read(mpath, &text, &len, 1 << 20, err)) goto fail;
     rc_meta = meta_parse(text, len, mpath, &c->meta, err);
     free(text);
     if (rc_meta) goto fail;

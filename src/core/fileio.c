@@ -1,0 +1,38 @@
+#include "core/fileio.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int file_read(const char *path, char **out, size_t *len, size_t max, Err *err) {
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 65536 + 1 > cap) {
+            cap = cap ? 2 * cap : 1 << 16;
+            char *nb = realloc(buf, cap);
+            if (!nb) { free(buf); fclose(f); return err_set(err, ERR_RUN, "%s: out of memory", path); }
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (max && n > max) {
+            free(buf);
+            fclose(f);
+            return err_set(err, ERR_USAGE, "%s: larger than %zu bytes", path, max);
+        }
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { free(buf); return err_set(err, ERR_USAGE, "%s: read error", path); }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}

@@ -1,0 +1,14 @@
+// core/fileio — reading a whole file.
+#ifndef TSR_CORE_FILEIO_H
+#define TSR_CORE_FILEIO_H
+
+#include <stddef.h>
+
+#include "core/check.h"
+
+// Reads path into a malloc'd, NUL-terminated buffer (*out, *len bytes).
+// Fails with "PATH: reason" when the file cannot be read or is larger than
+// max bytes (0: no limit).
+int file_read(const char *path, char **out, size_t *len, size_t max, Err *err);
+
+#endif
