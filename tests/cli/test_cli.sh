@@ -48,7 +48,7 @@ echo '{"batch": 4,}' >"$TMP/badjson.json"
 expect_error "malformed config"         2 "badjson.json: invalid JSON at line 1" -- $T --config "$TMP/badjson.json"
 echo '{"batchsize": 4}' >"$TMP/unknown.json"
 expect_error "unknown config key"       2 "unknown key 'batchsize'" -- $T --config "$TMP/unknown.json"
-expect_error "missing config file"      2 "\-\-config /nope.json"     -- $T --config /nope.json
+expect_error "missing config file"      2 "\-\-config: /nope.json: No such file" -- $T --config /nope.json
 expect_error "sample without --ckpt"    2 "\-\-ckpt PATH is required"  -- sample
 expect_error "sample of a missing ckpt" 2 "no such checkpoint"         -- sample --ckpt "$TMP/none"
 
