@@ -241,6 +241,21 @@ for cfg in "2 1 4 0" "2 2 2 0" "4 1 2 0" "4 2 1 0" "2 1 4 1" "4 2 1 1"; do
   awk -v r="$rel" 'BEGIN { exit !(r < 1e-4) }' || { dp_bad=1; echo "     dp=$n accum=$k: parameters differ by $rel"; }
 done
 if [ $dp_bad -eq 0 ]; then ok "data parallel dp=2,4 × accum=1,2 × ZeRO 0,1 track the single-process run"; else bad "data parallel equivalence"; fi
+# A second model whose tensors have odd sizes, in many small buckets, and a
+# flat buffer (55,026 floats) that does not divide by 4 ranks (ZeRO padding).
+echo '{"model": {"n_layer": 3, "n_head": 3, "d_model": 39, "d_ff": 103, "max_seq": 32}, "seq": 32}' >"$TMP/odd.json"
+ODD="train --data $DATA --tokenizer byte --config $TMP/odd.json --steps 8 --log-every 1 --seed 5 --lr 2e-3 --warmup 2 --bucket-mb 0.01"
+"$BIN" $ODD --batch 12 --log "$TMP/odd1.jsonl" --ckpt-dir "$TMP/odd1" >/dev/null 2>&1
+odd_bad=0
+for cfg in "3 0" "4 1"; do
+  read -r n z <<<"$cfg"
+  "$BIN" $ODD --nproc $n --dp $n --zero $z --batch $((12 / n)) --log "$TMP/odd$n.jsonl" --ckpt-dir "$TMP/odd$n" >/dev/null 2>&1 || { odd_bad=1; continue; }
+  paste -d' ' <(grep -o '"loss":[0-9.]*' "$TMP/odd1.jsonl" | cut -d: -f2) <(grep -o '"loss":[0-9.]*' "$TMP/odd$n.jsonl" | cut -d: -f2) |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1 } END { exit bad }' || odd_bad=1
+  rel=$("$BIN" ckpt diff "$TMP/odd1" "$TMP/odd$n" | sed 's/.*max relative difference //')
+  awk -v r="$rel" 'BEGIN { exit !(r < 1e-4) }' || odd_bad=1
+done
+if [ $odd_bad -eq 0 ]; then ok "odd-sized model in 0.01 MB buckets: dp=3 and dp=4/ZeRO-1 track one process"; else bad "odd-sized model under data parallel"; fi
 # ZeRO-1 gives the same bits as ZeRO-0 (same sums, per-element updates) and
 # halves the optimizer state per rank on 2 ranks.
 z=$("$BIN" ckpt diff "$TMP/dp21" "$TMP/dp2z1" | sed 's/.*max relative difference //')
