@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     Stage st;
     ModelSlice s = slice_whole(&c);
     AdamW opt;
-    if (stage_init(&st, &c, &s, B, T, &e) || adamw_init(&opt, st.table.total, &e)) {
+    if (stage_init(&st, &c, &s, B, T, 0, &e) || adamw_init(&opt, st.table.total, &e)) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }

@@ -34,7 +34,7 @@ int cmd_export(int argc, char **argv) {
     ModelSlice sl;
     if (ckpt_open(&ck, ckpt, &e) || ckpt_config(ck, &mc, &e)) goto fail;
     sl = slice_whole(&mc);
-    if (stage_init(&st, &mc, &sl, 1, 1, &e) || ckpt_load(ck, &st, NULL, &e) || hf_export(&st, out, &e)) goto fail;
+    if (stage_init(&st, &mc, &sl, 1, 1, 0, &e) || ckpt_load(ck, &st, NULL, &e) || hf_export(&st, out, &e)) goto fail;
     printf("exported %s (step %lld, %zu parameters) to %s\n", ckpt_dir(ck), (long long)ckpt_step(ck), st.table.total, out);
     stage_free(&st);
     ckpt_close(ck);
@@ -78,7 +78,7 @@ int cmd_import(int argc, char **argv) {
     if (st_open(&sf, in, &e)) goto fail;
     if (hf_read_config(&sf, &mc, &e)) { err_prefix(&e, in); goto fail; }
     sl = slice_whole(&mc);
-    if (stage_init(&st, &mc, &sl, 1, 1, &e) || hf_load(&sf, &st, &e)) { err_prefix(&e, in); goto fail; }
+    if (stage_init(&st, &mc, &sl, 1, 1, 0, &e) || hf_load(&sf, &st, &e)) { err_prefix(&e, in); goto fail; }
     char meta[256];
     snprintf(meta, sizeof meta, "{\"steps_done\":0,\"tokenizer\":\"%s\",\"imported_from\":\"safetensors\"}", tokenizer);
     if (ckpt_save(out, 0, &st, NULL, meta, 0, &e)) goto fail;
@@ -106,7 +106,7 @@ static int ckpt_diff(const char *pa, const char *pb) {
     if (ckpt_open(&a, pa, &e) || ckpt_open(&b, pb, &e) || ckpt_config(a, &ca, &e) || ckpt_config(b, &cb, &e)) goto out;
     if (memcmp(&ca.n_layer, &cb.n_layer, sizeof ca - sizeof ca.name)) { err_set(&e, ERR_USAGE, "the two checkpoints hold different models"); goto out; }
     ModelSlice sl = slice_whole(&ca);
-    if (stage_init(&sa, &ca, &sl, 1, 1, &e) || stage_init(&sb, &cb, &sl, 1, 1, &e) || ckpt_load(a, &sa, NULL, &e) ||
+    if (stage_init(&sa, &ca, &sl, 1, 1, 0, &e) || stage_init(&sb, &cb, &sl, 1, 1, 0, &e) || ckpt_load(a, &sa, NULL, &e) ||
         ckpt_load(b, &sb, NULL, &e))
         goto out;
     double dmax = 0, vmax = 0;

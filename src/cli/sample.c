@@ -84,7 +84,7 @@ int cmd_sample(int argc, char **argv) {
         goto fail;
     }
     ModelSlice sl = slice_whole(&mc);
-    if (stage_init(&st, &mc, &sl, 1, mc.max_seq, &e) || ckpt_load(ck, &st, NULL, &e)) goto fail;
+    if (stage_init(&st, &mc, &sl, 1, mc.max_seq, 0, &e) || ckpt_load(ck, &st, NULL, &e)) goto fail;
     size_t plen = strlen(prompt);
     int total = (int)plen + tokens + 1;
     int *ids = malloc((size_t)(total > 0 ? total : 1) * sizeof *ids);

@@ -71,7 +71,7 @@ int cmd_train(int argc, char **argv) {
         {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores; with --nproc, cores/nproc)", 0},
         {"dp", FLAG_INT, &dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default 1)", 0},
         {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp); under mpirun leave it out", 0},
-        {"zero", FLAG_INT, &zero, 0, 1, "Z", "ZeRO stage: 0 (default) or 1 (AdamW state sharded over --dp ranks)", 0},
+        {"zero", FLAG_INT, &zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0},
         {"bucket-mb", FLAG_FLOAT, &bucket_mb, 0.001, 1e6, "MB", "data-parallel gradient bucket size (default 25)", 0},
         {"comm-timeout", FLAG_FLOAT, &comm_timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0},
         {"peak-gflops", FLAG_FLOAT, &peak, 0, 1e9, "X", "peak GFLOP/s for MFU (default: measured SGEMM)", 0},
@@ -145,7 +145,7 @@ int cmd_train(int argc, char **argv) {
     if (tc.opt.min_lr > tc.opt.lr) { err_set(&e, ERR_USAGE, "--min-lr %g is above --lr %g", min_lr, lr); goto out; }
     tc.bucket_mb = bucket_mb;
     tc.zero = zero;
-    if (comm_mpi_launched() || nproc > 1 || dp > 1) {
+    if (comm_mpi_launched() || nproc > 1 || dp > 1 || zero > 0) {   // ZeRO runs over a communicator, even of one rank
         int world = comm_mpi_launched() ? -1 : nproc;
         if (world > 0 && dp != nproc) {
             err_set(&e, ERR_USAGE, "--dp %d with --nproc %d: every forked rank is a data-parallel rank (set both to N)", dp, nproc);

@@ -56,8 +56,9 @@ void comm_stats_reset(Comm *c);
 // Collectives. count is per rank: allreduce and broadcast move count
 // elements; reduce_scatter reduces count = n·k elements and leaves block
 // `rank` (k elements) in out; allgather gathers count elements from every
-// rank into out (n·count elements, rank order). in and out may be the same
-// buffer for allreduce. Return 0, or -1 with err set.
+// rank into out (n·count elements, rank order). In place, as in NCCL:
+// allreduce's in may be out; reduce_scatter's out may be in + rank·k;
+// allgather's in may be out + rank·count. Return 0, or -1 with err set.
 int comm_allreduce(Comm *c, const void *in, void *out, size_t count, CommDtype t, CommRedOp op, Err *err);
 int comm_reduce_scatter(Comm *c, const void *in, void *out, size_t count, CommDtype t, CommRedOp op, Err *err);
 int comm_allgather(Comm *c, const void *in, void *out, size_t count, CommDtype t, Err *err);

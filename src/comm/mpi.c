@@ -148,7 +148,8 @@ static int m_reduce_scatter(void *be, const OpDesc *d, const void *in, void *out
 static int m_allgather(void *be, const OpDesc *d, const void *in, void *out, uint64_t *sent, uint64_t *recv, Err *err) {
     Mpi *m = be;
     size_t bytes = d->count * comm_dtype_size(d->dtype);
-    int e = GUARDED(d, MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, m->comm));
+    int inplace = (const char *)in == (const char *)out + (size_t)m->me * bytes;   // MPI wants MPI_IN_PLACE then
+    int e = GUARDED(d, MPI_Allgather(inplace ? MPI_IN_PLACE : in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, m->comm));
     if (e != MPI_SUCCESS) return mpi_fail(err, d, e);
     *sent += (uint64_t)(m->n - 1) * bytes;
     *recv += (uint64_t)(m->n - 1) * bytes;

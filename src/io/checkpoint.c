@@ -112,11 +112,44 @@ int ckpt_begin(const char *dir, int64_t step, Err *err) {
     return 0;
 }
 
-int ckpt_write_rank(const char *dir, int64_t step, int rank, const Stage *s, const AdamW *opt, Err *err) {
-    const ParamTable *t = &s->table;
-    Section sec[3] = {{"", s->params}};
-    int nsec = 1;
-    if (opt) { sec[1] = (Section){"exp_avg/", opt->m}; sec[2] = (Section){"exp_avg_sq/", opt->v}; nsec = 3; }
+// Writes one tensor's index entry: p's slice, or elements [b, e) of it.
+static void index_entry(JsonBuf *idx, const char *name, const ParamInfo *p, size_t b, size_t e, uint64_t data_off,
+                        const float *data) {
+    uint64_t nbytes = (e - b) * sizeof(float);
+    jb_obj_begin(idx);
+    jb_key(idx, "name"); jb_str(idx, name);
+    jb_key(idx, "dtype"); jb_str(idx, "f32");
+    jb_key(idx, "shape"); jb_arr_begin(idx);
+    for (int d = 0; d < p->ndim; d++) jb_int(idx, p->shape[d]);
+    jb_arr_end(idx);
+    jb_key(idx, "offset"); jb_arr_begin(idx);
+    for (int d = 0; d < p->ndim; d++) jb_int(idx, d == p->shard_dim ? p->shard_off : 0);
+    jb_arr_end(idx);
+    jb_key(idx, "extent"); jb_arr_begin(idx);
+    for (int d = 0; d < p->ndim; d++) jb_int(idx, p->lshape[d]);
+    jb_arr_end(idx);
+    if (b != 0 || e != p->numel) {
+        jb_key(idx, "flat"); jb_arr_begin(idx);
+        jb_int(idx, (int64_t)b);
+        jb_int(idx, (int64_t)e);
+        jb_arr_end(idx);
+    }
+    jb_key(idx, "data_offset"); jb_int(idx, (int64_t)data_off);
+    jb_key(idx, "nbytes"); jb_int(idx, (int64_t)nbytes);
+    jb_key(idx, "crc32c"); jb_int(idx, crc32c(0, data, nbytes));
+    jb_obj_end(idx);
+}
+
+// One run of data in the file: nfloats at src.
+typedef struct { const float *src; size_t n; } Run;
+
+int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable *t, const CkptPiece *pc, int npc,
+                      int with_opt, Err *err) {
+    static const char *prefix[3] = {"", "exp_avg/", "exp_avg_sq/"};
+    int nsec = with_opt ? 3 : 1;
+    Run *runs = malloc(((size_t)nsec * (size_t)t->n * (size_t)(npc > 0 ? npc : 1) + 1) * sizeof *runs);
+    if (!runs) return err_set(err, ERR_RUN, "out of memory");
+    int nrun = 0;
     JsonBuf idx;
     jb_init(&idx);
     jb_obj_begin(&idx);
@@ -124,28 +157,20 @@ int ckpt_write_rank(const char *dir, int64_t step, int rank, const Stage *s, con
     jb_arr_begin(&idx);
     uint64_t data_off = 0;
     for (int k = 0; k < nsec; k++)
-        for (int i = 0; i < t->n; i++) {
-            const ParamInfo *p = &t->p[i];
-            char name[96];
-            snprintf(name, sizeof name, "%s%s", sec[k].prefix, p->name);
-            uint64_t nbytes = p->numel * sizeof(float);
-            jb_obj_begin(&idx);
-            jb_key(&idx, "name"); jb_str(&idx, name);
-            jb_key(&idx, "dtype"); jb_str(&idx, "f32");
-            jb_key(&idx, "shape"); jb_arr_begin(&idx);
-            for (int d = 0; d < p->ndim; d++) jb_int(&idx, p->shape[d]);
-            jb_arr_end(&idx);
-            jb_key(&idx, "offset"); jb_arr_begin(&idx);
-            for (int d = 0; d < p->ndim; d++) jb_int(&idx, d == p->shard_dim ? p->shard_off : 0);
-            jb_arr_end(&idx);
-            jb_key(&idx, "extent"); jb_arr_begin(&idx);
-            for (int d = 0; d < p->ndim; d++) jb_int(&idx, p->lshape[d]);
-            jb_arr_end(&idx);
-            jb_key(&idx, "data_offset"); jb_int(&idx, (int64_t)data_off);
-            jb_key(&idx, "nbytes"); jb_int(&idx, (int64_t)nbytes);
-            jb_key(&idx, "crc32c"); jb_int(&idx, crc32c(0, sec[k].base + p->offset, nbytes));
-            jb_obj_end(&idx);
-            data_off += nbytes;
+        for (int q = 0; q < npc; q++) {
+            const CkptPiece *c = &pc[q];
+            const float *base = k == 0 ? c->params : k == 1 ? c->m : c->v;
+            for (int i = 0; i < t->n; i++) {
+                const ParamInfo *p = &t->p[i];
+                size_t a = p->offset > c->lo ? p->offset : c->lo, z = p->offset + p->numel < c->hi ? p->offset + p->numel : c->hi;
+                if (a >= z) continue;
+                char name[96];
+                snprintf(name, sizeof name, "%s%s", prefix[k], p->name);
+                const float *src = base + (a - c->lo);
+                index_entry(&idx, name, p, a - p->offset, z - p->offset, data_off, src);
+                runs[nrun++] = (Run){src, z - a};
+                data_off += (z - a) * sizeof(float);
+            }
         }
     jb_arr_end(&idx);
     jb_obj_end(&idx);
@@ -161,19 +186,23 @@ int ckpt_write_rank(const char *dir, int64_t step, int rank, const Stage *s, con
     step_path(path, sizeof path, dir, step, ".tmp");
     snprintf(path + strlen(path), sizeof path - strlen(path), "/rank_%05d.tsr", rank);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) { jb_free(&idx); return err_set(err, ERR_RUN, "%s: %s", path, strerror(errno)); }
+    if (fd < 0) { jb_free(&idx); free(runs); return err_set(err, ERR_RUN, "%s: %s", path, strerror(errno)); }
     int bad = write_all(fd, hdr, sizeof hdr) || write_all(fd, idx.s, idx.len) || write_all(fd, zeros, pad);
-    for (int k = 0; k < nsec && !bad; k++)
-        for (int i = 0; i < t->n && !bad; i++)
-            bad = write_all(fd, sec[k].base + t->p[i].offset, t->p[i].numel * sizeof(float));
+    for (int r = 0; r < nrun && !bad; r++) bad = write_all(fd, runs[r].src, runs[r].n * sizeof(float));
     if (!bad) durable_point();
     bad = bad || fsync(fd);
     int e = errno;
     close(fd);
     jb_free(&idx);
+    free(runs);
     if (bad) return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(e));
     durable_point();
     return 0;
+}
+
+int ckpt_write_rank(const char *dir, int64_t step, int rank, const Stage *s, const AdamW *opt, Err *err) {
+    CkptPiece all = {0, s->table.total, s->params, opt ? opt->m : NULL, opt ? opt->v : NULL};
+    return ckpt_write_pieces(dir, step, rank, &s->table, &all, 1, opt != NULL, err);
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -203,8 +232,8 @@ static void prune(const char *dir, int keep) {
     }
 }
 
-int ckpt_commit(const char *dir, int64_t step, int nranks, const Stage *s, const AdamW *opt, const char *train_meta,
-                int keep, Err *err) {
+int ckpt_commit(const char *dir, int64_t step, int nranks, const CkptLayout *lay, const Stage *s, const AdamW *opt,
+                const char *train_meta, int keep, Err *err) {
     JsonBuf m;
     jb_init(&m);
     jb_obj_begin(&m);
@@ -214,10 +243,10 @@ int ckpt_commit(const char *dir, int64_t step, int nranks, const Stage *s, const
     jb_key(&m, "model"); config_to_json(&s->cfg, &m);
     jb_key(&m, "layout");
     jb_obj_begin(&m);
-    jb_key(&m, "dp"); jb_int(&m, 1);
+    jb_key(&m, "dp"); jb_int(&m, lay ? lay->dp : 1);
     jb_key(&m, "tp"); jb_int(&m, s->slice.tp_size);
     jb_key(&m, "pp"); jb_int(&m, 1);
-    jb_key(&m, "zero"); jb_int(&m, 0);
+    jb_key(&m, "zero"); jb_int(&m, lay ? lay->zero : 0);
     jb_obj_end(&m);
     jb_key(&m, "files"); jb_arr_begin(&m);
     for (int r = 0; r < nranks; r++) {
@@ -261,7 +290,7 @@ int ckpt_commit(const char *dir, int64_t step, int nranks, const Stage *s, const
 int ckpt_save(const char *dir, int64_t step, const Stage *s, const AdamW *opt, const char *train_meta, int keep,
               Err *err) {
     if (ckpt_begin(dir, step, err) || ckpt_write_rank(dir, step, 0, s, opt, err)) return -1;
-    return ckpt_commit(dir, step, 1, s, opt, train_meta, keep, err);
+    return ckpt_commit(dir, step, 1, NULL, s, opt, train_meta, keep, err);
 }
 
 // ---- reading ----
@@ -366,6 +395,17 @@ static int open_file(Ckpt *c, int fi, Err *err) {
                 return err_set(err, ERR_USAGE, "%s: tensor %s: slice outside its shape", path, nm->text);
             numel *= (uint64_t)e->t.extent[d];
         }
+        e->t.flat_lo = 0;
+        e->t.flat_hi = (int64_t)numel;
+        const Json *fl = json_get(t, "flat");
+        if (fl) {
+            int64_t be[2];
+            if (get_dims(fl, 2, be) || be[0] >= be[1] || (uint64_t)be[1] > numel)
+                return err_set(err, ERR_USAGE, "%s: tensor %s: malformed 'flat' range", path, nm->text);
+            e->t.flat_lo = be[0];
+            e->t.flat_hi = be[1];
+            numel = (uint64_t)(be[1] - be[0]);
+        }
         if ((uint64_t)off > dbytes || (uint64_t)nb > dbytes - (uint64_t)off || (uint64_t)nb != 4 * numel)
             return err_set(err, ERR_USAGE, "%s: tensor %s: data range past the end of the file", path, nm->text);
         e->t.name = nm->text;
@@ -459,11 +499,11 @@ int ckpt_verify(Ckpt *c, Err *err) {
 }
 
 // Copies the part of entry e that overlaps the slice of p this stage holds
-// into dst (p's local buffer); returns the elements copied.
+// into dst (p's local buffer); returns the elements copied. The entry's
+// elements are walked a row (last dimension) at a time.
 static int64_t copy_overlap(const Entry *e, const ParamInfo *p, float *dst) {
     int nd = p->ndim;
-    int64_t lo[3] = {0, 0, 0}, hi[3] = {1, 1, 1}, toff[3] = {0, 0, 0}, text[3] = {1, 1, 1}, soff[3] = {0, 0, 0},
-            sext[3] = {1, 1, 1};
+    int64_t toff[3] = {0, 0, 0}, text[3] = {1, 1, 1}, soff[3] = {0, 0, 0}, sext[3] = {1, 1, 1};
     // right-align into 3 dimensions
     for (int d = 0; d < nd; d++) {
         int k = 3 - nd + d;
@@ -472,21 +512,23 @@ static int64_t copy_overlap(const Entry *e, const ParamInfo *p, float *dst) {
         soff[k] = e->t.offset[d];
         sext[k] = e->t.extent[d];
     }
-    for (int k = 0; k < 3; k++) {
-        lo[k] = toff[k] > soff[k] ? toff[k] : soff[k];
-        int64_t a = toff[k] + text[k], b = soff[k] + sext[k];
-        hi[k] = a < b ? a : b;
-        if (lo[k] >= hi[k]) return 0;
-    }
+    for (int k = 0; k < 3; k++)   // no overlap at all
+        if (soff[k] >= toff[k] + text[k] || toff[k] >= soff[k] + sext[k]) return 0;
     const float *src = (const float *)e->data;
-    int64_t run = hi[2] - lo[2];
-    for (int64_t i = lo[0]; i < hi[0]; i++)
-        for (int64_t j = lo[1]; j < hi[1]; j++) {
-            const float *s = src + ((i - soff[0]) * sext[1] + (j - soff[1])) * sext[2] + (lo[2] - soff[2]);
-            float *d = dst + ((i - toff[0]) * text[1] + (j - toff[1])) * text[2] + (lo[2] - toff[2]);
-            memcpy(d, s, (size_t)run * sizeof(float));
+    int64_t copied = 0, f = e->t.flat_lo;
+    while (f < e->t.flat_hi) {
+        int64_t c = f % sext[2], row = f / sext[2], j = row % sext[1], i = row / sext[1];
+        int64_t end = f - c + sext[2] < e->t.flat_hi ? f - c + sext[2] : e->t.flat_hi;   // this row's end
+        int64_t gi = i + soff[0], gj = j + soff[1], g0 = c + soff[2], g1 = g0 + (end - f);
+        int64_t lo = g0 > toff[2] ? g0 : toff[2], hi = g1 < toff[2] + text[2] ? g1 : toff[2] + text[2];
+        if (gi >= toff[0] && gi < toff[0] + text[0] && gj >= toff[1] && gj < toff[1] + text[1] && lo < hi) {
+            float *d = dst + ((gi - toff[0]) * text[1] + (gj - toff[1])) * text[2] + (lo - toff[2]);
+            memcpy(d, src + (f - e->t.flat_lo) + (lo - g0), (size_t)(hi - lo) * sizeof(float));
+            copied += hi - lo;
         }
-    return (hi[0] - lo[0]) * (hi[1] - lo[1]) * run;
+        f = end;
+    }
+    return copied;
 }
 
 // Assembles tensor `name` (p's slice) into dst from every file's slices.
@@ -505,7 +547,8 @@ static int assemble(Ckpt *c, const char *name, const ParamInfo *p, float *dst, E
         int dup = 0;
         for (int k = 0; k < nused && !dup; k++) {
             const Entry *u = &c->e[used[k]];
-            dup = !memcmp(u->t.offset, e->t.offset, sizeof e->t.offset) && !memcmp(u->t.extent, e->t.extent, sizeof e->t.extent);
+            dup = !memcmp(u->t.offset, e->t.offset, sizeof e->t.offset) && !memcmp(u->t.extent, e->t.extent, sizeof e->t.extent) &&
+                  u->t.flat_lo == e->t.flat_lo && u->t.flat_hi == e->t.flat_hi;
         }
         if (dup) continue;
         if (verify_entry(c, e, err)) return -1;
@@ -519,24 +562,31 @@ static int assemble(Ckpt *c, const char *name, const ParamInfo *p, float *dst, E
     return 0;
 }
 
+int ckpt_load_range(Ckpt *c, const ParamTable *t, const char *prefix, size_t lo, size_t hi, float *dst, Err *err) {
+    for (int i = 0; i < t->n; i++) {
+        const ParamInfo *p = &t->p[i];
+        if (p->offset < lo || p->offset >= hi) continue;
+        CHECK(p->offset + p->numel <= hi);
+        char name[96];
+        snprintf(name, sizeof name, "%s%s", prefix, p->name);
+        if (assemble(c, name, p, dst + (p->offset - lo), err)) return -1;
+    }
+    return 0;
+}
+
+int ckpt_adam_t(Ckpt *c, int64_t *t, Err *err) {
+    if (json_int64(json_get(c->meta, "adam_t"), t) || *t < 0)
+        return err_set(err, ERR_USAGE, "%s/meta.json: field 'adam_t' is missing or not a non-negative integer", c->dir);
+    return 0;
+}
+
 int ckpt_load(Ckpt *c, Stage *s, AdamW *opt, Err *err) {
     if (opt && !ckpt_has_optimizer(c))
         return err_set(err, ERR_USAGE, "%s: holds no optimizer state (an imported model? use --init-from)", c->dir);
-    static const char *prefix[] = {"", "exp_avg/", "exp_avg_sq/"};
-    for (int k = 0; k < (opt ? 3 : 1); k++) {
-        float *dst = k == 0 ? s->params : k == 1 ? opt->m : opt->v;
-        for (int i = 0; i < s->table.n; i++) {
-            const ParamInfo *p = &s->table.p[i];
-            char name[96];
-            snprintf(name, sizeof name, "%s%s", prefix[k], p->name);
-            if (assemble(c, name, p, dst + p->offset, err)) return -1;
-        }
-    }
-    if (opt) {
-        int64_t t;
-        if (json_int64(json_get(c->meta, "adam_t"), &t) || t < 0)
-            return err_set(err, ERR_USAGE, "%s/meta.json: field 'adam_t' is missing or not a non-negative integer", c->dir);
-        opt->t = t;
-    }
+    if (ckpt_load_range(c, &s->table, "", 0, s->table.total, s->params, err)) return -1;
+    if (opt && (ckpt_load_range(c, &s->table, "exp_avg/", 0, s->table.total, opt->m, err) ||
+                ckpt_load_range(c, &s->table, "exp_avg_sq/", 0, s->table.total, opt->v, err) ||
+                ckpt_adam_t(c, &opt->t, err)))
+        return -1;
     return 0;
 }

@@ -12,8 +12,10 @@
 //   | u32 reserved | u64 data bytes
 // then the index, a JSON object {"tensors": [{name, dtype, shape (global),
 // offset (slice start per dimension), extent (slice size per dimension),
-// data_offset, nbytes, crc32c}...]}, zero padding to a multiple of 64, and
-// the data. Parameters keep their names; AdamW moments are "exp_avg/NAME"
+// data_offset, nbytes, crc32c, and optionally flat}...]}, zero padding to a
+// multiple of 64, and the data. "flat": [b, e] says the entry holds only
+// elements [b, e) of its slice in row-major order (a ZeRO piece that cuts a
+// tensor); without it, the whole slice. Parameters keep their names; AdamW moments are "exp_avg/NAME"
 // and "exp_avg_sq/NAME". Every size is checked against the file length and
 // every checksum verified before data is used.
 //
@@ -35,12 +37,28 @@
 int ckpt_begin(const char *dir, int64_t step, Err *err);
 // Writes rank's parameters and, with opt, its AdamW moments.
 int ckpt_write_rank(const char *dir, int64_t step, int rank, const Stage *s, const AdamW *opt, Err *err);
+
+// A flat range [lo, hi) of a rank's buffers (table offsets) and its values:
+// params, and with an optimizer m and v, each holding hi − lo floats.
+typedef struct CkptPiece {
+    size_t lo, hi;
+    const float *params, *m, *v;
+} CkptPiece;
+// Writes the parts of the table's tensors that the pieces cover (a ZeRO
+// rank's own pieces); with_opt: the moments too.
+int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable *t, const CkptPiece *pc, int npc,
+                      int with_opt, Err *err);
+
+// The layout recorded in meta.json.
+typedef struct CkptLayout {
+    int dp, zero;
+} CkptLayout;
 // meta.json (format, version, step, model, layout, files, optimizer,
 // adam_t, and the JSON object text train_meta as "train"), then the rename,
 // `latest`, and removal of all but the newest `keep` checkpoints (keep <= 0:
-// keep all).
-int ckpt_commit(const char *dir, int64_t step, int nranks, const Stage *s, const AdamW *opt, const char *train_meta,
-                int keep, Err *err);
+// keep all). lay NULL: dp 1, zero 0.
+int ckpt_commit(const char *dir, int64_t step, int nranks, const CkptLayout *lay, const Stage *s, const AdamW *opt,
+                const char *train_meta, int keep, Err *err);
 // One process: begin, write rank 0, commit.
 int ckpt_save(const char *dir, int64_t step, const Stage *s, const AdamW *opt, const char *train_meta, int keep,
               Err *err);
@@ -52,6 +70,7 @@ typedef struct CkptTensor {
     const char *name;
     int ndim;
     int64_t shape[3], offset[3], extent[3];   // global shape and the slice held
+    int64_t flat_lo, flat_hi;                 // the elements of the slice held (row-major)
     uint64_t nbytes;
     int file;                                 // index into meta's "files"
 } CkptTensor;
@@ -73,6 +92,12 @@ int ckpt_verify(Ckpt *c, Err *err);
 // Fills the stage's parameters (and, with opt, its moments and step count)
 // from the slices in the files.
 int ckpt_load(Ckpt *c, Stage *s, AdamW *opt, Err *err);
+// Fills dst (laid out as the table's range [lo, hi), whole tensors) with
+// the tensors named prefix + name ("" parameters, "exp_avg/",
+// "exp_avg_sq/") that lie in the range.
+int ckpt_load_range(Ckpt *c, const ParamTable *t, const char *prefix, size_t lo, size_t hi, float *dst, Err *err);
+// AdamW's step count; -1 with err when missing.
+int ckpt_adam_t(Ckpt *c, int64_t *t, Err *err);
 
 // Test hook: with TESSERA_CKPT_CRASH_AFTER=N in the environment the process
 // kills itself (SIGKILL) right after the N-th write, fsync or rename of a

@@ -48,6 +48,8 @@ static int add_rows(Builder *bd, const char *name, int layer, int ndim, const in
         }
         p->numel *= (size_t)p->lshape[d];
     }
+    size_t pm = bd->s->pad_multiple > 1 ? (size_t)bd->s->pad_multiple : 1;
+    if (t->n && t->p[t->n - 1].layer != layer) t->total = (t->total + pm - 1) / pm * pm;   // a new segment
     p->offset = t->total;
     p->layer = layer;
     p->flags = flags;
@@ -106,10 +108,34 @@ int ptable_build(ParamTable *t, const ModelConfig *c, const ModelSlice *s, Err *
         rc |= add(&bd, "ln_f.bias", -1, 1, (int64_t[]){C}, -1, PARAM_NO_DECAY, INIT_ZERO, 0);
     }
     if (rc) { ptable_free(t); return -1; }
+    size_t pm = s->pad_multiple > 1 ? (size_t)s->pad_multiple : 1;
+    t->total = (t->total + pm - 1) / pm * pm;
+    if (!(t->seg = calloc((size_t)t->n + 1, sizeof *t->seg))) {
+        ptable_free(t);
+        return err_set(err, ERR_RUN, "out of memory building the parameter table");
+    }
+    for (int i = 0; i < t->n; i++) {
+        if (i == 0 || t->p[i].layer != t->p[i - 1].layer) {
+            if (t->nseg) t->seg[t->nseg - 1].hi = t->p[i].offset;
+            t->seg[t->nseg++] = (ParamSeg){t->p[i].offset, 0, i, 0, t->p[i].layer};
+        }
+        t->seg[t->nseg - 1].n++;
+    }
+    if (t->nseg) t->seg[t->nseg - 1].hi = t->total;
     return 0;
 }
 
+int ptable_seg_of(const ParamTable *t, size_t off) {
+    int lo = 0, hi = t->nseg - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (t->seg[mid].lo <= off) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
 void ptable_free(ParamTable *t) {
+    free(t->seg);
     free(t->p);
     memset(t, 0, sizeof *t);
 }
@@ -133,41 +159,48 @@ static uint64_t global_index(const ParamInfo *p, size_t i) {
     return g;
 }
 
-void ptable_init(const ParamTable *t, float *params, uint64_t seed) {
-    for (int k = 0; k < t->n; k++) {
-        const ParamInfo *p = &t->p[k];
-        float *w = params + p->offset;
-        if (p->init != INIT_NORMAL) {
-            float v = p->init == INIT_ONE ? 1.0f : 0.0f;
-            for (size_t i = 0; i < p->numel; i++) w[i] = v;
-            continue;
-        }
-        uint64_t stream = rng_stream_of(p->name);
-        size_t row = p->numel / (size_t)p->lshape[0];   // local elements per dim-0 row
-        if (p->shard_dim <= 0) {
-            // The local elements are one range [g0, g0+numel) of global
-            // indices: draw them a Box-Muller pair at a time.
-            uint64_t g0 = p->shard_dim == 0 ? (uint64_t)p->shard_off * row : 0;
-            uint64_t k0 = g0 / 2, k1 = (g0 + p->numel + 1) / 2;
-            #pragma omp parallel for schedule(static)
-            for (uint64_t kk = k0; kk < k1; kk++) {
-                double z[2];
-                rng_normal_pair(seed, stream, kk, z);
-                for (int h = 0; h < 2; h++) {
-                    uint64_t g = 2 * kk + (uint64_t)h;
-                    if (g >= g0 && g < g0 + p->numel) w[g - g0] = (float)(p->std * z[h]);
-                }
-            }
-        } else {
-            #pragma omp parallel for schedule(static)
-            for (size_t i = 0; i < p->numel; i++)
-                w[i] = (float)(p->std * rng_normal(seed, stream, global_index(p, i)));
-        }
-        // Rows past init_rows (the vocabulary padding of wte) start at zero,
-        // so a model's values do not depend on the padding.
-        for (int64_t r = 0; r < p->lshape[0]; r++) {
-            int64_t gr = r + (p->shard_dim == 0 ? p->shard_off : 0);
-            if (gr >= p->init_rows) memset(w + (size_t)r * row, 0, row * sizeof(float));
-        }
+// Writes p's initial values into w (p->numel floats).
+static void init_tensor(const ParamInfo *p, float *w, uint64_t seed) {
+    if (p->init != INIT_NORMAL) {
+        float v = p->init == INIT_ONE ? 1.0f : 0.0f;
+        for (size_t i = 0; i < p->numel; i++) w[i] = v;
+        return;
     }
+    uint64_t stream = rng_stream_of(p->name);
+    size_t row = p->numel / (size_t)p->lshape[0];   // local elements per dim-0 row
+    if (p->shard_dim <= 0) {
+        // The local elements are one range [g0, g0+numel) of global
+        // indices: draw them a Box-Muller pair at a time.
+        uint64_t g0 = p->shard_dim == 0 ? (uint64_t)p->shard_off * row : 0;
+        uint64_t k0 = g0 / 2, k1 = (g0 + p->numel + 1) / 2;
+        #pragma omp parallel for schedule(static)
+        for (uint64_t kk = k0; kk < k1; kk++) {
+            double z[2];
+            rng_normal_pair(seed, stream, kk, z);
+            for (int h = 0; h < 2; h++) {
+                uint64_t g = 2 * kk + (uint64_t)h;
+                if (g >= g0 && g < g0 + p->numel) w[g - g0] = (float)(p->std * z[h]);
+            }
+        }
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < p->numel; i++)
+            w[i] = (float)(p->std * rng_normal(seed, stream, global_index(p, i)));
+    }
+    // Rows past init_rows (the vocabulary padding of wte) start at zero,
+    // so a model's values do not depend on the padding.
+    for (int64_t r = 0; r < p->lshape[0]; r++) {
+        int64_t gr = r + (p->shard_dim == 0 ? p->shard_off : 0);
+        if (gr >= p->init_rows) memset(w + (size_t)r * row, 0, row * sizeof(float));
+    }
+}
+
+void ptable_init_seg(const ParamTable *t, int k, float *buf, uint64_t seed) {
+    const ParamSeg *g = &t->seg[k];
+    memset(buf, 0, (g->hi - g->lo) * sizeof(float));
+    for (int i = g->first; i < g->first + g->n; i++) init_tensor(&t->p[i], buf + (t->p[i].offset - g->lo), seed);
+}
+
+void ptable_init(const ParamTable *t, float *params, uint64_t seed) {
+    for (int k = 0; k < t->nseg; k++) ptable_init_seg(t, k, params + t->seg[k].lo, seed);
 }

@@ -24,7 +24,7 @@
 typedef struct ModelSlice {
     int layer_begin, layer_end;
     int tp_rank, tp_size;
-    int pad_multiple;   // flat buffers are padded to a multiple of this many floats (ZeRO shards); 0 or 1: none
+    int pad_multiple;   // each segment is padded to a multiple of this many floats (ZeRO shards); 0 or 1: none
 } ModelSlice;
 
 ModelSlice slice_whole(const ModelConfig *c);
@@ -51,10 +51,22 @@ typedef struct ParamInfo {
     int64_t init_rows;               // global rows (dim 0) drawn at init; later rows start at 0
 } ParamInfo;
 
+// A segment: the tensors of one transformer block, or the embeddings, or
+// the final norm — the unit ZeRO gathers and reduces. [lo, hi) of the flat
+// buffer; hi − lo is a multiple of the slice's pad_multiple, and the floats
+// after the last tensor (the padding) stay zero.
+typedef struct ParamSeg {
+    size_t lo, hi;
+    int first, n;    // its tensors: p[first .. first + n)
+    int layer;       // the block, or -1
+} ParamSeg;
+
 typedef struct ParamTable {
     ParamInfo *p;
     int n;
-    size_t total;    // floats in the flat buffer
+    size_t total;    // floats in the flat buffer (with any segment padding)
+    ParamSeg *seg;   // in flat-buffer order
+    int nseg;
 } ParamTable;
 
 // Builds the table of the slice's tensors in flat-buffer order: wte, wpe,
@@ -65,5 +77,10 @@ void ptable_free(ParamTable *t);
 const ParamInfo *ptable_find(const ParamTable *t, const char *name);
 // Writes every tensor's initial values (normal(0, std), zeros or ones) into params.
 void ptable_init(const ParamTable *t, float *params, uint64_t seed);
+// The same for the tensors of segment k only, into buf laid out as its
+// range [lo, hi) (padding zeroed).
+void ptable_init_seg(const ParamTable *t, int k, float *buf, uint64_t seed);
+// The segment holding flat offset off.
+int ptable_seg_of(const ParamTable *t, size_t off);
 
 #endif

@@ -47,6 +47,8 @@ struct StageActs {
     int Cl, NHl, Fl, Vl, v0;      // local slice sizes
     BlockActs *blk;
     size_t (*blk_off)[BLOCK_TENSORS];   // flat-buffer offset of each block tensor
+    int *blk_seg;                 // each block's segment
+    int seg_emb, seg_lnf;         // segments of wte (and wpe) and of ln_f; -1 if absent
     float *x0;                    // (N,C) stage input / embeddings
     float *lnf, *lnf_mean, *lnf_rstd;
     float *losses;                // (N)
@@ -63,16 +65,38 @@ struct StageActs {
     size_t act_bytes, ws_bytes;
 };
 
-// Block i's tensors in the flat buffer base (parameters or gradients).
-static void block_weights(const Stage *s, const float *base, int i, BlockW *w) {
+// Block i's tensors in buf, its segment's parameters or gradients.
+static void block_weights(const Stage *s, const float *buf, int i, BlockW *w) {
     float **dst[BLOCK_TENSORS] = {&w->ln1w, &w->ln1b, &w->qkvw, &w->qkvb, &w->attprojw, &w->attprojb,
                                   &w->ln2w, &w->ln2b, &w->fcw, &w->fcb, &w->fcprojw, &w->fcprojb};
-    for (int k = 0; k < BLOCK_TENSORS; k++) *dst[k] = (float *)base + s->acts->blk_off[i][k];
+    size_t lo = s->table.seg[s->acts->blk_seg[i]].lo;
+    for (int k = 0; k < BLOCK_TENSORS; k++) *dst[k] = (float *)buf + (s->acts->blk_off[i][k] - lo);
 }
 
-static float *tensor(const Stage *s, const float *base, const char *name) {
+// Tensor `name` in buf, the parameters or gradients of the segment holding it.
+static float *tensor(const Stage *s, const float *buf, const char *name) {
     const ParamInfo *p = ptable_find(&s->table, name);
-    return p ? (float *)base + p->offset : NULL;
+    return p ? (float *)buf + (p->offset - s->table.seg[ptable_seg_of(&s->table, p->offset)].lo) : NULL;
+}
+
+// ---- parameters and gradients by segment: the hooks, or the flat buffers ----
+
+static const float *seg_params(Stage *s, int seg, int next) {
+    if (s->hooks.params) return s->hooks.params(s->hooks.ctx, seg, next);
+    return s->params + s->table.seg[seg].lo;
+}
+
+static void seg_params_done(Stage *s, int seg) {
+    if (s->hooks.params_done) s->hooks.params_done(s->hooks.ctx, seg);
+}
+
+static float *seg_grads(Stage *s, int seg) {
+    if (s->hooks.grads) return s->hooks.grads(s->hooks.ctx, seg);
+    return s->grads + s->table.seg[seg].lo;
+}
+
+static void seg_grads_done(Stage *s, int seg) {
+    if (s->hooks.grads_done) s->hooks.grads_done(s->hooks.ctx, seg);
 }
 
 // Carves n floats at *off from base (64-byte steps); with base NULL only counts.
@@ -123,7 +147,7 @@ static size_t layout(StageActs *a, int B, int T, int C, int Vp, char *base, int 
     return off;
 }
 
-int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, Err *err) {
+int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, unsigned flags, Err *err) {
     memset(s, 0, sizeof *s);
     if (config_validate(cfg, err)) return -1;
     if (T > cfg->max_seq)
@@ -149,24 +173,28 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     a->v0 = a->Vl * slice->tp_rank;
     a->blk = calloc((size_t)a->nl + 1, sizeof *a->blk);
     a->blk_off = calloc((size_t)a->nl + 1, sizeof *a->blk_off);
-    for (int i = 0; a->blk_off && i < a->nl; i++)
+    a->blk_seg = calloc((size_t)a->nl + 1, sizeof *a->blk_seg);
+    for (int i = 0; a->blk_off && a->blk_seg && i < a->nl; i++)
         for (int k = 0; k < BLOCK_TENSORS; k++) {
             char nm[64];
             snprintf(nm, sizeof nm, "h.%d.%s", slice->layer_begin + i, block_suffix[k]);
             const ParamInfo *p = ptable_find(&s->table, nm);
             CHECKF(p, "missing %s", nm);
             a->blk_off[i][k] = p->offset;
+            a->blk_seg[i] = ptable_seg_of(&s->table, p->offset);
         }
-    size_t pm = slice->pad_multiple > 1 ? (size_t)slice->pad_multiple : 1;
-    s->padded_total = (s->table.total + pm - 1) / pm * pm;
-    size_t pbytes = s->padded_total * sizeof(float);
+    const ParamInfo *pe = ptable_find(&s->table, "wte.weight"), *pf = ptable_find(&s->table, "ln_f.weight");
+    a->seg_emb = pe ? ptable_seg_of(&s->table, pe->offset) : -1;
+    a->seg_lnf = pf ? ptable_seg_of(&s->table, pf->offset) : -1;
+    size_t pbytes = s->table.total * sizeof(float);
     a->act_bytes = layout(a, B, T, cfg->d_model, a->Vl, NULL, 1);
     a->ws_bytes = layout(a, B, T, cfg->d_model, a->Vl, NULL, 0);
-    s->params = mem_alloc(MEM_PARAMS, pbytes);
-    s->grads = mem_alloc(MEM_GRADS, pbytes);
+    if (!(flags & STAGE_NO_PARAMS)) s->params = mem_alloc(MEM_PARAMS, pbytes);
+    if (!(flags & STAGE_NO_GRADS)) s->grads = mem_alloc(MEM_GRADS, pbytes);
     a->act_block = mem_alloc(MEM_ACTS, a->act_bytes);
     a->ws_block = mem_alloc(MEM_WORKSPACE, a->ws_bytes);
-    if (!a->blk || !a->blk_off || !s->params || !s->grads || !a->act_block || !a->ws_block) {
+    if (!a->blk || !a->blk_off || !a->blk_seg || (!s->params && !(flags & STAGE_NO_PARAMS)) ||
+        (!s->grads && !(flags & STAGE_NO_GRADS)) || !a->act_block || !a->ws_block) {
         char b1[32], b2[32];
         err_set(err, ERR_RUN, "out of memory allocating the model (%s of parameters, %s of activations for B=%d T=%d)",
                 mem_fmt(pbytes, b1, sizeof b1), mem_fmt(a->act_bytes, b2, sizeof b2), B, T);
@@ -184,6 +212,7 @@ void stage_free(Stage *s) {
         mem_free(s->acts->ws_block);
         free(s->acts->blk);
         free(s->acts->blk_off);
+        free(s->acts->blk_seg);
         free(s->acts);
     }
     mem_free(s->params);
@@ -197,11 +226,11 @@ float *stage_output(Stage *s) { return s->acts->nl ? s->acts->blk[s->acts->nl - 
 float *stage_grad_output(Stage *s) { return s->acts->dres; }
 float *stage_grad_input(Stage *s) { return s->acts->dres; }
 
-static void block_forward(Stage *s, int i, const float *xin, int B, int T) {
+static void block_forward(Stage *s, int i, const float *params, const float *xin, int B, int T) {
     StageActs *a = s->acts;
     BlockActs *b = &a->blk[i];
     BlockW w;
-    block_weights(s, s->params, i, &w);
+    block_weights(s, params, i, &w);
     int N = B * T, C = s->cfg.d_model;
     layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, xin, w.ln1w, w.ln1b, N, C);
     linear_forward(b->qkv, b->ln1, w.qkvw, w.qkvb, N, C, 3 * a->Cl);
@@ -216,12 +245,12 @@ static void block_forward(Stage *s, int i, const float *xin, int B, int T) {
 }
 
 // dres holds d(block output) and leaves with d(block input).
-static void block_backward(Stage *s, int i, const float *xin, int B, int T) {
+static void block_backward(Stage *s, int i, const float *params, float *grads, const float *xin, int B, int T) {
     StageActs *a = s->acts;
     BlockActs *b = &a->blk[i];
     BlockW w, g;
-    block_weights(s, s->params, i, &w);
-    block_weights(s, s->grads, i, &g);
+    block_weights(s, params, i, &w);
+    block_weights(s, grads, i, &g);
     int N = B * T, C = s->cfg.d_model;
     // MLP: res3 = res2 + gelu(ln2(res2)·Wfc + bfc)·Wp + bp
     linear_backward(a->dfch, g.fcprojw, g.fcprojb, a->dres, b->fch_gelu, w.fcprojw, N, a->Fl, C, 0);
@@ -240,19 +269,37 @@ static const float *block_input(Stage *s, int i) { return i == 0 ? s->acts->x0 :
 double stage_forward(Stage *s, const int *tokens, const int *targets, int B, int T, float dscale) {
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     StageActs *a = s->acts;
-    int N = B * T, C = s->cfg.d_model;
-    if (slice_is_first(&s->slice))
-        embedding_forward(a->x0, tokens, tensor(s, s->params, "wte.weight"), tensor(s, s->params, "wpe.weight"),
-                          B, T, C, a->v0, a->Vl);
-    for (int i = 0; i < a->nl; i++) block_forward(s, i, block_input(s, i), B, T);
-    if (!slice_is_last(&s->slice, &s->cfg)) return 0.0;
+    int N = B * T, C = s->cfg.d_model, first = slice_is_first(&s->slice), last = slice_is_last(&s->slice, &s->cfg);
+    int se = a->seg_emb, sf = a->seg_lnf, nl = a->nl;
+    int after_blocks = last ? sf : -1;
+    const float *pe = NULL;
+    if (first) {
+        // the embeddings stay at hand for the tied output head
+        pe = seg_params(s, se, nl ? a->blk_seg[0] : after_blocks);
+        embedding_forward(a->x0, tokens, tensor(s, pe, "wte.weight"), tensor(s, pe, "wpe.weight"), B, T, C, a->v0,
+                          a->Vl);
+        if (!last) seg_params_done(s, se);
+    }
+    for (int i = 0; i < nl; i++) {
+        const float *pb = seg_params(s, a->blk_seg[i], i + 1 < nl ? a->blk_seg[i + 1] : after_blocks);
+        block_forward(s, i, pb, block_input(s, i), B, T);
+        seg_params_done(s, a->blk_seg[i]);
+    }
+    if (!last) return 0.0;
 
-    const float *x = block_input(s, a->nl);
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, tensor(s, s->params, "ln_f.weight"),
-                      tensor(s, s->params, "ln_f.bias"), N, C);
-    if (!targets) return 0.0;
-    const float *wte = tensor(s, s->params, "wte.weight");
-    float *dwte = tensor(s, s->grads, "wte.weight");
+    // backward starts with the last block: fetch it during the head
+    const float *pf = seg_params(s, sf, dscale != 0.0f && nl ? a->blk_seg[nl - 1] : -1);
+    if (!pe) pe = seg_params(s, se, -1);
+    const float *x = block_input(s, nl);
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, tensor(s, pf, "ln_f.weight"), tensor(s, pf, "ln_f.bias"),
+                      N, C);
+    if (!targets) {
+        seg_params_done(s, se);
+        seg_params_done(s, sf);
+        return 0.0;
+    }
+    const float *wte = tensor(s, pe, "wte.weight");
+    float *dwte = dscale != 0.0f ? tensor(s, seg_grads(s, se), "wte.weight") : NULL;
     int V = s->cfg.vocab, Vp = a->Vl;
     // The head in chunks of rows: logits, loss and logits gradient, then the
     // gradient into ln_f's output and the embedding table, chunk by chunk.
@@ -264,13 +311,18 @@ double stage_forward(Stage *s, const int *tokens, const int *targets, int B, int
             linear_backward(a->dbtc + (size_t)r0 * C, dwte, NULL, a->logits, a->lnf + (size_t)r0 * C, wte, nr,
                             C, Vp, 0);
     }
+    seg_params_done(s, se);
+    if (dscale != 0.0f && !first) seg_grads_done(s, se);   // a pipeline's last stage: wte's share is complete
     double sum = 0.0;
     for (int n = 0; n < N; n++) sum += a->losses[n];
     if (dscale != 0.0f) {
+        float *gf = seg_grads(s, sf);
         memset(a->dres, 0, (size_t)N * C * sizeof(float));
-        layernorm_backward(a->dres, tensor(s, s->grads, "ln_f.weight"), tensor(s, s->grads, "ln_f.bias"), a->dbtc,
-                           x, tensor(s, s->params, "ln_f.weight"), a->lnf_mean, a->lnf_rstd, N, C);
+        layernorm_backward(a->dres, tensor(s, gf, "ln_f.weight"), tensor(s, gf, "ln_f.bias"), a->dbtc, x,
+                           tensor(s, pf, "ln_f.weight"), a->lnf_mean, a->lnf_rstd, N, C);
+        seg_grads_done(s, sf);
     }
+    seg_params_done(s, sf);
     return sum;
 }
 
@@ -291,21 +343,29 @@ void stage_backward(Stage *s, const int *tokens, int B, int T) {
     StageActs *a = s->acts;
     ready_from_block(s, a->nl);
     for (int i = a->nl - 1; i >= 0; i--) {
-        block_backward(s, i, block_input(s, i), B, T);
+        int sg = a->blk_seg[i];
+        const float *pb = seg_params(s, sg, i > 0 ? a->blk_seg[i - 1] : -1);
+        block_backward(s, i, pb, seg_grads(s, sg), block_input(s, i), B, T);
+        seg_params_done(s, sg);
+        seg_grads_done(s, sg);
         // wte (before the blocks) is final only after the embedding
         if (i > 0 || !slice_is_first(&s->slice)) ready_from_block(s, i);
     }
-    if (slice_is_first(&s->slice))
-        embedding_backward(tensor(s, s->grads, "wte.weight"), tensor(s, s->grads, "wpe.weight"), a->dres, tokens, B,
-                           T, s->cfg.d_model, a->v0, a->Vl);
+    if (slice_is_first(&s->slice)) {
+        float *ge = seg_grads(s, a->seg_emb);
+        embedding_backward(tensor(s, ge, "wte.weight"), tensor(s, ge, "wpe.weight"), a->dres, tokens, B, T,
+                           s->cfg.d_model, a->v0, a->Vl);
+        seg_grads_done(s, a->seg_emb);
+    }
     if (s->grad_ready) s->grad_ready(s->grad_ready_ctx, 0);
 }
 
 void stage_logits(Stage *s, int B, int T, int pos, float *logits) {
     CHECK(slice_is_last(&s->slice, &s->cfg) && pos >= 0 && pos < T);
     int C = s->cfg.d_model;
-    const float *wte = tensor(s, s->params, "wte.weight");
+    const float *wte = tensor(s, seg_params(s, s->acts->seg_emb, -1), "wte.weight");
     for (int b = 0; b < B; b++)
         linear_forward(logits + (size_t)b * s->acts->Vl, s->acts->lnf + ((size_t)b * T + pos) * C, wte, NULL, 1, C,
                        s->acts->Vl);
+    seg_params_done(s, s->acts->seg_emb);
 }

@@ -22,13 +22,36 @@
 
 typedef struct StageActs StageActs;   // internal: activations and scratch
 
+// Where the stage finds parameters and puts gradients, segment by segment
+// (ParamTable.seg); ZeRO installs these. Without them (fn NULL) the stage
+// uses its own flat buffers. Every buffer is laid out as the segment's
+// range [lo, hi) of the flat buffer.
+//   params(seg, next): seg's parameters, before the stage reads them; next
+//     is the segment it will ask for after this one (-1: none), to prefetch.
+//   params_done(seg): the stage will not read them again until the next ask.
+//   grads(seg): a buffer the stage adds seg's gradients into; asked again
+//     before grads_done, it is the same buffer.
+//   grads_done(seg): seg's gradients of this backward pass are complete.
+// In a forward pass the embeddings (held for the tied output head) and the
+// final norm are asked for once each; blocks once in forward and once again
+// in backward.
+typedef struct StageHooks {
+    void *ctx;
+    const float *(*params)(void *ctx, int seg, int next);
+    void (*params_done)(void *ctx, int seg);
+    float *(*grads)(void *ctx, int seg);
+    void (*grads_done)(void *ctx, int seg);
+} StageHooks;
+
+enum { STAGE_NO_PARAMS = 1, STAGE_NO_GRADS = 2 };   // stage_init flags: buffers the hooks replace
+
 typedef struct Stage {
     ModelConfig cfg;
     ModelSlice slice;
     ParamTable table;
-    float *params;     // padded_total floats (MEM_PARAMS)
-    float *grads;      // padded_total floats (MEM_GRADS)
-    size_t padded_total;   // table.total rounded up to slice.pad_multiple (the tail stays zero)
+    float *params;     // table.total floats (MEM_PARAMS), or NULL with STAGE_NO_PARAMS
+    float *grads;      // table.total floats (MEM_GRADS), or NULL with STAGE_NO_GRADS
+    StageHooks hooks;
     // Called during stage_backward each time the gradients of every tensor
     // at flat offset >= ready are final (after the head, each block, and the
     // embeddings with ready = 0): data-parallel buckets start reducing then.
@@ -39,8 +62,10 @@ typedef struct Stage {
 } Stage;
 
 // Allocates parameters (uninitialised: call ptable_init or load them),
-// gradients (zero) and activations for up to B×T tokens.
-int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, Err *err);
+// gradients (zero) and activations for up to B×T tokens; flags
+// (STAGE_NO_PARAMS, STAGE_NO_GRADS) leave out flat buffers that hooks
+// will provide.
+int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, unsigned flags, Err *err);
 void stage_free(Stage *s);
 
 // Runs the stage forward on B×T tokens (B ≤ s->B, T ≤ s->T). tokens (B,T)

@@ -34,8 +34,8 @@ void adamw_free(AdamW *a) {
     a->m = a->v = NULL;
 }
 
-void adamw_step_range(AdamW *a, const ParamTable *t, float *params, const float *grads, size_t lo, size_t hi, float lr,
-                      const OptimConfig *o, float grad_scale) {
+void adamw_step_pieces(AdamW *a, const ParamTable *t, const OptPiece *pc, int npc, float lr, const OptimConfig *o,
+                       float grad_scale) {
     a->t++;
     AdamWArgs args = {
         .lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
@@ -43,25 +43,31 @@ void adamw_step_range(AdamW *a, const ParamTable *t, float *params, const float 
         .grad_scale = grad_scale,
     };
     // Runs of neighbouring tensors with the same decay setting go in one
-    // call, clipped to [lo, hi).
-    int k = 0;
-    while (k < t->n) {
-        int decay = !(t->p[k].flags & PARAM_NO_DECAY), j = k + 1;
-        while (j < t->n && (!(t->p[j].flags & PARAM_NO_DECAY)) == decay) j++;
-        size_t r0 = t->p[k].offset, r1 = t->p[j - 1].offset + t->p[j - 1].numel;
-        if (r0 < lo) r0 = lo;
-        if (r1 > hi) r1 = hi;
-        if (r0 < r1) {
-            args.weight_decay = decay ? o->weight_decay : 0.0f;
-            adamw_update(params + r0, grads + (r0 - lo), a->m + (r0 - lo), a->v + (r0 - lo), r1 - r0, &args);
+    // call, clipped to each piece (padding between segments included: its
+    // gradients are zero, so it stays zero).
+    for (int q = 0; q < npc; q++) {
+        const OptPiece *c = &pc[q];
+        int k = 0;
+        while (k < t->n) {
+            int decay = !(t->p[k].flags & PARAM_NO_DECAY), j = k + 1;
+            while (j < t->n && (!(t->p[j].flags & PARAM_NO_DECAY)) == decay) j++;
+            size_t r0 = t->p[k].offset, r1 = j < t->n ? t->p[j].offset : t->total;
+            if (r0 < c->lo) r0 = c->lo;
+            if (r1 > c->hi) r1 = c->hi;
+            if (r0 < r1) {
+                size_t i = r0 - c->lo;
+                args.weight_decay = decay ? o->weight_decay : 0.0f;
+                adamw_update(c->params + i, c->grads + i, a->m + c->opt_off + i, a->v + c->opt_off + i, r1 - r0, &args);
+            }
+            k = j;
         }
-        k = j;
     }
 }
 
 void adamw_step(AdamW *a, const ParamTable *t, float *params, const float *grads, float lr,
                 const OptimConfig *o, float grad_scale) {
-    adamw_step_range(a, t, params, grads, 0, t->total, lr, o, grad_scale);
+    OptPiece all = {0, t->total, params, grads, 0};
+    adamw_step_pieces(a, t, &all, 1, lr, o, grad_scale);
 }
 
 double sum_squares(const float *g, size_t n) {

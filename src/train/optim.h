@@ -38,10 +38,19 @@ void adamw_free(AdamW *a);
 void adamw_step(AdamW *a, const ParamTable *t, float *params, const float *grads, float lr,
                 const OptimConfig *o, float grad_scale);
 
-// The same update for the flat range [lo, hi) of the parameters only (a
-// ZeRO shard): grads, and the moments of a (sized hi − lo), are indexed from lo.
-void adamw_step_range(AdamW *a, const ParamTable *t, float *params, const float *grads, size_t lo, size_t hi, float lr,
-                      const OptimConfig *o, float grad_scale);
+// A piece of the flat buffer that one rank updates (a ZeRO shard is one
+// piece per segment): the values of params and grads of [lo, hi), and its
+// moments at AdamW.m/v + opt_off.
+typedef struct OptPiece {
+    size_t lo, hi;
+    float *params;
+    const float *grads;
+    size_t opt_off;
+} OptPiece;
+
+// One update of the pieces only (weight decay as adamw_step).
+void adamw_step_pieces(AdamW *a, const ParamTable *t, const OptPiece *pc, int npc, float lr, const OptimConfig *o,
+                       float grad_scale);
 
 // Sum of squares of g (n) in double, in a fixed order (blocks summed in
 // order), so the value does not depend on the thread count.

@@ -15,6 +15,7 @@
 #include "io/checkpoint.h"
 #include "io/hf_gpt2.h"
 #include "parallel/ddp.h"
+#include "parallel/zero.h"
 #include "core/checksum.h"
 #include "kernels/matmul.h"
 #include "model/stage.h"
@@ -60,33 +61,81 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls) {
     return b.s;
 }
 
-// Saves a checkpoint. Every rank calls it: under ZeRO the optimizer shards
-// are first gathered so that rank 0 writes a complete (consolidated)
-// checkpoint, loadable into any layout.
-static int save_ckpt(const TrainConfig *tc, int step, const Stage *st, const AdamW *opt, const Loader *ld, Comm *dp,
-                     int rank, Err *err) {
-    AdamW full = *opt;
+// Agrees on a status across the data-parallel ranks: the worst one (-1 if
+// any rank failed); a failed reduction counts as a failure.
+static int agree(Comm *stats, int rc, Err *err) {
+    if (!stats) return rc;
+    int32_t mine = rc ? 1 : 0, any = 0;
+    Err e;
+    if (comm_allreduce(stats, &mine, &any, 1, DT_I32, RED_MAX, &e)) {
+        if (!rc && err) *err = e;
+        return -1;
+    }
+    if (any && !rc && err) err_set(err, ERR_RUN, "another rank failed to write its part of the checkpoint");
+    return any ? -1 : 0;
+}
+
+// Saves a checkpoint; every rank calls it. Without ZeRO rank 0 writes the
+// whole model (the others hold the same). Under ZeRO every rank writes the
+// pieces it owns — parameters and moments — into its own file, and rank 0
+// commits once all have written.
+static int save_ckpt(const TrainConfig *tc, int step, const Stage *st, const AdamW *opt, const Loader *ld, Zero *zr,
+                     Comm *stats, int rank, int D, Err *err) {
+    double t0 = timer_now();
+    char *meta = train_meta_json(tc, step, loader_state(ld));
     int rc = 0;
-    if (tc->zero && dp) {
-        size_t S = opt->n, P = (size_t)comm_size(dp) * S;
-        full.m = mem_alloc(MEM_WORKSPACE, P * sizeof(float));
-        full.v = mem_alloc(MEM_WORKSPACE, P * sizeof(float));
-        if (!full.m || !full.v) rc = err_set(err, ERR_RUN, "out of memory gathering the optimizer state for a checkpoint");
-        if (!rc && (comm_allgather(dp, opt->m, full.m, S, DT_F32, err) || comm_allgather(dp, opt->v, full.v, S, DT_F32, err)))
-            rc = -1;
-        full.n = P;
+    if (!zr) {
+        if (rank == 0) rc = ckpt_save(tc->ckpt_dir, step, st, opt, meta, tc->keep, err);
+    } else {
+        int n = st->table.nseg;
+        CkptPiece *pc = calloc((size_t)n + 1, sizeof *pc);
+        if (!pc) rc = err_set(err, ERR_RUN, "out of memory");
+        if (rank == 0 && !rc) rc = ckpt_begin(tc->ckpt_dir, step, err);
+        rc = agree(stats, rc, err);
+        for (int k = 0; k < n && !rc; k++) {
+            size_t off;
+            zero_piece(zr, k, &pc[k].lo, &pc[k].hi, &off);
+            pc[k].params = zero_piece_params(zr, k);
+            pc[k].m = opt->m + off;
+            pc[k].v = opt->v + off;
+        }
+        if (!rc) rc = ckpt_write_pieces(tc->ckpt_dir, step, rank, &st->table, pc, n, 1, err);
+        free(pc);
+        rc = agree(stats, rc, err);
+        CkptLayout lay = {D, tc->zero};
+        if (rank == 0 && !rc) rc = ckpt_commit(tc->ckpt_dir, step, D, &lay, st, opt, meta, tc->keep, err);
+        rc = agree(stats, rc, err);
     }
-    if (!rc && rank == 0) {
-        char *meta = train_meta_json(tc, step, loader_state(ld));
-        double t0 = timer_now();
-        rc = ckpt_save(tc->ckpt_dir, step, st, &full, meta, tc->keep, err);
-        free(meta);
-        if (rc == 0) printf("checkpoint: %s/step_%08d (%.2f s)\n", tc->ckpt_dir, step, timer_now() - t0);
-    }
-    if (full.m != opt->m) { mem_free(full.m); mem_free(full.v); }
+    free(meta);
+    if (rc == 0) printf("checkpoint: %s/step_%08d (%.2f s)\n", tc->ckpt_dir, step, timer_now() - t0);
     return rc;
 }
 
+// ---- filling ZeRO shards segment by segment ----
+
+typedef struct {
+    const ParamTable *t;
+    Ckpt *ck;
+    const char *prefix;
+    const float *full;     // whole parameters to cut from, or NULL
+    uint64_t seed;
+    uint32_t crc;          // CRC-32C of the segments so far (of the whole flat buffer at the end)
+    Err *err;
+} Fill;
+
+static int fill_segment(void *ctx, int k, float *buf) {
+    Fill *f = ctx;
+    const ParamSeg *g = &f->t->seg[k];
+    if (f->ck) {
+        if (ckpt_load_range(f->ck, f->t, f->prefix, g->lo, g->hi, buf, f->err)) return -1;
+    } else if (f->full) {
+        memcpy(buf, f->full + g->lo, (g->hi - g->lo) * sizeof(float));
+    } else {
+        ptable_init_seg(f->t, k, buf, f->seed);
+    }
+    f->crc = crc32c(f->crc, buf, (g->hi - g->lo) * sizeof(float));
+    return 0;
+}
 
 double train_evaluate(Stage *st, Loader *val, int max_batches, int64_t *ntok) {
     int B = st->B, T = st->T;
@@ -157,9 +206,9 @@ static int choose_model(const TrainConfig *tc, const Tokenizer *tok, ModelConfig
 int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
     int rank = dp ? comm_rank(dp) : 0, D = dp ? comm_size(dp) : 1;
     Ddp *ddp = NULL;
+    Zero *zr = NULL;
     Comm *stats = NULL;   // the loss and norm reductions, so that dp's counters hold gradient traffic only
-    float *gshard = NULL;
-    if (tc->zero && (!dp || D < 2)) return err_set(err, ERR_USAGE, "--zero %d needs data parallelism (--dp 2 or more)", tc->zero);
+    if (tc->zero && !dp) return err_set(err, ERR_USAGE, "--zero %d needs a communicator (tessera train starts one)", tc->zero);
     Tokenizer tok;
     if (tokenizer_open(&tok, tc->tokenizer, err)) return -1;
     ModelConfig mc;
@@ -188,24 +237,55 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             loader_open(&val, tc->data, &tok, &lo, err)) { err_prefix(err, "--data (validation shards)"); goto done; }
     }
     ModelSlice slice = slice_whole(&mc);
-    if (tc->zero) slice.pad_multiple = D;   // whole shards
-    if (stage_init(&st, &mc, &slice, tc->batch, tc->seq, err)) goto done;
-    // ZeRO-1: this rank owns [shard_lo, shard_lo + S) of the flat buffers; its moments
-    // and gradient shard are S long.
-    size_t S = tc->zero ? st.padded_total / (size_t)D : st.table.total, shard_lo = tc->zero ? (size_t)rank * S : 0;
+    if (tc->zero) slice.pad_multiple = D;   // every segment splits into D equal pieces
+    if (stage_init(&st, &mc, &slice, tc->batch, tc->seq, zero_stage_flags(tc->zero), err)) goto done;
+    if (tc->zero && zero_init(&zr, dp, tc->zero, &st, err)) goto done;
+    // ZeRO: this rank's AdamW moments are its shard (its piece of every segment)
+    size_t S = zr ? zero_shard_floats(zr) : st.table.total;
     if (adamw_init(&opt, S, err)) goto done;
-    if (tc->zero && !(gshard = mem_alloc(MEM_GRADS, S * sizeof(float)))) { err_set(err, ERR_RUN, "out of memory"); goto done; }
+    // Parameters (and on resume the moments): every rank computes the same
+    // whole model, segment by segment; under ZeRO-3 it keeps only its pieces.
+    // The CRC-32C of the whole flat buffer is compared across ranks below.
+    Fill fl = {.t = &st.table, .seed = tc->seed, .prefix = "", .err = err};
+    uint32_t pcrc = 0;
+    if (ck && tc->zero) {
+        if (!ckpt_has_optimizer(ck)) {
+            err_set(err, ERR_USAGE, "%s: holds no optimizer state (an imported model? use --init-from)", ckpt_dir(ck));
+            goto done;
+        }
+        fl.ck = ck;
+    }
+    if (ck && !tc->zero) {
+        if (ckpt_load(ck, &st, &opt, err)) goto done;
+    } else if (ck && tc->zero < 3) {
+        if (ckpt_load_range(ck, &st.table, "", 0, st.table.total, st.params, err)) goto done;
+    } else if (tc->init_from && tc->zero == 3) {   // read the whole model once, keep the pieces
+        st.params = mem_alloc(MEM_WORKSPACE, st.table.total * sizeof(float));
+        int lr_ = !st.params ? err_set(err, ERR_RUN, "out of memory reading --init-from") : hf_load(&sf, &st, err);
+        if (!lr_) {
+            fl.full = st.params;
+            zero_fill_shard(zr, zero_param_shard(zr), fill_segment, &fl);
+        }
+        mem_free(st.params);
+        st.params = NULL;
+        if (lr_) { err_prefix(err, tc->init_from); goto done; }
+    } else if (tc->init_from) {
+        if (hf_load(&sf, &st, err)) { err_prefix(err, tc->init_from); goto done; }
+    } else if (tc->zero < 3) {
+        ptable_init(&st.table, st.params, tc->seed);
+    }
+    if (tc->zero == 3 && !tc->init_from) {
+        if (zero_fill_shard(zr, zero_param_shard(zr), fill_segment, &fl)) goto done;
+    }
+    pcrc = tc->zero == 3 ? fl.crc : crc32c(0, st.params, st.table.total * sizeof(float));
+    if (ck && tc->zero) {
+        fl.prefix = "exp_avg/";
+        if (zero_fill_shard(zr, opt.m, fill_segment, &fl)) goto done;
+        fl.prefix = "exp_avg_sq/";
+        if (zero_fill_shard(zr, opt.v, fill_segment, &fl)) goto done;
+        if (ckpt_adam_t(ck, &opt.t, err)) goto done;
+    }
     if (ck) {
-        if (tc->zero) {   // load the whole optimizer state, keep this rank's shard
-            AdamW full;
-            if (adamw_init(&full, st.padded_total, err)) goto done;
-            int lr_ = ckpt_load(ck, &st, &full, err);
-            memcpy(opt.m, full.m + shard_lo, S * sizeof(float));
-            memcpy(opt.v, full.v + shard_lo, S * sizeof(float));
-            opt.t = full.t;
-            adamw_free(&full);
-            if (lr_) goto done;
-        } else if (ckpt_load(ck, &st, &opt, err)) goto done;
         start = (int)ckpt_step(ck);
         const Json *ls = json_get(json_get(ckpt_meta(ck), "train"), "loader");
         int64_t e = 0, p = 0;
@@ -214,15 +294,11 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             goto done;
         }
         loader_set_state(ld, (LoaderState){e, p % loader_samples(ld)});
-    } else if (tc->init_from) {
-        if (hf_load(&sf, &st, err)) { err_prefix(err, tc->init_from); goto done; }
-    } else {
-        ptable_init(&st.table, st.params, tc->seed);
     }
-    if (dp && D > 1) {
+    if (dp) {
         // Parameters start identical by construction (init by global index,
         // or the same file); verify it before the first step.
-        int32_t mine = (int32_t)crc32c(0, st.params, st.table.total * sizeof(float)), *all = calloc((size_t)D, 4);
+        int32_t mine = (int32_t)pcrc, *all = calloc((size_t)D, 4);
         if (!all || comm_allgather(dp, &mine, all, 1, DT_I32, err)) { free(all); goto done; }
         for (int r = 1; r < D; r++)
             if (all[r] != all[0]) {
@@ -232,7 +308,7 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
                 goto done;
             }
         free(all);
-        if (!tc->zero && ddp_init(&ddp, dp, &st.table, st.grads, tc->bucket_mb, err)) goto done;
+        if (!tc->zero && D > 1 && ddp_init(&ddp, dp, &st.table, st.grads, tc->bucket_mb, err)) goto done;
         if (comm_split(dp, 0, rank, "dp-stats", &stats, err)) goto done;
     }
     if (rank == 0 && tc->log_path && !(log = fopen(tc->log_path, "a"))) {
@@ -262,10 +338,18 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
                "at the end", tc->eval_batches ? "first --eval-batches batches" : "all of it");
     printf("batch:     %d × %d tokens × %d accumulation × %d ranks = %.0f tokens per step, %d steps\n", B, T, K, D,
            tokens_per_step, tc->steps);
-    if (tc->zero)
-        printf("parallel:  data parallel over %d ranks (%s backend), ZeRO-1: optimizer state sharded (%zu of %zu floats per rank); "
-               "gradients reduce-scattered after backward, parameters allgathered after the update\n",
-               D, comm_backend(dp), S, st.padded_total);
+    if (zr) {
+        static const char *what[] = {"", "AdamW state sharded; gradients reduce-scattered per layer during the last backward, "
+                                         "parameters allgathered after the update",
+                                     "AdamW state and gradients sharded; gradients reduce-scattered per layer during every "
+                                     "backward, parameters allgathered after the update",
+                                     "AdamW state, gradients and parameters sharded; each layer's parameters allgathered "
+                                     "before its forward and its backward (the next one prefetched)"};
+        char b1[32];
+        printf("parallel:  data parallel over %d ranks (%s backend), ZeRO-%d: %s; shard %zu of %zu floats per rank, "
+               "%d segments, pooled buffers %s\n", D, comm_backend(dp), tc->zero, what[tc->zero], S, st.table.total,
+               st.table.nseg, mem_fmt(zero_pool_bytes(zr), b1, sizeof b1));
+    }
     if (ddp)
         printf("parallel:  data parallel over %d ranks (%s backend), gradients in %d buckets of ≤ %g MB, overlapped with backward\n",
                D, comm_backend(dp), ddp_nbuckets(ddp), tc->bucket_mb);
@@ -290,11 +374,12 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             sent_before = 0;
             for (int o = 0; o < OP_COUNT; o++) sent_before += cs->bytes_sent[o];
         }
-        memset(st.grads, 0, st.table.total * sizeof(float));
+        if (st.grads) memset(st.grads, 0, st.table.total * sizeof(float));
         double loss_sum = 0;
         float dscale = (float)(1.0 / tokens_per_step);
         for (int k = 0; k < K; k++) {
             loader_next(ld, inp, tgt);
+            if (zr) zero_microbatch(zr, k, K);
             loss_sum += stage_forward(&st, inp, tgt, B, T, dscale);
             // only the last micro-batch's backward synchronises
             st.grad_ready = ddp && k == K - 1 ? ddp_ready : NULL;
@@ -302,24 +387,22 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             stage_backward(&st, inp, B, T);
         }
         st.grad_ready = NULL;
-        if (dp && D > 1) {
+        if (dp) {
             double ls = loss_sum;
-            if ((ddp && ddp_finish(ddp, err)) || comm_allreduce(stats, &ls, &loss_sum, 1, DT_F64, RED_SUM, err)) goto done;
+            if ((ddp && ddp_finish(ddp, err)) || (zr && zero_finish(zr, err)) ||
+                comm_allreduce(stats, &ls, &loss_sum, 1, DT_F64, RED_SUM, err))
+                goto done;
         }
         double loss = loss_sum / tokens_per_step, norm;
         float lr = lr_at(&tc->opt, step);
-        if (tc->zero) {
-            // reduce-scatter the gradients; the global norm from the shards;
-            // AdamW on this rank's shard; allgather the parameters
-            double ss, ss_all;
-            if (comm_reduce_scatter(dp, st.grads, gshard, st.padded_total, DT_F32, RED_SUM, err)) goto done;
-            ss = sum_squares(gshard, S);
+        if (zr) {
+            // the global norm from the owned gradient pieces; AdamW on the
+            // owned pieces (then, in stages 1 and 2, the parameters allgathered)
+            double ss = zero_grad_sumsq(zr), ss_all;
             if (comm_allreduce(stats, &ss, &ss_all, 1, DT_F64, RED_SUM, err)) goto done;
             norm = sqrt(ss_all);
             float gscale = (tc->opt.clip > 0 && norm > tc->opt.clip) ? (float)(tc->opt.clip / norm) : 1.0f;
-            adamw_step_range(&opt, &st.table, st.params, gshard, shard_lo, shard_lo + S, lr, &tc->opt, gscale);
-            memcpy(gshard, st.params + shard_lo, S * sizeof(float));
-            if (comm_allgather(dp, gshard, st.params, S, DT_F32, err)) goto done;
+            if (zero_step(zr, &opt, lr, &tc->opt, gscale, err)) goto done;
         } else {
             norm = sqrt(sum_squares(st.grads, st.table.total));
             float gscale = (tc->opt.clip > 0 && norm > tc->opt.clip) ? (float)(tc->opt.clip / norm) : 1.0f;
@@ -346,15 +429,19 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             if (log) {
                 fprintf(log, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms\":%.3f,"
                              "\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"mem_peak_bytes\":%zu,\"mem\":{\"params\":%zu,"
-                             "\"grads\":%zu,\"optim\":%zu,\"acts\":%zu,\"comm\":%zu,\"workspace\":%zu},\"grad_comm_bytes\":%llu}\n",
+                             "\"grads\":%zu,\"optim\":%zu,\"acts\":%zu,\"comm\":%zu,\"workspace\":%zu},"
+                             "\"mem_now\":{\"params\":%zu,\"grads\":%zu,\"optim\":%zu,\"acts\":%zu,\"comm\":%zu,"
+                             "\"workspace\":%zu},\"grad_comm_bytes\":%llu}\n",
                         step + 1, loss, lr, norm, dt * 1e3, tps, mfu, mem_peak_total(), mem_peak(MEM_PARAMS),
                         mem_peak(MEM_GRADS), mem_peak(MEM_OPTIM), mem_peak(MEM_ACTS), mem_peak(MEM_COMM),
-                        mem_peak(MEM_WORKSPACE), (unsigned long long)grad_sent);
+                        mem_peak(MEM_WORKSPACE), mem_current(MEM_PARAMS), mem_current(MEM_GRADS),
+                        mem_current(MEM_OPTIM), mem_current(MEM_ACTS), mem_current(MEM_COMM),
+                        mem_current(MEM_WORKSPACE), (unsigned long long)grad_sent);
                 fflush(log);
             }
         }
         if (tc->exit_after > 0 && step + 1 == tc->exit_after && !last) {
-            if (tc->ckpt_dir && save_ckpt(tc, step + 1, &st, &opt, ld, dp, rank, err)) goto done;
+            if (tc->ckpt_dir && save_ckpt(tc, step + 1, &st, &opt, ld, zr, stats, rank, D, err)) goto done;
             printf("stopped:   after step %d of %d (--exit-after); continue with --resume\n", step + 1, tc->steps);
             rc = 0;
             goto done;
@@ -362,12 +449,12 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
         if (val && tc->eval_every > 0 && (step + 1) % tc->eval_every == 0 && !last) run_eval(tc, &st, val, step + 1, log);
         if (tc->progress && !last) progress_bar(step + 1, tc->steps, timer_now() - t_start);
         if (tc->ckpt_dir && tc->ckpt_every > 0 && (step + 1) % tc->ckpt_every == 0 && !last &&
-            save_ckpt(tc, step + 1, &st, &opt, ld, dp, rank, err))
+            save_ckpt(tc, step + 1, &st, &opt, ld, zr, stats, rank, D, err))
             goto done;
     }
     double total = timer_now() - t_start;
     if (val) run_eval(tc, &st, val, tc->steps, log);
-    if (tc->ckpt_dir && start < tc->steps && save_ckpt(tc, tc->steps, &st, &opt, ld, dp, rank, err)) goto done;
+    if (tc->ckpt_dir && start < tc->steps && save_ckpt(tc, tc->steps, &st, &opt, ld, zr, stats, rank, D, err)) goto done;
     if (start < tc->steps)
         printf("done:      %d steps in %.1f s, %.0f tokens/s average\n", tc->steps - start, total,
                tokens_per_step * (tc->steps - start) / total);
@@ -378,6 +465,14 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
                "%.1f MB sent per step per rank\n", ar, waited, ar > 0 ? 100 * (1 - waited / ar) : 100.0,
                cs->bytes_sent[OP_ALLREDUCE] / 1e6 / (tc->steps - start > 0 ? tc->steps - start : 1));
     }
+    if (zr) {
+        const CommStats *cs = comm_stats(dp);
+        double t = cs->seconds[OP_REDUCE_SCATTER] + cs->seconds[OP_ALLGATHER], waited = zero_wait_seconds(zr);
+        uint64_t sent = cs->bytes_sent[OP_REDUCE_SCATTER] + cs->bytes_sent[OP_ALLGATHER];
+        printf("comm:      reduce-scatter %.2f s + allgather %.2f s in all, %.2f s of it waited for (%.0f%% hidden); "
+               "%.1f MB sent per step per rank\n", cs->seconds[OP_REDUCE_SCATTER], cs->seconds[OP_ALLGATHER], waited,
+               t > 0 ? 100 * (1 - waited / t) : 100.0, sent / 1e6 / (tc->steps - start > 0 ? tc->steps - start : 1));
+    }
     print_memory();
     rc = 0;
 done:
@@ -387,8 +482,8 @@ done:
     adamw_free(&opt);
     stage_free(&st);
     ddp_free(ddp);
+    zero_free(zr);
     comm_free(stats);
-    mem_free(gshard);
     loader_free(ld);
     loader_free(val);
     ckpt_close(ck);

@@ -26,7 +26,7 @@ static void test_roundtrip(void) {
     ModelConfig c = tiny();
     ModelSlice s = slice_whole(&c);
     Stage a, b;
-    EXPECT(stage_init(&a, &c, &s, 1, 8, &e) == 0 && stage_init(&b, &c, &s, 1, 8, &e) == 0, "%s", e.msg);
+    EXPECT(stage_init(&a, &c, &s, 1, 8, 0, &e) == 0 && stage_init(&b, &c, &s, 1, 8, 0, &e) == 0, "%s", e.msg);
     ptable_init(&a.table, a.params, 3);
     AdamW oa, ob;
     adamw_init(&oa, a.table.total, &e);
@@ -71,15 +71,15 @@ static void test_slices_across_files(void) {
     ModelConfig c = tiny();
     ModelSlice whole = slice_whole(&c), h0 = {0, c.n_layer, 0, 2, 1}, h1 = {0, c.n_layer, 1, 2, 1};
     Stage w, a, b, w2;
-    EXPECT(stage_init(&w, &c, &whole, 1, 8, &e) == 0 && stage_init(&a, &c, &h0, 1, 8, &e) == 0 &&
-           stage_init(&b, &c, &h1, 1, 8, &e) == 0 && stage_init(&w2, &c, &whole, 1, 8, &e) == 0, "%s", e.msg);
+    EXPECT(stage_init(&w, &c, &whole, 1, 8, 0, &e) == 0 && stage_init(&a, &c, &h0, 1, 8, 0, &e) == 0 &&
+           stage_init(&b, &c, &h1, 1, 8, 0, &e) == 0 && stage_init(&w2, &c, &whole, 1, 8, 0, &e) == 0, "%s", e.msg);
     ptable_init(&w.table, w.params, 9);
     ptable_init(&a.table, a.params, 9);
     ptable_init(&b.table, b.params, 9);
     char dir[600];
     snprintf(dir, sizeof dir, "%s/tp", tmp);
     EXPECT(ckpt_begin(dir, 1, &e) == 0 && ckpt_write_rank(dir, 1, 0, &a, NULL, &e) == 0 &&
-           ckpt_write_rank(dir, 1, 1, &b, NULL, &e) == 0 && ckpt_commit(dir, 1, 2, &a, NULL, NULL, 0, &e) == 0, "%s", e.msg);
+           ckpt_write_rank(dir, 1, 1, &b, NULL, &e) == 0 && ckpt_commit(dir, 1, 2, NULL, &a, NULL, NULL, 0, &e) == 0, "%s", e.msg);
     Ckpt *ck;
     EXPECT(ckpt_open(&ck, dir, &e) == 0, "%s", e.msg);
     if (!ck) return;
@@ -92,14 +92,14 @@ static void test_slices_across_files(void) {
     memset(b.params, 0, b.table.total * 4);
     EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_load(ck, &b, NULL, &e) == 0, "%s", e.msg);
     Stage b2;
-    stage_init(&b2, &c, &h1, 1, 8, &e);
+    stage_init(&b2, &c, &h1, 1, 8, 0, &e);
     ptable_init(&b2.table, b2.params, 9);
     EXPECT(memcmp(b.params, b2.params, b.table.total * 4) == 0, "half loaded from the whole model differs");
     ckpt_close(ck);
     // A missing half is an error naming the tensor, not silent zeros.
     snprintf(dir, sizeof dir, "%s/half", tmp);
     EXPECT(ckpt_begin(dir, 1, &e) == 0 && ckpt_write_rank(dir, 1, 0, &a, NULL, &e) == 0 &&
-           ckpt_commit(dir, 1, 1, &a, NULL, NULL, 0, &e) == 0, "%s", e.msg);
+           ckpt_commit(dir, 1, 1, NULL, &a, NULL, NULL, 0, &e) == 0, "%s", e.msg);
     EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_load(ck, &w2, NULL, &e) == -1 && strstr(e.msg, "cover"),
            "incomplete slices: %s", e.msg);
     ckpt_close(ck);
@@ -117,7 +117,7 @@ static void test_corruption(void) {
     ModelConfig c = tiny();
     ModelSlice s = slice_whole(&c);
     Stage a;
-    stage_init(&a, &c, &s, 1, 8, &e);
+    stage_init(&a, &c, &s, 1, 8, 0, &e);
     ptable_init(&a.table, a.params, 1);
     char dir[600], f[800], cmd[2000];
     snprintf(dir, sizeof dir, "%s/bad", tmp);
@@ -141,7 +141,7 @@ static void test_corruption(void) {
     fputc(ch ^ 1, fp);
     fclose(fp);
     Stage b;
-    stage_init(&b, &c, &s, 1, 8, &e);
+    stage_init(&b, &c, &s, 1, 8, 0, &e);
     EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_load(ck, &b, NULL, &e) == -1 && strstr(e.msg, "checksum mismatch"),
            "flipped byte: %s", e.msg);
     ckpt_close(ck);

@@ -78,8 +78,8 @@ static void test_gpt2_roundtrip(void) {
     c.n_layer = 2;
     ModelSlice s = slice_whole(&c);
     Stage a, b;
-    stage_init(&a, &c, &s, 1, 4, &e);
-    stage_init(&b, &c, &s, 1, 4, &e);
+    stage_init(&a, &c, &s, 1, 4, 0, &e);
+    stage_init(&b, &c, &s, 1, 4, 0, &e);
     ptable_init(&a.table, a.params, 4);
     char p1[] = "/tmp/tsr_st1_XXXXXX", p2[] = "/tmp/tsr_st2_XXXXXX";
     int f1 = mkstemp(p1), f2 = mkstemp(p2);

@@ -106,7 +106,7 @@ static void check_model_grad(ModelConfig c, int B, int T) {
     Err e;
     Stage st;
     ModelSlice s = slice_whole(&c);
-    EXPECT(stage_init(&st, &c, &s, B, T, &e) == 0, "%s", e.msg);
+    EXPECT(stage_init(&st, &c, &s, B, T, 0, &e) == 0, "%s", e.msg);
     ptable_init(&st.table, st.params, 5);
     // Larger weights than GPT-2's init so every path carries signal.
     for (size_t i = 0; i < st.table.total; i++) st.params[i] *= 4.0f;
@@ -173,7 +173,7 @@ static void test_accumulate_and_repeat(void) {
     ModelConfig c = tiny_cfg(2, 2, 16, 32, 12, 50);
     Stage st;
     ModelSlice s = slice_whole(&c);
-    EXPECT(stage_init(&st, &c, &s, 4, 12, &e) == 0, "%s", e.msg);
+    EXPECT(stage_init(&st, &c, &s, 4, 12, 0, &e) == 0, "%s", e.msg);
     ptable_init(&st.table, st.params, 1);
     int tok[48], tgt[48];
     make_batch(tok, tgt, 4, 12, 50, 3);
@@ -201,7 +201,7 @@ static void test_accumulate_and_repeat(void) {
     // A smaller batch than the capacity equals the same rows run alone.
     double lsmall = stage_forward(&st, tok, tgt, 2, 12, 0.0f);
     Stage st2;
-    EXPECT(stage_init(&st2, &c, &s, 2, 12, &e) == 0, "%s", e.msg);
+    EXPECT(stage_init(&st2, &c, &s, 2, 12, 0, &e) == 0, "%s", e.msg);
     memcpy(st2.params, st.params, n * 4);
     double lsmall2 = stage_forward(&st2, tok, tgt, 2, 12, 0.0f);
     EXPECT(lsmall == lsmall2, "loss depends on activation capacity: %.9g vs %.9g", lsmall, lsmall2);
@@ -215,11 +215,11 @@ static void test_bad_configs(void) {
     Stage st;
     ModelConfig c = tiny_cfg(2, 3, 16, 32, 12, 50);
     ModelSlice s = slice_whole(&c);
-    EXPECT(stage_init(&st, &c, &s, 1, 12, &e) == -1 && strstr(e.msg, "n_head"), "heads not dividing d_model: %s", e.msg);
+    EXPECT(stage_init(&st, &c, &s, 1, 12, 0, &e) == -1 && strstr(e.msg, "n_head"), "heads not dividing d_model: %s", e.msg);
     c = tiny_cfg(2, 2, 16, 32, 12, 50);
-    EXPECT(stage_init(&st, &c, &s, 1, 13, &e) == -1 && strstr(e.msg, "max_seq"), "T above max_seq: %s", e.msg);
+    EXPECT(stage_init(&st, &c, &s, 1, 13, 0, &e) == -1 && strstr(e.msg, "max_seq"), "T above max_seq: %s", e.msg);
     mem_fail_after(2);
-    EXPECT(stage_init(&st, &c, &s, 1, 12, &e) == -1 && strstr(e.msg, "out of memory"), "allocation failure: %s", e.msg);
+    EXPECT(stage_init(&st, &c, &s, 1, 12, 0, &e) == -1 && strstr(e.msg, "out of memory"), "allocation failure: %s", e.msg);
     mem_fail_after(0);
     EXPECT(mem_current(MEM_PARAMS) == 0 && mem_current(MEM_ACTS) == 0, "failed init leaked memory");
     Json *j = json_parse("{\"preset\":\"gpt2-tiny\",\"n_layer\":2,\"bogus\":1}", 44, &e);
