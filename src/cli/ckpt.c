@@ -163,7 +163,7 @@ int cmd_ckpt(int argc, char **argv) {
     printf("layout:     dp %lld, tp %lld, pp %lld, zero %lld; %zu file%s\n", (long long)dp, (long long)tp, (long long)pp,
            (long long)z, files->len, files->len == 1 ? "" : "s");
     uint64_t bytes = 0;
-    printf("%-36s %-18s %-22s %12s\n", "tensor", "shape", "slice (offset+extent)", "bytes");
+    printf("%-36s %-18s %-30s %12s  %s\n", "tensor", "shape", "slice (offset+extent) [flat]", "bytes", "file");
     for (int i = 0; i < ckpt_ntensors(ck); i++) {
         const CkptTensor *t = ckpt_tensor(ck, i);
         char sh[64] = "", sl[96] = "";
@@ -172,7 +172,11 @@ int cmd_ckpt(int argc, char **argv) {
             snprintf(sl + strlen(sl), sizeof sl - strlen(sl), "%s%lld+%lld", d ? "," : "", (long long)t->offset[d],
                      (long long)t->extent[d]);
         }
-        printf("%-36s %-18s %-22s %12llu\n", t->name, sh, sl, (unsigned long long)t->nbytes);
+        int64_t numel = 1;
+        for (int d = 0; d < t->ndim; d++) numel *= t->extent[d];
+        if (t->flat_lo != 0 || t->flat_hi != numel)   // a ZeRO piece: elements [lo, hi) of the slice
+            snprintf(sl + strlen(sl), sizeof sl - strlen(sl), " [%lld,%lld)", (long long)t->flat_lo, (long long)t->flat_hi);
+        printf("%-36s %-18s %-30s %12llu  %s\n", t->name, sh, sl, (unsigned long long)t->nbytes, ckpt_file_name(ck, t->file));
         bytes += t->nbytes;
     }
     int bad = ckpt_verify(ck, &e);

@@ -74,9 +74,14 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
     if (explain) {
         printf("  = compute: %lld tokens × %.4g FLOPs / (%lld devices × %.4g TFLOP/s × MFU %.2f)\n",
                (long long)(j->global_batch * j->seq), r->hw_flops_token, (long long)c->devices, c->tflops, c->mfu);
-        printf("  = bubble: compute × (pp−1)/micro-batches; dp: ring 2(d−1)/d × gradient bytes%s; tp: 4 allreduces of s·b·h per layer\n"
-               "    and micro-batch, 2(t−1)/t each; pp: 2·s·b·h per micro-batch per boundary; latency α per message\n",
-               l->zero == 3 ? " × 1.5 (ZeRO-3 gathers parameters twice)" : "");
+        static const char *dpw[] = {"ring 2(d−1)/d × gradient bytes", "ring 2(d−1)/d × gradient bytes",
+                                    "(d−1)/d × gradient bytes × (micro-batches + 1): a reduce-scatter per micro-batch, "
+                                    "one allgather",
+                                    "(d−1)/d × (2 × parameter bytes − embeddings/head + gradient bytes) per micro-batch: "
+                                    "parameters gathered for forward and backward (≈1.5× DDP)"};
+        printf("  = bubble: compute × (pp−1)/micro-batches; dp: %s;\n    tp: 4 allreduces of s·b·h per layer"
+               " and micro-batch, 2(t−1)/t each; pp: 2·s·b·h per micro-batch per boundary; latency α per message\n",
+               dpw[l->zero]);
     }
     printf("speed      %.4g tokens/s, MFU %.1f%%\n", r->tokens_per_s, 100 * r->mfu);
     if (j->tokens > 0)

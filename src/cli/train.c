@@ -1,6 +1,7 @@
 // tessera train — flags to a TrainConfig, then train/.
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -13,6 +14,17 @@
 typedef struct { const TrainConfig *tc; int dp; } RankArgs;
 
 // One data-parallel rank: rank 0 prints, the others keep quiet.
+// Ranks mpirun started on this machine (Open MPI, MPICH and Slurm say so
+// in the environment); 1 when none does.
+static int mpi_local_ranks(void) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) > 0) return atoi(v);
+    }
+    return 1;
+}
+
 static int train_rank(Comm *world, void *arg) {
     RankArgs *ra = arg;
     Err e = {0};
@@ -68,7 +80,7 @@ int cmd_train(int argc, char **argv) {
         {"keep", FLAG_INT, &keep, 0, 1 << 30, "K", "keep the newest K checkpoints (default 0: all)", 0},
         {"resume", FLAG_STR, &resume, 0, 0, "[PATH]", "continue from a checkpoint or run directory (alone: --ckpt-dir's latest)", 0},
         {"init-from", FLAG_STR, &init_from, 0, 0, "FILE", "start from a safetensors file with Hugging Face GPT-2 names", 0},
-        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores; with --nproc, cores/nproc)", 0},
+        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores; with --nproc or mpirun, cores / ranks on this machine)", 0},
         {"dp", FLAG_INT, &dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default 1)", 0},
         {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp); under mpirun leave it out", 0},
         {"zero", FLAG_INT, &zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0},
@@ -151,7 +163,10 @@ int cmd_train(int argc, char **argv) {
             err_set(&e, ERR_USAGE, "--dp %d with --nproc %d: every forked rank is a data-parallel rank (set both to N)", dp, nproc);
             goto out;
         }
-        if (!threads) tc.threads = omp_get_num_procs() / (world > 0 ? world : 1) > 0 ? omp_get_num_procs() / (world > 0 ? world : 1) : 1;
+        if (!threads) {   // the cores shared by the ranks on this machine
+            int local = world > 0 ? world : mpi_local_ranks();
+            tc.threads = omp_get_num_procs() / local > 0 ? omp_get_num_procs() / local : 1;
+        }
         RankArgs ra = {&tc, dp};
         Err le = {0};
         if (comm_run(world > 0 ? world : 1, train_rank, &ra, comm_timeout > 0 ? comm_timeout : comm_timeout_default(), &le)) {

@@ -466,6 +466,10 @@ const char *ckpt_dir(const Ckpt *c) { return c->dir; }
 const Json *ckpt_meta(const Ckpt *c) { return c->meta; }
 int ckpt_ntensors(const Ckpt *c) { return c->n; }
 const CkptTensor *ckpt_tensor(const Ckpt *c, int i) { return &c->e[i].t; }
+const char *ckpt_file_name(const Ckpt *c, int file) {
+    const char *s = strrchr(c->files[file].path, '/');
+    return s ? s + 1 : c->files[file].path;
+}
 
 int64_t ckpt_step(const Ckpt *c) {
     int64_t s = 0;

@@ -87,6 +87,7 @@ int ckpt_has_optimizer(const Ckpt *c);
 int ckpt_config(const Ckpt *c, ModelConfig *cfg, Err *err);
 int ckpt_ntensors(const Ckpt *c);
 const CkptTensor *ckpt_tensor(const Ckpt *c, int i);
+const char *ckpt_file_name(const Ckpt *c, int file);   // "rank_00000.tsr"
 // Verifies every tensor's checksum.
 int ckpt_verify(Ckpt *c, Err *err);
 // Fills the stage's parameters (and, with opt, its moments and step count)

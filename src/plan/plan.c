@@ -181,7 +181,17 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     int64_t tpdp = (int64_t)l->tp * l->dp;
     double bw_dp = (tpdp <= c->per_node ? c->bw_intra : c->bw_inter) * 1e9, alpha = c->alpha_us * 1e-6;
     double ring = d > 1 ? 2 * (d - 1) / d : 0;
-    r->bytes_dp = ring * grad_bytes * (l->zero == 3 ? 1.5 : 1.0);
+    // ZeRO 0/1: one allreduce (or reduce-scatter + allgather) of the
+    // gradients per step. ZeRO-2: a reduce-scatter per micro-batch and one
+    // allgather of the parameters. ZeRO-3: per micro-batch, the parameters
+    // are allgathered for the forward and the layers' again for the backward
+    // (the embeddings and the final norm and head are held from forward
+    // into the head's backward), and the gradients reduce-scattered.
+    double M = (double)r->micro_batches, half = ring / 2;
+    double held = (double)emb + (l->pp == 1 ? (double)last : 0);
+    if (l->zero <= 1) r->bytes_dp = ring * grad_bytes;
+    else if (l->zero == 2) r->bytes_dp = half * grad_bytes * (M + 1);
+    else r->bytes_dp = half * M * ((mixed ? 2 : 4) * (2 * psi - held) + grad_bytes);
     r->t_dp = r->bytes_dp / bw_dp + (d > 1 ? 2 * (d - 1) * alpha : 0);
     // overlapped with the backward pass (two thirds of compute)
     r->t_dp_exposed = r->t_dp > 2.0 / 3 * r->t_compute ? r->t_dp - 2.0 / 3 * r->t_compute : 0;

@@ -106,6 +106,66 @@ static void test_slices_across_files(void) {
     stage_free(&w); stage_free(&a); stage_free(&b); stage_free(&w2); stage_free(&b2);
 }
 
+// ZeRO pieces: flat ranges that cut tensors mid-row, written by several
+// ranks ("flat" entries), load into the whole model; so do tensor-parallel
+// halves each cut into three pieces.
+static void test_flat_pieces(void) {
+    Err e;
+    ModelConfig c = tiny();
+    ModelSlice whole = slice_whole(&c), padded = whole, h[2] = {{0, c.n_layer, 0, 2, 1}, {0, c.n_layer, 1, 2, 1}};
+    padded.pad_multiple = 3;
+    Stage w, p, w2, half[2];
+    EXPECT(stage_init(&w, &c, &whole, 1, 8, 0, &e) == 0 && stage_init(&p, &c, &padded, 1, 8, 0, &e) == 0 &&
+           stage_init(&w2, &c, &whole, 1, 8, 0, &e) == 0 && stage_init(&half[0], &c, &h[0], 1, 8, 0, &e) == 0 &&
+           stage_init(&half[1], &c, &h[1], 1, 8, 0, &e) == 0, "%s", e.msg);
+    ptable_init(&w.table, w.params, 11);
+    ptable_init(&p.table, p.params, 11);
+    AdamW ow, o2;
+    adamw_init(&ow, w.table.total, &e);
+    adamw_init(&o2, w.table.total, &e);
+    for (size_t i = 0; i < p.table.total; i++) p.grads[i] = 0.5f * p.params[i];   // stands in for the moments
+    // every segment in 3 pieces; rank r writes piece r of each
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/zero", tmp);
+    EXPECT(ckpt_begin(dir, 3, &e) == 0, "%s", e.msg);
+    for (int r = 0; r < 3; r++) {
+        CkptPiece pc[16];
+        for (int k = 0; k < p.table.nseg; k++) {
+            size_t sk = (p.table.seg[k].hi - p.table.seg[k].lo) / 3, lo = p.table.seg[k].lo + (size_t)r * sk;
+            pc[k] = (CkptPiece){lo, lo + sk, p.params + lo, p.grads + lo, p.params + lo};
+        }
+        EXPECT(ckpt_write_pieces(dir, 3, r, &p.table, pc, p.table.nseg, 1, &e) == 0, "%s", e.msg);
+    }
+    ow.t = 4;
+    CkptLayout lay = {3, 3};
+    EXPECT(ckpt_commit(dir, 3, 3, &lay, &w, &ow, NULL, 0, &e) == 0, "%s", e.msg);
+    Ckpt *ck;
+    EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_load(ck, &w2, &o2, &e) == 0, "%s", e.msg);
+    int bad = memcmp(w.params, w2.params, w.table.total * 4) != 0;
+    for (size_t i = 0; i < w.table.total; i++) bad += o2.m[i] != 0.5f * w.params[i] || o2.v[i] != w.params[i];
+    EXPECT(bad == 0 && o2.t == 4, "whole model from ZeRO pieces differs (%d)", bad);
+    ckpt_close(ck);
+    // tensor-parallel halves, each cut at two awkward offsets
+    snprintf(dir, sizeof dir, "%s/tpflat", tmp);
+    EXPECT(ckpt_begin(dir, 1, &e) == 0, "%s", e.msg);
+    for (int hh = 0; hh < 2; hh++) {
+        ptable_init(&half[hh].table, half[hh].params, 11);
+        size_t n = half[hh].table.total, cut[4] = {0, n / 3 + 7, 2 * n / 3 + 1, n};
+        for (int q = 0; q < 3; q++) {
+            CkptPiece pc = {cut[q], cut[q + 1], half[hh].params + cut[q], NULL, NULL};
+            EXPECT(ckpt_write_pieces(dir, 1, hh * 3 + q, &half[hh].table, &pc, 1, 0, &e) == 0, "%s", e.msg);
+        }
+    }
+    EXPECT(ckpt_commit(dir, 1, 6, NULL, &w, NULL, NULL, 0, &e) == 0, "%s", e.msg);
+    memset(w2.params, 0, w2.table.total * 4);
+    EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_load(ck, &w2, NULL, &e) == 0, "%s", e.msg);
+    EXPECT(memcmp(w.params, w2.params, w.table.total * 4) == 0, "whole model from cut tensor-parallel halves differs");
+    ckpt_close(ck);
+    adamw_free(&ow);
+    adamw_free(&o2);
+    stage_free(&w); stage_free(&p); stage_free(&w2); stage_free(&half[0]); stage_free(&half[1]);
+}
+
 static void write_text(const char *path, const char *s) {
     FILE *f = fopen(path, "w");
     fputs(s, f);
@@ -175,6 +235,7 @@ int main(void) {
     kernels_set_threads(2);
     RUN(test_roundtrip);
     RUN(test_slices_across_files);
+    RUN(test_flat_pieces);
     RUN(test_corruption);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);

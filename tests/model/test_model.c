@@ -210,6 +210,103 @@ static void test_accumulate_and_repeat(void) {
     stage_free(&st);
 }
 
+// Segments: a block, the embeddings, the final norm; each padded to the
+// slice's pad_multiple with zeros, adjacent, covering the flat buffer; the
+// tensors keep the values of the unpadded table.
+static void test_segments(void) {
+    Err e;
+    ModelConfig c = tiny_cfg(3, 3, 15, 31, 9, 37);
+    ModelSlice s = slice_whole(&c);
+    ParamTable base;
+    EXPECT(ptable_build(&base, &c, &s, &e) == 0, "%s", e.msg);
+    float *pb = malloc(base.total * 4);
+    ptable_init(&base, pb, 4);
+    int pads[] = {1, 4, 7};
+    for (int q = 0; q < 3; q++) {
+        s.pad_multiple = pads[q];
+        ParamTable t;
+        EXPECT(ptable_build(&t, &c, &s, &e) == 0, "%s", e.msg);
+        EXPECT(t.nseg == c.n_layer + 2, "pad %d: %d segments", pads[q], t.nseg);
+        int bad = 0;
+        for (int k = 0; k < t.nseg; k++) {
+            const ParamSeg *g = &t.seg[k];
+            bad += (g->hi - g->lo) % (size_t)pads[q] != 0;
+            bad += k + 1 < t.nseg ? g->hi != t.seg[k + 1].lo : g->hi != t.total;
+            bad += g->layer != (k == 0 || k == t.nseg - 1 ? -1 : k - 1);
+            const ParamInfo *last = &t.p[g->first + g->n - 1];
+            bad += t.p[g->first].offset != g->lo || last->offset + last->numel > g->hi ||
+                   g->hi - (last->offset + last->numel) >= (size_t)pads[q];
+            for (size_t o = g->lo; o < g->hi; o += 5) bad += ptable_seg_of(&t, o) != k;
+        }
+        EXPECT(bad == 0, "pad %d: %d segment invariants broken", pads[q], bad);
+        float *pt = malloc(t.total * 4);
+        memset(pt, 0x7f, t.total * 4);
+        ptable_init(&t, pt, 4);
+        bad = 0;
+        for (int i = 0; i < t.n; i++) bad += memcmp(pt + t.p[i].offset, pb + base.p[i].offset, t.p[i].numel * 4) != 0;
+        for (int k = 0; k < t.nseg; k++) {
+            const ParamInfo *last = &t.p[t.seg[k].first + t.seg[k].n - 1];
+            for (size_t o = last->offset + last->numel; o < t.seg[k].hi; o++) bad += pt[o] != 0.0f;
+        }
+        EXPECT(bad == 0, "pad %d: %d tensors or padding differ from the unpadded init", pads[q], bad);
+        free(pt);
+        ptable_free(&t);
+    }
+    free(pb);
+    ptable_free(&base);
+}
+
+// The stage's hooks: parameters and gradients reached segment by segment
+// through them give the same bits as the flat buffers, and are asked for in
+// the documented order (embeddings and final norm once, blocks twice).
+typedef struct {
+    Stage *st;
+    float *pcopy, *gbuf;
+    int asked[16], done[16], gdone[16], in_use[16];
+    int bad;
+} HookLog;
+
+static const float *log_params(void *ctx, int k, int next) {
+    HookLog *h = ctx;
+    (void)next;
+    h->asked[k]++;
+    h->bad += h->in_use[k]++ != 0;
+    return h->pcopy + h->st->table.seg[k].lo;
+}
+static void log_params_done(void *ctx, int k) { HookLog *h = ctx; h->done[k]++; h->bad += h->in_use[k]-- != 1; }
+static float *log_grads(void *ctx, int k) { HookLog *h = ctx; return h->gbuf + h->st->table.seg[k].lo; }
+static void log_grads_done(void *ctx, int k) { HookLog *h = ctx; h->gdone[k]++; }
+
+static void test_stage_hooks(void) {
+    Err e;
+    ModelConfig c = tiny_cfg(3, 2, 16, 32, 12, 50);
+    ModelSlice s = slice_whole(&c);
+    s.pad_multiple = 3;
+    Stage a, b;
+    EXPECT(stage_init(&a, &c, &s, 2, 12, 0, &e) == 0 && stage_init(&b, &c, &s, 2, 12, STAGE_NO_PARAMS | STAGE_NO_GRADS, &e) == 0,
+           "%s", e.msg);
+    EXPECT(b.params == NULL && b.grads == NULL, "STAGE_NO_* still allocated buffers");
+    size_t n = a.table.total;
+    ptable_init(&a.table, a.params, 2);
+    HookLog h = {.st = &b, .pcopy = malloc(n * 4), .gbuf = calloc(n, 4)};
+    memcpy(h.pcopy, a.params, n * 4);
+    b.hooks = (StageHooks){&h, log_params, log_params_done, log_grads, log_grads_done};
+    int tok[24], tgt[24];
+    make_batch(tok, tgt, 2, 12, 50, 5);
+    double la = stage_forward(&a, tok, tgt, 2, 12, 0.25f), lb = stage_forward(&b, tok, tgt, 2, 12, 0.25f);
+    stage_backward(&a, tok, 2, 12);
+    stage_backward(&b, tok, 2, 12);
+    EXPECT(la == lb && memcmp(a.grads, h.gbuf, n * 4) == 0, "hooks change the loss or the gradients");
+    int L = c.n_layer, order = h.asked[0] == 1 && h.asked[L + 1] == 1 && h.gdone[0] == 1 && h.gdone[L + 1] == 1;
+    for (int l = 1; l <= L; l++) order &= h.asked[l] == 2 && h.gdone[l] == 1;
+    for (int k = 0; k < L + 2; k++) order &= h.done[k] == h.asked[k];
+    EXPECT(order && h.bad == 0, "hook calls out of order (asked %d/%d/%d, bad %d)", h.asked[0], h.asked[1], h.asked[L + 1], h.bad);
+    free(h.pcopy);
+    free(h.gbuf);
+    stage_free(&a);
+    stage_free(&b);
+}
+
 static void test_bad_configs(void) {
     Err e;
     Stage st;
@@ -237,6 +334,8 @@ int main(void) {
     RUN(test_init);
     RUN(test_model_gradient);
     RUN(test_accumulate_and_repeat);
+    RUN(test_segments);
+    RUN(test_stage_hooks);
     RUN(test_bad_configs);
     return test_finish();
 }
