@@ -73,4 +73,7 @@ dpbench() {   # label, then tessera train flags
 }
 dpbench "dp=1, 2 threads" --threads 2; base=$DP_TOK
 dpbench "dp=2 (1 thread each), ZeRO-0" --nproc 2 --dp 2; awk -v a="$DP_TOK" -v b="$base" 'BEGIN { printf "%-34s scaling %.2fx the 2-thread run (tokens/s of twice the batch)\n", "", a / b }'
-dpbench "dp=2 (1 thread each), ZeRO-1" --nproc 2 --dp 2 --zero 1; awk -v a="$DP_TOK" -v b="$base" 'BEGIN { printf "%-34s scaling %.2fx\n", "", a / b }'
+for z in 1 2 3; do
+  dpbench "dp=2 (1 thread each), ZeRO-$z" --nproc 2 --dp 2 --zero $z
+  awk -v a="$DP_TOK" -v b="$base" 'BEGIN { printf "%-34s scaling %.2fx\n", "", a / b }'
+done

@@ -312,7 +312,8 @@ double stage_forward(Stage *s, const int *tokens, const int *targets, int B, int
                             C, Vp, 0);
     }
     seg_params_done(s, se);
-    if (dscale != 0.0f && !first) seg_grads_done(s, se);   // a pipeline's last stage: wte's share is complete
+    // a pipeline's last stage, or a deferred lookup: wte's gradient here is complete
+    if (dscale != 0.0f && (!first || s->embed_grads)) seg_grads_done(s, se);
     double sum = 0.0;
     for (int n = 0; n < N; n++) sum += a->losses[n];
     if (dscale != 0.0f) {
@@ -351,7 +352,9 @@ void stage_backward(Stage *s, const int *tokens, int B, int T) {
         // wte (before the blocks) is final only after the embedding
         if (i > 0 || !slice_is_first(&s->slice)) ready_from_block(s, i);
     }
-    if (slice_is_first(&s->slice)) {
+    if (slice_is_first(&s->slice) && s->embed_grads) {
+        s->embed_grads(s->embed_grads_ctx, tokens, a->dres, B, T);
+    } else if (slice_is_first(&s->slice)) {
         float *ge = seg_grads(s, a->seg_emb);
         embedding_backward(tensor(s, ge, "wte.weight"), tensor(s, ge, "wpe.weight"), a->dres, tokens, B, T,
                            s->cfg.d_model, a->v0, a->Vl);

@@ -57,6 +57,13 @@ typedef struct Stage {
     // embeddings with ready = 0): data-parallel buckets start reducing then.
     void (*grad_ready)(void *ctx, size_t ready);
     void *grad_ready_ctx;
+    // When set (before stage_forward), the first stage's embedding lookup
+    // does not add its gradient: stage_backward hands the token ids and the
+    // gradient rows to this hook instead (data parallelism sends them as
+    // rows, see parallel/embsync), and the embeddings' segment counts as
+    // done right after the output head (grads_done, or grad_ready's first call).
+    void (*embed_grads)(void *ctx, const int *tokens, const float *dres, int B, int T);
+    void *embed_grads_ctx;
     int B, T;          // activation capacity
     StageActs *acts;
 } Stage;

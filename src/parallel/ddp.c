@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "core/timer.h"
+#include "parallel/embsync.h"
 
 typedef struct {
     size_t lo, hi;          // float range of the flat buffer
@@ -14,24 +15,37 @@ struct Ddp {
     float *grads;
     Bucket *b;              // b[0] is the last range of the buffer
     int n, next;            // buckets, next to start
+    Bucket emb;             // the embeddings' bucket (hi = 0: none)
+    EmbSync *es;
     double waited;
 };
 
-int ddp_init(Ddp **out, Comm *dp, const ParamTable *t, float *grads, double bucket_mb, Err *err) {
+int ddp_init(Ddp **out, Comm *dp, const Stage *st, double bucket_mb, Err *err) {
     *out = NULL;
+    const ParamTable *t = &st->table;
     Ddp *d = calloc(1, sizeof *d);
     if (!d || !(d->b = calloc((size_t)t->n + 1, sizeof *d->b))) {
         free(d);
         return err_set(err, ERR_RUN, "out of memory");
     }
     d->c = dp;
-    d->grads = grads;
+    d->grads = st->grads;
+    // the embeddings' segment, when it starts the buffer and holds wte
+    const ParamInfo *pe = ptable_find(t, "wte.weight");
+    size_t base = 0;
+    int first = 0;
+    if (pe && pe->offset == 0 && t->seg[0].layer == -1) {
+        d->emb = (Bucket){0, t->seg[0].hi, NULL};
+        base = t->seg[0].hi;
+        first = t->seg[0].n;
+        if (embsync_init(&d->es, dp, st, err)) { ddp_free(d); return -1; }
+    }
     size_t cap = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
     if (cap < 1) cap = 1;
     size_t hi = t->total;
-    for (int k = t->n - 1; k >= 0; k--) {   // tensors from the end, whole tensors per bucket
-        size_t lo = t->p[k].offset;
-        if (hi - lo >= cap || k == 0) {
+    for (int k = t->n - 1; k >= first; k--) {   // tensors from the end, whole tensors per bucket
+        size_t lo = k == first ? base : t->p[k].offset;
+        if (hi - lo >= cap || k == first) {
             d->b[d->n++] = (Bucket){lo, hi, NULL};
             hi = lo;
         }
@@ -42,15 +56,23 @@ int ddp_init(Ddp **out, Comm *dp, const ParamTable *t, float *grads, double buck
 
 void ddp_free(Ddp *d) {
     if (!d) return;
+    embsync_free(d->es);
     free(d->b);
     free(d);
 }
 
-int ddp_nbuckets(const Ddp *d) { return d->n; }
+int ddp_nbuckets(const Ddp *d) { return d->n + (d->emb.hi > 0); }
 double ddp_wait_seconds(const Ddp *d) { return d->waited; }
+
+void ddp_embed_hook(const Ddp *d, void (**fn)(void *, const int *, const float *, int, int), void **ctx) {
+    *fn = d->es ? embsync_hook : NULL;
+    *ctx = d->es;
+}
 
 void ddp_ready(void *ctx, size_t ready) {
     Ddp *d = ctx;
+    if (d->emb.hi > 0 && !d->emb.req)   // the head is done: the embeddings' dense part first
+        d->emb.req = comm_iallreduce(d->c, d->grads, d->grads, d->emb.hi, DT_F32, RED_SUM);
     while (d->next < d->n && d->b[d->next].lo >= ready) {
         Bucket *b = &d->b[d->next++];
         b->req = comm_iallreduce(d->c, d->grads + b->lo, d->grads + b->lo, b->hi - b->lo, DT_F32, RED_SUM);
@@ -61,8 +83,13 @@ int ddp_finish(Ddp *d, Err *err) {
     ddp_ready(d, 0);
     double t0 = timer_now();
     int rc = 0;
+    Err e;
+    if (d->emb.req && comm_wait(d->emb.req, &e)) {
+        rc = -1;
+        if (err) *err = e;
+    }
+    d->emb.req = NULL;
     for (int i = 0; i < d->n; i++) {
-        Err e;
         if (comm_wait(d->b[i].req, &e) && rc == 0) {
             rc = -1;
             if (err) *err = e;
@@ -71,5 +98,6 @@ int ddp_finish(Ddp *d, Err *err) {
     }
     d->next = 0;
     d->waited += timer_now() - t0;
+    if (rc == 0 && d->es && embsync_apply(d->es, d->grads, 0, d->emb.hi, &d->waited, err)) rc = -1;
     return rc;
 }

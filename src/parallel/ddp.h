@@ -8,21 +8,30 @@
 // bucket entirely past that point starts its allreduce (non-blocking, on
 // the communicator's progress thread) while backward goes on. ddp_finish
 // starts what is left and waits for all of it.
+//
+// The embeddings (wte, wpe) are a bucket of their own that starts first,
+// as soon as backward begins: the output head's dense contribution is
+// complete then, and the embedding lookup's rows travel separately
+// (parallel/embsync) and are added after the reduction.
 #ifndef TSR_PARALLEL_DDP_H
 #define TSR_PARALLEL_DDP_H
 
 #include "comm/comm.h"
 #include "core/check.h"
-#include "model/params.h"
+#include "model/stage.h"
 
 typedef struct Ddp Ddp;
 
-int ddp_init(Ddp **out, Comm *dp, const ParamTable *t, float *grads, double bucket_mb, Err *err);
+// Buckets over st's gradient buffer.
+int ddp_init(Ddp **out, Comm *dp, const Stage *st, double bucket_mb, Err *err);
 void ddp_free(Ddp *d);
 int ddp_nbuckets(const Ddp *d);
 // The Stage.grad_ready hook (ctx is the Ddp).
 void ddp_ready(void *ctx, size_t ready);
-// Starts the remaining buckets, waits for every allreduce; 0 or -1 with err.
+// The Stage.embed_grads hook and its context, for the micro-batch that syncs.
+void ddp_embed_hook(const Ddp *d, void (**fn)(void *, const int *, const float *, int, int), void **ctx);
+// Starts the remaining buckets, waits for every allreduce, adds the
+// embedding rows; 0 or -1 with err.
 int ddp_finish(Ddp *d, Err *err);
 // Seconds spent waiting in ddp_finish in total (communication not hidden
 // behind backward).

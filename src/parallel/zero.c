@@ -5,6 +5,7 @@
 
 #include "core/alloc.h"
 #include "core/timer.h"
+#include "parallel/embsync.h"
 
 enum { POOL_EMB, POOL_LNF, POOL_BLK0, POOL_BLK1, NPOOL };
 enum { BUF_EMPTY, BUF_PENDING, BUF_READY, BUF_IN_USE };
@@ -31,6 +32,9 @@ struct Zero {
     Buf pbuf[NPOOL];         // stage 3: gathered parameters
     Buf gbuf[NPOOL];         // stages 2, 3: gradients being written or reduced
     CommRequest **rs;        // stage 1: per segment, its in-place reduce-scatter
+    CommRequest **ag;        // stages 1, 2: per segment, the allgather of the updated parameters
+    int emb;                 // the embeddings' segment (-1: none)
+    EmbSync *es;             // the embedding lookup's gradient rows
     int micro, last;         // the current micro-batch; it is the last of the step
     int failed;
     Err err;
@@ -91,6 +95,15 @@ static void hook_params_done(void *ctx, int k) {
     if (b->seg == k && b->state == BUF_IN_USE) b->state = BUF_EMPTY;   // gathered again when next needed
 }
 
+// Stages 1, 2: the whole parameters, once this segment's allgather after
+// the last update has arrived (it overlaps the next forward).
+static const float *hook_params_whole(void *ctx, int k, int next) {
+    Zero *z = ctx;
+    (void)next;
+    wait_req(z, &z->ag[k]);
+    return z->st->params + z->t->seg[k].lo;
+}
+
 // ---- stages 2, 3: gradients ----
 
 // Completes b's reduce-scatter and adds the owned piece into the shard (the
@@ -105,6 +118,14 @@ static void reduce_finish(Zero *z, Buf *b) {
     else
         for (size_t i = 0; i < z->sk[k]; i++) dst[i] += src[i];
     b->state = BUF_EMPTY;
+    if (k == z->emb && z->es) {   // then this micro-batch's embedding rows, of every rank
+        size_t lo = z->t->seg[k].lo + (size_t)z->rank * z->sk[k];
+        Err e;
+        if (embsync_apply(z->es, dst, lo, lo + z->sk[k], &z->waited, &e) && !z->failed) {
+            z->failed = 1;
+            z->err = e;
+        }
+    }
 }
 
 static float *hook_grads(void *ctx, int k) {
@@ -152,7 +173,11 @@ int zero_init(Zero **out, Comm *dp, int stage, Stage *st, Err *err) {
     z->sk = calloc((size_t)t->nseg + 1, sizeof *z->sk);
     z->soff = calloc((size_t)t->nseg + 1, sizeof *z->soff);
     z->rs = calloc((size_t)t->nseg + 1, sizeof *z->rs);
-    if (!z->sk || !z->soff || !z->rs) goto oom;
+    z->ag = calloc((size_t)t->nseg + 1, sizeof *z->ag);
+    if (!z->sk || !z->soff || !z->rs || !z->ag) goto oom;
+    const ParamInfo *pe = ptable_find(t, "wte.weight");
+    z->emb = pe && t->seg[0].layer == -1 && pe->offset < t->seg[0].hi ? 0 : -1;
+    if (z->emb == 0 && embsync_init(&z->es, dp, st, err)) { zero_free(z); return -1; }
     for (int k = 0; k < t->nseg; k++) {
         size_t n = t->seg[k].hi - t->seg[k].lo;
         CHECKF(n % (size_t)d == 0, "segment %d (%zu floats) is not padded to %d ranks", k, n, d);
@@ -173,7 +198,7 @@ int zero_init(Zero **out, Comm *dp, int stage, Stage *st, Err *err) {
     }
     if (stage >= 2 && !(z->gshard = mem_alloc(MEM_GRADS, z->S * sizeof(float)))) goto oom;
     if (stage >= 3 && !(z->pshard = mem_alloc(MEM_PARAMS, z->S * sizeof(float)))) goto oom;
-    st->hooks = (StageHooks){.ctx = z, .grads_done = hook_grads_done};
+    st->hooks = (StageHooks){.ctx = z, .grads_done = hook_grads_done, .params = hook_params_whole};
     if (stage >= 2) { st->hooks.grads = hook_grads; }
     if (stage >= 3) { st->hooks.params = hook_params; st->hooks.params_done = hook_params_done; }
     *out = z;
@@ -192,12 +217,16 @@ void zero_free(Zero *z) {
         mem_free(z->gbuf[p].buf);
     }
     for (int k = 0; z->rs && k < z->t->nseg; k++) wait_req(z, &z->rs[k]);
+    for (int k = 0; z->ag && k < z->t->nseg; k++) wait_req(z, &z->ag[k]);
+    embsync_free(z->es);
     if (z->st->hooks.ctx == z) z->st->hooks = (StageHooks){0};
+    if (z->st->embed_grads_ctx == z->es) z->st->embed_grads = NULL;
     mem_free(z->pshard);
     mem_free(z->gshard);
     free(z->sk);
     free(z->soff);
     free(z->rs);
+    free(z->ag);
     free(z);
 }
 
@@ -208,7 +237,7 @@ double zero_wait_seconds(const Zero *z) { return z->waited; }
 size_t zero_pool_bytes(const Zero *z) {
     size_t b = 0;
     for (int p = 0; p < NPOOL; p++) b += (z->pbuf[p].cap + z->gbuf[p].cap) * sizeof(float);
-    return b;
+    return b + (z->es ? embsync_bytes(z->es) : 0);
 }
 
 void zero_piece(const Zero *z, int k, size_t *lo, size_t *hi, size_t *off) {
@@ -232,10 +261,23 @@ const float *zero_piece_grads(const Zero *z, int k) {
 void zero_microbatch(Zero *z, int k, int K) {
     z->micro = k;
     z->last = k == K - 1;
+    // the embedding lookup's rows travel separately whenever this micro-batch
+    // reduces (stage 1: the last one; stages 2, 3: every one)
+    int defer = z->es && (z->stage >= 2 || z->last);
+    z->st->embed_grads = defer ? embsync_hook : NULL;
+    z->st->embed_grads_ctx = defer ? z->es : NULL;
 }
 
 int zero_finish(Zero *z, Err *err) {
     for (int k = 0; k < z->t->nseg; k++) wait_req(z, &z->rs[k]);
+    if (z->stage == 1 && z->es) {
+        size_t lo = z->t->seg[z->emb].lo + (size_t)z->rank * z->sk[z->emb];
+        Err e;
+        if (embsync_apply(z->es, z->st->grads + lo, lo, lo + z->sk[z->emb], &z->waited, &e) && !z->failed) {
+            z->failed = 1;
+            z->err = e;
+        }
+    }
     for (int p = 0; p < NPOOL; p++) {
         reduce_finish(z, &z->gbuf[p]);
         if (z->pbuf[p].state == BUF_PENDING) {   // an unused prefetch
@@ -260,12 +302,7 @@ double zero_grad_sumsq(const Zero *z) {
 int zero_step(Zero *z, AdamW *opt, float lr, const OptimConfig *o, float grad_scale, Err *err) {
     int n = z->t->nseg;
     OptPiece *pc = calloc((size_t)n + 1, sizeof *pc);
-    CommRequest **ag = calloc((size_t)n + 1, sizeof *ag);
-    if (!pc || !ag) {
-        free(pc);
-        free(ag);
-        return err_set(err, ERR_RUN, "out of memory");
-    }
+    if (!pc) return err_set(err, ERR_RUN, "out of memory");
     for (int k = 0; k < n; k++) {
         size_t off;
         zero_piece(z, k, &pc[k].lo, &pc[k].hi, &off);
@@ -276,13 +313,20 @@ int zero_step(Zero *z, AdamW *opt, float lr, const OptimConfig *o, float grad_sc
     adamw_step_pieces(opt, z->t, pc, n, lr, o, grad_scale);
     if (z->stage >= 3) {   // gathered copies are stale now
         for (int p = 0; p < NPOOL; p++) z->pbuf[p].state = BUF_EMPTY;
-    } else {               // every rank gets the updated pieces back, in place
+    } else {   // every rank gets the updated pieces back, in place; the next forward waits per segment
         for (int k = 0; k < n; k++)
-            ag[k] = comm_iallgather(z->c, pc[k].params, z->st->params + z->t->seg[k].lo, z->sk[k], DT_F32);
-        for (int k = 0; k < n; k++) wait_req(z, &ag[k]);
+            z->ag[k] = comm_iallgather(z->c, pc[k].params, z->st->params + z->t->seg[k].lo, z->sk[k], DT_F32);
     }
     free(pc);
-    free(ag);
+    if (z->failed) {
+        if (err) *err = z->err;
+        return -1;
+    }
+    return 0;
+}
+
+int zero_sync_params(Zero *z, Err *err) {
+    for (int k = 0; k < z->t->nseg; k++) wait_req(z, &z->ag[k]);
     if (z->failed) {
         if (err) *err = z->err;
         return -1;

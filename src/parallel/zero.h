@@ -11,7 +11,8 @@
 //   stage 1: the AdamW moments are sharded. Gradients stay whole; during the
 //            last micro-batch's backward each finished segment is
 //            reduce-scattered in place; AdamW updates the owned pieces; the
-//            pieces are allgathered back into the whole parameters.
+//            pieces are allgathered back into the whole parameters, while
+//            the next forward runs (it waits for each segment's in turn).
 //   stage 2: the gradients are sharded too: the stage adds each segment's
 //            gradients into a pooled buffer that is reduce-scattered as soon
 //            as the segment is done (every micro-batch) and added to the
@@ -20,6 +21,9 @@
 //            allgathered into a pooled buffer just before its forward and
 //            again before its backward (the next one prefetched while the
 //            current one computes) and dropped after use.
+//
+// The embeddings' segment is reduced as soon as the output head is done;
+// the embedding lookup's gradient follows as rows (parallel/embsync).
 //
 // Pools: one buffer for the embeddings (held from the embedding lookup to
 // the tied output head, and for their gradients from the head to the
@@ -61,8 +65,12 @@ int zero_finish(Zero *z, Err *err);
 // Sum of squares of the owned gradients (fixed order).
 double zero_grad_sumsq(const Zero *z);
 // AdamW on the owned pieces, then (stages 1, 2) the allgather of the
-// parameters. 0, or -1 with err.
+// parameters starts; the next forward waits for each segment's as it
+// reaches it. 0, or -1 with err.
 int zero_step(Zero *z, AdamW *opt, float lr, const OptimConfig *o, float grad_scale, Err *err);
+// Stages 1, 2: waits for the parameters' allgather (the whole parameters
+// are current afterwards). 0, or -1 with err.
+int zero_sync_params(Zero *z, Err *err);
 
 // Stage 3's parameter shard (S floats), NULL in stages 1 and 2.
 float *zero_param_shard(Zero *z);

@@ -192,6 +192,13 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     if (l->zero <= 1) r->bytes_dp = ring * grad_bytes;
     else if (l->zero == 2) r->bytes_dp = half * grad_bytes * (M + 1);
     else r->bytes_dp = half * M * ((mixed ? 2 : 4) * (2 * psi - held) + grad_bytes);
+    // The embedding lookup's gradient goes as rows, allgathered at every
+    // reduction (once per step, per micro-batch in ZeRO-2/3): the token id
+    // and the gradient row of each of the micro-batch's s·b tokens.
+    if (d > 1) {
+        double rows = (double)j->seq * j->micro_batch, syncs = l->zero >= 2 ? M : 1;
+        r->bytes_dp += syncs * (d - 1) * rows * (4 + (mixed && !l->reduce_fp32 ? 2 : 4) * (double)m->h / l->tp);
+    }
     r->t_dp = r->bytes_dp / bw_dp + (d > 1 ? 2 * (d - 1) * alpha : 0);
     // overlapped with the backward pass (two thirds of compute)
     r->t_dp_exposed = r->t_dp > 2.0 / 3 * r->t_compute ? r->t_dp - 2.0 / 3 * r->t_compute : 0;

@@ -156,6 +156,15 @@ double train_evaluate(Stage *st, Loader *val, int max_batches, int64_t *ntok) {
     return n ? sum / (double)n : 0.0;
 }
 
+// Bytes c has sent, over all operations (0 without c).
+static uint64_t bytes_sent(Comm *c) {
+    uint64_t n = 0;
+    if (!c) return 0;
+    const CommStats *cs = comm_stats(c);
+    for (int o = 0; o < OP_COUNT; o++) n += cs->bytes_sent[o];
+    return n;
+}
+
 // Evaluates, prints and logs the validation loss at `step`.
 static void run_eval(const TrainConfig *tc, Stage *st, Loader *val, int step, FILE *log) {
     int64_t n;
@@ -308,7 +317,7 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
                 goto done;
             }
         free(all);
-        if (!tc->zero && D > 1 && ddp_init(&ddp, dp, &st.table, st.grads, tc->bucket_mb, err)) goto done;
+        if (!tc->zero && D > 1 && ddp_init(&ddp, dp, &st, tc->bucket_mb, err)) goto done;
         if (comm_split(dp, 0, rank, "dp-stats", &stats, err)) goto done;
     }
     if (rank == 0 && tc->log_path && !(log = fopen(tc->log_path, "a"))) {
@@ -366,14 +375,13 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
 
     double t_start = timer_now();
     if (start >= tc->steps) printf("nothing to train: the checkpoint is at step %d and --steps is %d\n", start, tc->steps);
-    uint64_t sent_before = 0;
+    // Gradient traffic per step: the bytes dp sent between the points where a
+    // step's reductions are complete (so ZeRO-1/2's parameter allgather,
+    // which runs into the next forward, counts with its own step), less
+    // what evaluations sent.
+    uint64_t sent_mark = bytes_sent(dp);
     for (int step = start; step < tc->steps; step++) {
         double t0 = timer_now();
-        if (dp) {
-            const CommStats *cs = comm_stats(dp);
-            sent_before = 0;
-            for (int o = 0; o < OP_COUNT; o++) sent_before += cs->bytes_sent[o];
-        }
         if (st.grads) memset(st.grads, 0, st.table.total * sizeof(float));
         double loss_sum = 0;
         float dscale = (float)(1.0 / tokens_per_step);
@@ -384,15 +392,20 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             // only the last micro-batch's backward synchronises
             st.grad_ready = ddp && k == K - 1 ? ddp_ready : NULL;
             st.grad_ready_ctx = ddp;
+            if (ddp && k == K - 1) ddp_embed_hook(ddp, &st.embed_grads, &st.embed_grads_ctx);
+            else if (ddp) st.embed_grads = NULL;
             stage_backward(&st, inp, B, T);
         }
         st.grad_ready = NULL;
+        if (ddp) st.embed_grads = NULL;
         if (dp) {
             double ls = loss_sum;
             if ((ddp && ddp_finish(ddp, err)) || (zr && zero_finish(zr, err)) ||
                 comm_allreduce(stats, &ls, &loss_sum, 1, DT_F64, RED_SUM, err))
                 goto done;
         }
+        uint64_t grad_sent = bytes_sent(dp) - sent_mark;
+        sent_mark += grad_sent;
         double loss = loss_sum / tokens_per_step, norm;
         float lr = lr_at(&tc->opt, step);
         if (zr) {
@@ -409,12 +422,6 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             adamw_step(&opt, &st.table, st.params, st.grads, lr, &tc->opt, gscale);
         }
         double dt = timer_now() - t0;
-        uint64_t grad_sent = 0;
-        if (dp) {
-            const CommStats *cs = comm_stats(dp);
-            for (int o = 0; o < OP_COUNT; o++) grad_sent += cs->bytes_sent[o];
-            grad_sent -= sent_before;
-        }
         if (!isfinite(loss)) {
             err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
             goto done;
@@ -446,13 +453,18 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             rc = 0;
             goto done;
         }
-        if (val && tc->eval_every > 0 && (step + 1) % tc->eval_every == 0 && !last) run_eval(tc, &st, val, step + 1, log);
+        if (val && tc->eval_every > 0 && (step + 1) % tc->eval_every == 0 && !last) {
+            uint64_t b0 = bytes_sent(dp);
+            run_eval(tc, &st, val, step + 1, log);
+            sent_mark += bytes_sent(dp) - b0;   // ZeRO-3 gathers parameters to evaluate
+        }
         if (tc->progress && !last) progress_bar(step + 1, tc->steps, timer_now() - t_start);
         if (tc->ckpt_dir && tc->ckpt_every > 0 && (step + 1) % tc->ckpt_every == 0 && !last &&
             save_ckpt(tc, step + 1, &st, &opt, ld, zr, stats, rank, D, err))
             goto done;
     }
     double total = timer_now() - t_start;
+    if (zr && zero_sync_params(zr, err)) goto done;
     if (val) run_eval(tc, &st, val, tc->steps, log);
     if (tc->ckpt_dir && start < tc->steps && save_ckpt(tc, tc->steps, &st, &opt, ld, zr, stats, rank, D, err)) goto done;
     if (start < tc->steps)

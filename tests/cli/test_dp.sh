@@ -75,19 +75,23 @@ case "$r01" in "max |a-b| 0 "*) ok "ZeRO-1 gives the same parameters, bit for bi
 # divides by 4, so the pieces need no padding. Stated tolerance: 0.5% on
 # params+grads+optim. The pooled buffers (MEM_COMM) are exactly the
 # embeddings, the final norm and two blocks (gradients in ZeRO-2; twice
-# that in ZeRO-3, for the gathered parameters).
+# that in ZeRO-3, for the gathered parameters), plus the embedding
+# lookup's gradient rows in every layout.
 C=128; V=256; S=64
 N=$(( V * C + S * C + 4 * (12 * C * C + 13 * C) + 2 * C ))
 POOL=$(( 4 * (V * C + S * C + 2 * C + 2 * (12 * C * C + 13 * C)) ))
+# and the embedding lookup's gradient rows: this rank's and all 4 ranks'
+# token ids and rows (2 sequences × 64 tokens per rank).
+ROWS=$(( (4 + 1) * 2 * 64 * (4 + 4 * C) ))
 mem_bad=0
 for z in 0 1 2 3; do
   f="$TMP/t4${z}1.jsonl"
   p=$(mem "$f" params); g=$(mem "$f" grads); o=$(mem "$f" optim); c=$(mem "$f" comm)
   case $z in
-    0) want=$(( 16 * N )); wc=0 ;;
-    1) want=$(( 8 * N + 8 * N / 4 )); wc=0 ;;
-    2) want=$(( 4 * N + 12 * N / 4 )); wc=$POOL ;;
-    3) want=$(( 16 * N / 4 )); wc=$(( 2 * POOL )) ;;
+    0) want=$(( 16 * N )); wc=$ROWS ;;
+    1) want=$(( 8 * N + 8 * N / 4 )); wc=$ROWS ;;
+    2) want=$(( 4 * N + 12 * N / 4 )); wc=$(( POOL + ROWS )) ;;
+    3) want=$(( 16 * N / 4 )); wc=$(( 2 * POOL + ROWS )) ;;
   esac
   got=$(( p + g + o ))
   printf "     ZeRO-%d, d=4: params %d + grads %d + optim %d = %d bytes (formula %d), pooled buffers %d (want %d)\n" \
@@ -100,9 +104,10 @@ else bad "per-rank memory against the ZeRO formulas"; fi
 # ---- communicated bytes per step against the expected volumes ----
 # DDP: an allreduce of 4N bytes sends 2(d−1)/d·4N; ZeRO-1 the same as a
 # reduce-scatter and an allgather; ZeRO-2 reduce-scatters every
-# micro-batch; ZeRO-3 gathers each layer twice per micro-batch (≈1.5×).
-# `tessera plan` states these formulas; its numbers must equal the
-# counters exactly.
+# micro-batch; ZeRO-3 gathers each layer twice per micro-batch (≈1.5×);
+# plus, at every reduction, the embedding lookup's token ids and gradient
+# rows: (d−1)·B·T·(4 + 4C). `tessera plan` states these formulas; its
+# numbers must equal the counters exactly.
 cb_bad=0
 for n in 2 4; do for z in 0 1 2 3; do for k in 1 2; do
   got=$(sent "$TMP/t$n$z$k.jsonl")
@@ -111,8 +116,8 @@ for n in 2 4; do for z in 0 1 2 3; do for k in 1 2; do
   awk -v a="$got" -v b="$want" 'BEGIN { exit !(a == b) }' || { cb_bad=1; echo "     dp=$n zero=$z accum=$k: sent $got, expected $want"; }
 done; done; done
 z0=$(sent "$TMP/t401.jsonl"); z3=$(sent "$TMP/t431.jsonl")
-echo "     dp=4: DDP $z0 bytes per step, 2(d−1)/d·4N = $(( 6 * N )); ZeRO-3 $z3 ($(awk -v a="$z3" -v b="$z0" 'BEGIN { printf "%.3f", a / b }')×)"
-[ "$z0" -eq $(( 6 * N )) ] && awk -v a="$z3" -v b="$z0" 'BEGIN { exit !(a / b > 1.4 && a / b <= 1.5) }' || cb_bad=1
+echo "     dp=4: DDP $z0 bytes per step = 2(d−1)/d·4N + 3·128·(4+4C) = $(( 6 * N + 3 * 128 * (4 + 4 * C) )); ZeRO-3 $z3 ($(awk -v a="$z3" -v b="$z0" 'BEGIN { printf "%.3f", a / b }')×)"
+[ "$z0" -eq $(( 6 * N + 3 * 128 * (4 + 4 * C) )) ] && awk -v a="$z3" -v b="$z0" 'BEGIN { exit !(a / b > 1.4 && a / b <= 1.5) }' || cb_bad=1
 if [ $cb_bad -eq 0 ]; then ok "bytes sent per step equal the expected volumes for dp 2,4 × ZeRO 0-3 × accum 1,2 (ZeRO-3 ≈ 1.5× DDP)"
 else bad "communicated bytes per step"; fi
 
