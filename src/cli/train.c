@@ -9,11 +9,11 @@
 #include "cli/flags.h"
 #include "comm/mpi.h"
 #include "comm/run.h"
+#include "parallel/mesh.h"
 #include "train/trainer.h"
 
 typedef struct { const TrainConfig *tc; int dp; } RankArgs;
 
-// One data-parallel rank: rank 0 prints, the others keep quiet.
 // Ranks mpirun started on this machine (Open MPI, MPICH and Slurm say so
 // in the environment); 1 when none does.
 static int mpi_local_ranks(void) {
@@ -25,19 +25,24 @@ static int mpi_local_ranks(void) {
     return 1;
 }
 
+// One rank of the mesh (data parallel only: tp = pp = 1): rank 0 prints,
+// the others keep quiet; errors go to stderr with the rank.
 static int train_rank(Comm *world, void *arg) {
     RankArgs *ra = arg;
     Err e = {0};
-    if (comm_size(world) != ra->dp) {
-        fprintf(stderr, "tessera train: --dp %d but %d ranks were started\n", ra->dp, comm_size(world));
-        return 2;
-    }
-    if (comm_rank(world) != 0 && !freopen("/dev/null", "w", stdout)) return 1;
-    if (train_run(ra->tc, world, &e)) {
-        fprintf(stderr, "tessera train: rank %d: %s\n", comm_rank(world), e.msg);
+    Mesh m;
+    if (mesh_init(&m, world, ra->dp, 1, 1, &e)) {
+        fprintf(stderr, "tessera train: rank %d: --dp: %s\n", comm_rank(world), e.msg);
         return e.code ? e.code : 1;
     }
-    return 0;
+    int rc = 0;
+    if (comm_rank(world) != 0 && !freopen("/dev/null", "w", stdout)) rc = 1;
+    else if (train_run(ra->tc, m.dpg, &e)) {
+        fprintf(stderr, "tessera train: rank %d: %s\n", comm_rank(world), e.msg);
+        rc = e.code ? e.code : 1;
+    }
+    mesh_free(&m);
+    return rc;
 }
 
 int cmd_train(int argc, char **argv) {
