@@ -310,12 +310,20 @@ int zero_step(Zero *z, AdamW *opt, float lr, const OptimConfig *o, float grad_sc
         pc[k].grads = zero_piece_grads(z, k);
         pc[k].opt_off = off;
     }
-    adamw_step_pieces(opt, z->t, pc, n, lr, o, grad_scale);
-    if (z->stage >= 3) {   // gathered copies are stale now
+    adamw_begin_step(opt);
+    if (z->stage >= 3) {
+        adamw_update_pieces(opt, z->t, pc, n, lr, o, grad_scale);
+        // gathered copies are stale now; the next forward's first segment
+        // starts gathering at once
         for (int p = 0; p < NPOOL; p++) z->pbuf[p].state = BUF_EMPTY;
-    } else {   // every rank gets the updated pieces back, in place; the next forward waits per segment
-        for (int k = 0; k < n; k++)
+        if (!z->failed) gather_start(z, 0);
+    } else {
+        // every rank gets each updated piece back, in place, as soon as it is
+        // updated; the next forward waits for each segment in turn
+        for (int k = 0; k < n; k++) {
+            adamw_update_pieces(opt, z->t, &pc[k], 1, lr, o, grad_scale);
             z->ag[k] = comm_iallgather(z->c, pc[k].params, z->st->params + z->t->seg[k].lo, z->sk[k], DT_F32);
+        }
     }
     free(pc);
     if (z->failed) {
@@ -327,6 +335,11 @@ int zero_step(Zero *z, AdamW *opt, float lr, const OptimConfig *o, float grad_sc
 
 int zero_sync_params(Zero *z, Err *err) {
     for (int k = 0; k < z->t->nseg; k++) wait_req(z, &z->ag[k]);
+    for (int p = 0; p < NPOOL; p++)
+        if (z->pbuf[p].state == BUF_PENDING) {   // a prefetch: its data stays usable
+            wait_req(z, &z->pbuf[p].req);
+            z->pbuf[p].state = BUF_READY;
+        }
     if (z->failed) {
         if (err) *err = z->err;
         return -1;

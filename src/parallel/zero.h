@@ -68,8 +68,9 @@ double zero_grad_sumsq(const Zero *z);
 // parameters starts; the next forward waits for each segment's as it
 // reaches it. 0, or -1 with err.
 int zero_step(Zero *z, AdamW *opt, float lr, const OptimConfig *o, float grad_scale, Err *err);
-// Stages 1, 2: waits for the parameters' allgather (the whole parameters
-// are current afterwards). 0, or -1 with err.
+// Waits for every parameter allgather in flight: in stages 1 and 2 the
+// whole parameters are current afterwards; in stage 3 a prefetch stays
+// usable. 0, or -1 with err.
 int zero_sync_params(Zero *z, Err *err);
 
 // Stage 3's parameter shard (S floats), NULL in stages 1 and 2.

@@ -34,9 +34,16 @@ void adamw_free(AdamW *a) {
     a->m = a->v = NULL;
 }
 
+void adamw_begin_step(AdamW *a) { a->t++; }
+
 void adamw_step_pieces(AdamW *a, const ParamTable *t, const OptPiece *pc, int npc, float lr, const OptimConfig *o,
                        float grad_scale) {
-    a->t++;
+    adamw_begin_step(a);
+    adamw_update_pieces(a, t, pc, npc, lr, o, grad_scale);
+}
+
+void adamw_update_pieces(const AdamW *a, const ParamTable *t, const OptPiece *pc, int npc, float lr,
+                         const OptimConfig *o, float grad_scale) {
     AdamWArgs args = {
         .lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
         .bc1 = 1.0f - powf(o->beta1, (float)a->t), .bc2 = 1.0f - powf(o->beta2, (float)a->t),

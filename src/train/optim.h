@@ -51,6 +51,12 @@ typedef struct OptPiece {
 // One update of the pieces only (weight decay as adamw_step).
 void adamw_step_pieces(AdamW *a, const ParamTable *t, const OptPiece *pc, int npc, float lr, const OptimConfig *o,
                        float grad_scale);
+// The same in parts: adamw_begin_step counts the update, then
+// adamw_update_pieces applies it to some pieces at a time (so a caller can
+// send each piece on as soon as it is updated).
+void adamw_begin_step(AdamW *a);
+void adamw_update_pieces(const AdamW *a, const ParamTable *t, const OptPiece *pc, int npc, float lr,
+                         const OptimConfig *o, float grad_scale);
 
 // Sum of squares of g (n) in double, in a fixed order (blocks summed in
 // order), so the value does not depend on the thread count.

@@ -454,6 +454,7 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
             goto done;
         }
         if (val && tc->eval_every > 0 && (step + 1) % tc->eval_every == 0 && !last) {
+            if (zr && zero_sync_params(zr, err)) goto done;   // what the step sent is counted with it
             uint64_t b0 = bytes_sent(dp);
             run_eval(tc, &st, val, step + 1, log);
             sent_mark += bytes_sent(dp) - b0;   // ZeRO-3 gathers parameters to evaluate

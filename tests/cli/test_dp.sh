@@ -169,6 +169,17 @@ files=$(ls "$TMP/mv4310/step_00000010" | grep -c tsr)
 if [ $mv_bad -eq 0 ] && [ "$files" -eq 4 ]; then ok "checkpoints move dp=4/ZeRO-3 → dp=1 → dp=4/ZeRO-3 and dp=2/ZeRO-2 → dp=4/ZeRO-1 (each rank writes its pieces: $files files)"
 else bad "checkpoints between layouts" "$files rank files"; fi
 
+# ---- evaluation during a sharded run: every rank takes part in ZeRO-3's gathers ----
+E="--val-data $DATA --eval-every 4 --eval-batches 2 --steps 8"
+"$BIN" $R $E --batch 4 --grad-accum 2 --log "$TMP/evref.jsonl" >/dev/null 2>&1   # evaluation runs batches of --batch
+ev_bad=0
+for z in 1 3; do
+  "$BIN" $R $E --nproc 2 --dp 2 --zero $z --batch 4 --log "$TMP/ev$z.jsonl" >"$TMP/ev.out" 2>&1 || { ev_bad=1; continue; }
+  paste -d' ' <(grep -o '"val_loss":[0-9.]*' "$TMP/evref.jsonl" | cut -d: -f2) <(grep -o '"val_loss":[0-9.]*' "$TMP/ev$z.jsonl" | cut -d: -f2) |
+    awk '{ n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1 } END { exit bad || n < 2 }' || ev_bad=1
+done
+[ $ev_bad -eq 0 ] && ok "validation during dp=2 ZeRO-1 and ZeRO-3 runs equals the single-process one" || bad "validation under ZeRO"
+
 # ---- errors and the planner's memory ----
 "$BIN" train --data "$DATA" --tokenizer byte --steps 1 --nproc 4 --dp 2 >"$TMP/e.out" 2>"$TMP/e.err"
 [ $? -eq 2 ] && [ "$(wc -l <"$TMP/e.err")" -eq 1 ] && grep -q -- "--dp 2 with --nproc 4" "$TMP/e.err" &&
