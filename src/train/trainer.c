@@ -24,11 +24,17 @@ double train_flops_per_token(const ModelConfig *c, int T) {
     return 6.0 * (double)config_param_count(c, 0) + 12.0 * c->n_layer * (double)T * c->d_model;
 }
 
+// This rank's bytes by allocator tag: the peaks, and where they differ the
+// current values.
 static void print_memory(void) {
-    char b[32];
-    printf("memory:    ");
-    for (int t = 0; t < MEM_NTAGS; t++)
-        if (mem_peak(t)) printf("%s %s, ", mem_tag_name(t), mem_fmt(mem_peak(t), b, sizeof b));
+    char b[32], c[32];
+    printf("memory:    per rank, peak (now): ");
+    for (int t = 0; t < MEM_NTAGS; t++) {
+        if (!mem_peak(t)) continue;
+        printf("%s %s", mem_tag_name(t), mem_fmt(mem_peak(t), b, sizeof b));
+        if (mem_current(t) != mem_peak(t)) printf(" (%s)", mem_fmt(mem_current(t), c, sizeof c));
+        printf(", ");
+    }
     printf("total %s\n", mem_fmt(mem_peak_total(), b, sizeof b));
 }
 
