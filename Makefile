@@ -145,6 +145,10 @@ demo:
 	$(MAKE) tessera
 	bash scripts/demo.sh
 
+BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm $(BUILD)/bench/bench_tokenizer
+ifneq ($(MPI_PC),)
+  BENCH_BIN += $(BUILD)/bench/mpi_allreduce
+endif
 bench: tessera $(BENCH_BIN)
 	@bash bench/run.sh
 
@@ -153,10 +157,6 @@ clean:
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ASAN_OBJ:.o=.d)
 
-BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm $(BUILD)/bench/bench_tokenizer
-ifneq ($(MPI_PC),)
-  BENCH_BIN += $(BUILD)/bench/mpi_allreduce
-endif
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")

@@ -56,6 +56,10 @@ int ddp_init(Ddp **out, Comm *dp, const Stage *st, double bucket_mb, Err *err) {
 
 void ddp_free(Ddp *d) {
     if (!d) return;
+    // after an error some allreduces may still be queued on the gradients
+    if (d->emb.req) comm_wait(d->emb.req, NULL);
+    for (int i = 0; i < d->n; i++)
+        if (d->b[i].req) comm_wait(d->b[i].req, NULL);
     embsync_free(d->es);
     free(d->b);
     free(d);

@@ -498,10 +498,10 @@ done:
     if (log) fclose(log);
     free(inp);
     free(tgt);
+    ddp_free(ddp);   // first: they wait for collectives still writing into the stage's buffers
+    zero_free(zr);
     adamw_free(&opt);
     stage_free(&st);
-    ddp_free(ddp);
-    zero_free(zr);
     comm_free(stats);
     loader_free(ld);
     loader_free(val);

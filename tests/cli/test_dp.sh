@@ -169,6 +169,14 @@ files=$(ls "$TMP/mv4310/step_00000010" | grep -c tsr)
 if [ $mv_bad -eq 0 ] && [ "$files" -eq 4 ]; then ok "checkpoints move dp=4/ZeRO-3 → dp=1 → dp=4/ZeRO-3 and dp=2/ZeRO-2 → dp=4/ZeRO-1 (each rank writes its pieces: $files files)"
 else bad "checkpoints between layouts" "$files rank files"; fi
 
+# ---- --init-from a Hugging Face file under ZeRO-3: every rank reads it once and keeps its pieces ----
+"$BIN" export --ckpt "$TMP/t201" --out "$TMP/m.safetensors" >/dev/null 2>&1
+I="--init-from $TMP/m.safetensors --steps 4"
+"$BIN" $R $I --batch 8 --log "$TMP/if1.jsonl" --ckpt-dir "$TMP/if1" >/dev/null 2>&1
+"$BIN" $R $I --nproc 2 --dp 2 --zero 3 --batch 4 --log "$TMP/if3.jsonl" --ckpt-dir "$TMP/if3" >"$TMP/if.out" 2>&1 &&
+  losses_match "$TMP/if1.jsonl" "$TMP/if3.jsonl" && awk -v r="$(params_rel "$TMP/if1" "$TMP/if3")" 'BEGIN { exit !(r < 1e-4) }' &&
+  ok "--init-from under dp=2/ZeRO-3 trains as one process does" || bad "--init-from under ZeRO-3" "$(tail -2 "$TMP/if.out")"
+
 # ---- evaluation during a sharded run: every rank takes part in ZeRO-3's gathers ----
 E="--val-data $DATA --eval-every 4 --eval-batches 2 --steps 8"
 "$BIN" $R $E --batch 4 --grad-accum 2 --log "$TMP/evref.jsonl" >/dev/null 2>&1   # evaluation runs batches of --batch
