@@ -64,6 +64,13 @@ static void wait_req(Zero *z, CommRequest **r) {
     z->waited += timer_now() - t0;
 }
 
+// 0, or -1 with the first failure of a collective of this module.
+static int status(const Zero *z, Err *err) {
+    if (!z->failed) return 0;
+    if (err) *err = z->err;
+    return -1;
+}
+
 // ---- stage 3: parameters ----
 
 static void gather_start(Zero *z, int k) {
@@ -73,6 +80,15 @@ static void gather_start(Zero *z, int k) {
     b->seg = k;
     b->state = BUF_PENDING;
     b->req = comm_iallgather(z->c, z->pshard + z->soff[k], b->buf, z->sk[k], DT_F32);
+}
+
+// Waits for parameter gathers that were prefetched; their data stays usable.
+static void settle_prefetches(Zero *z) {
+    for (int p = 0; p < NPOOL; p++)
+        if (z->pbuf[p].state == BUF_PENDING) {
+            wait_req(z, &z->pbuf[p].req);
+            z->pbuf[p].state = BUF_READY;
+        }
 }
 
 static const float *hook_params(void *ctx, int k, int next) {
@@ -278,18 +294,9 @@ int zero_finish(Zero *z, Err *err) {
             z->err = e;
         }
     }
-    for (int p = 0; p < NPOOL; p++) {
-        reduce_finish(z, &z->gbuf[p]);
-        if (z->pbuf[p].state == BUF_PENDING) {   // an unused prefetch
-            wait_req(z, &z->pbuf[p].req);
-            z->pbuf[p].state = BUF_READY;
-        }
-    }
-    if (z->failed) {
-        if (err) *err = z->err;
-        return -1;
-    }
-    return 0;
+    for (int p = 0; p < NPOOL; p++) reduce_finish(z, &z->gbuf[p]);
+    settle_prefetches(z);
+    return status(z, err);
 }
 
 double zero_grad_sumsq(const Zero *z) {
@@ -326,25 +333,13 @@ int zero_step(Zero *z, AdamW *opt, float lr, const OptimConfig *o, float grad_sc
         }
     }
     free(pc);
-    if (z->failed) {
-        if (err) *err = z->err;
-        return -1;
-    }
-    return 0;
+    return status(z, err);
 }
 
 int zero_sync_params(Zero *z, Err *err) {
     for (int k = 0; k < z->t->nseg; k++) wait_req(z, &z->ag[k]);
-    for (int p = 0; p < NPOOL; p++)
-        if (z->pbuf[p].state == BUF_PENDING) {   // a prefetch: its data stays usable
-            wait_req(z, &z->pbuf[p].req);
-            z->pbuf[p].state = BUF_READY;
-        }
-    if (z->failed) {
-        if (err) *err = z->err;
-        return -1;
-    }
-    return 0;
+    settle_prefetches(z);
+    return status(z, err);
 }
 
 int zero_fill_shard(Zero *z, float *shard, int (*fill)(void *ctx, int k, float *buf), void *ctx) {

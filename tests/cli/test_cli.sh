@@ -2,16 +2,7 @@
 # The tessera command as a user runs it: bad input gives one line on stderr
 # naming the flag/file and exit 2; training learns; runs repeat bit for bit;
 # sample reads what train wrote. Run from the repository root.
-set -u
-BIN=./tessera
-DATA=${TSR_DATA:-../shared/data}/tinyshakespeare.txt
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
+source "$(dirname "$0")/lib.sh"
 
 # expect_error NAME WANT_EXIT PATTERN -- ARGS...: exit status, one stderr
 # line, matching PATTERN.

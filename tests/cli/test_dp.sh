@@ -4,16 +4,7 @@
 # for bit, holds the memory ZeRO promises, sends the bytes the planner
 # predicts, checkpoints into any other layout, and stops cleanly when a rank
 # dies. Run from the repository root.
-set -u
-BIN=./tessera
-DATA=${TSR_DATA:-../shared/data}/tinyshakespeare.txt
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
+source "$(dirname "$0")/lib.sh"
 
 # losses_match REF.jsonl RUN.jsonl: same number of steps, each loss within 1e-5 relative.
 losses_match() {
