@@ -89,7 +89,7 @@ int cmd_train(int argc, char **argv) {
         {"dp", FLAG_INT, &dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default 1)", 0},
         {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp); under mpirun leave it out", 0},
         {"zero", FLAG_INT, &zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0},
-        {"bucket-mb", FLAG_FLOAT, &bucket_mb, 0.001, 1e6, "MB", "data-parallel gradient bucket size (default 25)", 0},
+        {"bucket-mb", FLAG_FLOAT, &bucket_mb, 0.001, 1e6, "MB", "gradient bucket size of --zero 0 (ZeRO reduces layer by layer; default 25)", 0},
         {"comm-timeout", FLAG_FLOAT, &comm_timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0},
         {"peak-gflops", FLAG_FLOAT, &peak, 0, 1e9, "X", "peak GFLOP/s for MFU (default: measured SGEMM)", 0},
     };

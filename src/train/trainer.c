@@ -355,14 +355,14 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
            tokens_per_step, tc->steps);
     if (zr) {
         static const char *what[] = {"", "AdamW state sharded; gradients reduce-scattered per layer during the last backward, "
-                                         "parameters allgathered after the update",
+                                         "updated parameters allgathered during the next forward",
                                      "AdamW state and gradients sharded; gradients reduce-scattered per layer during every "
-                                     "backward, parameters allgathered after the update",
+                                     "backward, updated parameters allgathered during the next forward",
                                      "AdamW state, gradients and parameters sharded; each layer's parameters allgathered "
                                      "before its forward and its backward (the next one prefetched)"};
         char b1[32];
         printf("parallel:  data parallel over %d ranks (%s backend), ZeRO-%d: %s; shard %zu of %zu floats per rank, "
-               "%d segments, pooled buffers %s\n", D, comm_backend(dp), tc->zero, what[tc->zero], S, st.table.total,
+               "%d segments, comm buffers %s\n", D, comm_backend(dp), tc->zero, what[tc->zero], S, st.table.total,
                st.table.nseg, mem_fmt(zero_pool_bytes(zr), b1, sizeof b1));
     }
     if (ddp)
@@ -372,8 +372,8 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
            tc->opt.lr, tc->opt.schedule == LR_COSINE ? tc->opt.min_lr : tc->opt.lr,
            tc->opt.schedule == LR_COSINE ? "cosine" : "constant", tc->opt.warmup, tc->opt.beta1, tc->opt.beta2,
            tc->opt.eps, tc->opt.weight_decay, tc->opt.clip);
-    printf("compute:   %d threads, %s; %.3g GFLOP per token; MFU against %.1f GFLOP/s (%s)\n", kernels_threads(),
-           kernels_blas_info(), flops_tok * 1e-9, peak, peak_src);
+    printf("compute:   %d thread%s, %s; %.3g GFLOP per token; MFU against %.1f GFLOP/s (%s)\n", kernels_threads(),
+           kernels_threads() == 1 ? "" : "s", kernels_blas_info(), flops_tok * 1e-9, peak, peak_src);
     print_memory();
     if (ck) printf("resumed:   %s at step %d\n", ckpt_dir(ck), start);
     if (tc->init_from) printf("init:      %s\n", tc->init_from);
