@@ -85,11 +85,11 @@ for z in 0 1 2 3; do
     3) want=$(( 16 * N / 4 )); wc=$(( 2 * POOL + ROWS )) ;;
   esac
   got=$(( p + g + o ))
-  printf "     ZeRO-%d, d=4: params %d + grads %d + optim %d = %d bytes (formula %d), pooled buffers %d (want %d)\n" \
+  printf "     ZeRO-%d, d=4: params %d + grads %d + optim %d = %d bytes (formula %d), comm buffers %d (want %d)\n" \
     $z "$p" "$g" "$o" $got $want "$c" $wc
   awk -v a=$got -v b=$want 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005 * b) }' && [ "$c" -eq $wc ] || mem_bad=1
 done
-if [ $mem_bad -eq 0 ]; then ok "per-rank memory matches (4+4+8)N, (4+4+8/d)N, (4+12/d)N, 16N/d plus pooled buffers"
+if [ $mem_bad -eq 0 ]; then ok "per-rank memory matches (4+4+8)N, (4+4+8/d)N, (4+12/d)N, 16N/d plus comm buffers"
 else bad "per-rank memory against the ZeRO formulas"; fi
 
 # ---- communicated bytes per step against the expected volumes ----
