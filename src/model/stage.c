@@ -327,30 +327,15 @@ double stage_forward(Stage *s, const int *tokens, const int *targets, int B, int
     return sum;
 }
 
-// Tells the grad_ready hook that tensors from block i (or, for i = nl, the
-// tensors after the last block) onwards are final.
-static void ready_from_block(Stage *s, int i) {
-    if (!s->grad_ready) return;
-    size_t off = i < s->acts->nl ? s->acts->blk_off[i][0] : s->table.total;
-    if (i == s->acts->nl) {   // ln_f (and the head) follow the last block
-        const ParamInfo *p = ptable_find(&s->table, "ln_f.weight");
-        off = p ? p->offset : s->table.total;
-    }
-    s->grad_ready(s->grad_ready_ctx, off);
-}
-
 void stage_backward(Stage *s, const int *tokens, int B, int T) {
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     StageActs *a = s->acts;
-    ready_from_block(s, a->nl);
     for (int i = a->nl - 1; i >= 0; i--) {
         int sg = a->blk_seg[i];
         const float *pb = seg_params(s, sg, i > 0 ? a->blk_seg[i - 1] : -1);
         block_backward(s, i, pb, seg_grads(s, sg), block_input(s, i), B, T);
         seg_params_done(s, sg);
         seg_grads_done(s, sg);
-        // wte (before the blocks) is final only after the embedding
-        if (i > 0 || !slice_is_first(&s->slice)) ready_from_block(s, i);
     }
     if (slice_is_first(&s->slice) && s->embed_grads) {
         s->embed_grads(s->embed_grads_ctx, tokens, a->dres, B, T);
@@ -360,7 +345,6 @@ void stage_backward(Stage *s, const int *tokens, int B, int T) {
                            s->cfg.d_model, a->v0, a->Vl);
         seg_grads_done(s, a->seg_emb);
     }
-    if (s->grad_ready) s->grad_ready(s->grad_ready_ctx, 0);
 }
 
 void stage_logits(Stage *s, int B, int T, int pos, float *logits) {

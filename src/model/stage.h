@@ -23,7 +23,8 @@
 typedef struct StageActs StageActs;   // internal: activations and scratch
 
 // Where the stage finds parameters and puts gradients, segment by segment
-// (ParamTable.seg); ZeRO installs these. Without them (fn NULL) the stage
+// (ParamTable.seg); ZeRO installs these, and data parallelism grads_done
+// alone (its buckets start reducing when a segment is done). Without them (fn NULL) the stage
 // uses its own flat buffers. Every buffer is laid out as the segment's
 // range [lo, hi) of the flat buffer.
 //   params(seg, next): seg's parameters, before the stage reads them; next
@@ -52,16 +53,11 @@ typedef struct Stage {
     float *params;     // table.total floats (MEM_PARAMS), or NULL with STAGE_NO_PARAMS
     float *grads;      // table.total floats (MEM_GRADS), or NULL with STAGE_NO_GRADS
     StageHooks hooks;
-    // Called during stage_backward each time the gradients of every tensor
-    // at flat offset >= ready are final (after the head, each block, and the
-    // embeddings with ready = 0): data-parallel buckets start reducing then.
-    void (*grad_ready)(void *ctx, size_t ready);
-    void *grad_ready_ctx;
     // When set (before stage_forward), the first stage's embedding lookup
     // does not add its gradient: stage_backward hands the token ids and the
     // gradient rows to this hook instead (data parallelism sends them as
     // rows, see parallel/embsync), and the embeddings' segment counts as
-    // done right after the output head (grads_done, or grad_ready's first call).
+    // done right after the output head (grads_done).
     void (*embed_grads)(void *ctx, const int *tokens, const float *dres, int B, int T);
     void *embed_grads_ctx;
     int B, T;          // activation capacity

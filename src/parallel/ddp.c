@@ -12,6 +12,7 @@ typedef struct {
 
 struct Ddp {
     Comm *c;
+    const ParamTable *t;
     float *grads;
     Bucket *b;              // b[0] is the last range of the buffer
     int n, next;            // buckets, next to start
@@ -29,6 +30,7 @@ int ddp_init(Ddp **out, Comm *dp, const Stage *st, double bucket_mb, Err *err) {
         return err_set(err, ERR_RUN, "out of memory");
     }
     d->c = dp;
+    d->t = t;
     d->grads = st->grads;
     // the embeddings' segment, when it starts the buffer and holds wte
     const ParamInfo *pe = ptable_find(t, "wte.weight");
@@ -68,23 +70,36 @@ void ddp_free(Ddp *d) {
 int ddp_nbuckets(const Ddp *d) { return d->n + (d->emb.hi > 0); }
 double ddp_wait_seconds(const Ddp *d) { return d->waited; }
 
-void ddp_embed_hook(const Ddp *d, void (**fn)(void *, const int *, const float *, int, int), void **ctx) {
-    *fn = d->es ? embsync_hook : NULL;
-    *ctx = d->es;
-}
-
-void ddp_ready(void *ctx, size_t ready) {
-    Ddp *d = ctx;
-    if (d->emb.hi > 0 && !d->emb.req)   // the head is done: the embeddings' dense part first
-        d->emb.req = comm_iallreduce(d->c, d->grads, d->grads, d->emb.hi, DT_F32, RED_SUM);
+// Starts every bucket whose gradients are final: those at offset >= ready.
+static void start_from(Ddp *d, size_t ready) {
     while (d->next < d->n && d->b[d->next].lo >= ready) {
         Bucket *b = &d->b[d->next++];
         b->req = comm_iallreduce(d->c, d->grads + b->lo, d->grads + b->lo, b->hi - b->lo, DT_F32, RED_SUM);
     }
 }
 
+static void start_embeddings(Ddp *d) {
+    if (d->emb.hi > 0 && !d->emb.req)
+        d->emb.req = comm_iallreduce(d->c, d->grads, d->grads, d->emb.hi, DT_F32, RED_SUM);
+}
+
+// The grads_done hook: segment k's gradients are done. The embeddings' one
+// comes right after the output head (the lookup's rows travel apart).
+static void hook_done(void *ctx, int k) {
+    Ddp *d = ctx;
+    if (k == 0 && d->emb.hi > 0) start_embeddings(d);
+    else start_from(d, d->t->seg[k].lo);
+}
+
+void ddp_install(Ddp *d, Stage *st, int sync) {
+    st->hooks = sync ? (StageHooks){.ctx = d, .grads_done = hook_done} : (StageHooks){0};
+    st->embed_grads = sync && d->es ? embsync_hook : NULL;
+    st->embed_grads_ctx = sync ? d->es : NULL;
+}
+
 int ddp_finish(Ddp *d, Err *err) {
-    ddp_ready(d, 0);
+    start_embeddings(d);
+    start_from(d, 0);
     double t0 = timer_now();
     int rc = 0;
     Err e;

@@ -4,10 +4,10 @@
 // The flat gradient buffer is cut into buckets of about bucket_mb, whole
 // tensors each, from the end of the buffer (the last layers, whose
 // gradients are final first). During the last micro-batch's backward the
-// stage reports how far its gradients are final (Stage.grad_ready); every
-// bucket entirely past that point starts its allreduce (non-blocking, on
-// the communicator's progress thread) while backward goes on. ddp_finish
-// starts what is left and waits for all of it.
+// stage says when each segment's gradients are done (the grads_done hook);
+// every bucket entirely past the earliest done segment starts its
+// allreduce (non-blocking, on the communicator's progress thread) while
+// backward goes on. ddp_finish starts what is left and waits for all of it.
 //
 // The embeddings (wte, wpe) are a bucket of their own that starts first,
 // as soon as backward begins: the output head's dense contribution is
@@ -26,10 +26,9 @@ typedef struct Ddp Ddp;
 int ddp_init(Ddp **out, Comm *dp, const Stage *st, double bucket_mb, Err *err);
 void ddp_free(Ddp *d);
 int ddp_nbuckets(const Ddp *d);
-// The Stage.grad_ready hook (ctx is the Ddp).
-void ddp_ready(void *ctx, size_t ready);
-// The Stage.embed_grads hook and its context, for the micro-batch that syncs.
-void ddp_embed_hook(const Ddp *d, void (**fn)(void *, const int *, const float *, int, int), void **ctx);
+// Installs on st, for the micro-batch that syncs, the hooks that start the
+// buckets and send the embedding rows (sync = 0: removes them).
+void ddp_install(Ddp *d, Stage *st, int sync);
 // Starts the remaining buckets, waits for every allreduce, adds the
 // embedding rows; 0 or -1 with err.
 int ddp_finish(Ddp *d, Err *err);

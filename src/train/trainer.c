@@ -394,16 +394,11 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
         for (int k = 0; k < K; k++) {
             loader_next(ld, inp, tgt);
             if (zr) zero_microbatch(zr, k, K);
+            if (ddp) ddp_install(ddp, &st, k == K - 1);   // only the last micro-batch synchronises
             loss_sum += stage_forward(&st, inp, tgt, B, T, dscale);
-            // only the last micro-batch's backward synchronises
-            st.grad_ready = ddp && k == K - 1 ? ddp_ready : NULL;
-            st.grad_ready_ctx = ddp;
-            if (ddp && k == K - 1) ddp_embed_hook(ddp, &st.embed_grads, &st.embed_grads_ctx);
-            else if (ddp) st.embed_grads = NULL;
             stage_backward(&st, inp, B, T);
         }
-        st.grad_ready = NULL;
-        if (ddp) st.embed_grads = NULL;
+        if (ddp) ddp_install(ddp, &st, 0);
         if (dp) {
             double ls = loss_sum;
             if ((ddp && ddp_finish(ddp, err)) || (zr && zero_finish(zr, err)) ||
