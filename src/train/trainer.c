@@ -218,6 +218,55 @@ static int choose_model(const TrainConfig *tc, const Tokenizer *tok, ModelConfig
     return 0;
 }
 
+// The starting parameters — from the checkpoint, the --init-from file or
+// the seed — and on resume the AdamW state, in the stage's layout. Every
+// rank computes the same whole model, segment by segment; under ZeRO it
+// keeps only its pieces of what it shards. *crc gets the CRC-32C of the
+// whole flat parameter buffer, for the ranks to compare.
+static int init_state(const TrainConfig *tc, Stage *st, Zero *zr, AdamW *opt, Ckpt *ck, const StFile *sf,
+                      uint32_t *crc, Err *err) {
+    const ParamTable *t = &st->table;
+    if (ck && !ckpt_has_optimizer(ck))
+        return err_set(err, ERR_USAGE, "%s: holds no optimizer state (an imported model? use --init-from)", ckpt_dir(ck));
+    Fill fl = {.t = t, .ck = ck, .seed = tc->seed, .prefix = "", .err = err};
+    if (!st->params) {   // ZeRO-3: the parameter shard
+        int rc = 0;
+        float *whole = NULL;
+        if (tc->init_from) {   // the file is read whole once
+            st->params = whole = mem_alloc(MEM_WORKSPACE, t->total * sizeof(float));
+            rc = !whole ? err_set(err, ERR_RUN, "out of memory reading --init-from") : hf_load(sf, st, err);
+            if (rc) err_prefix(err, tc->init_from);
+            st->params = NULL;
+            fl.full = whole;
+        }
+        if (!rc) rc = zero_fill_shard(zr, zero_param_shard(zr), fill_segment, &fl);
+        mem_free(whole);
+        if (rc) return -1;
+        *crc = fl.crc;
+    } else {
+        if (ck) {
+            if (ckpt_load_range(ck, t, "", 0, t->total, st->params, err)) return -1;
+        } else if (tc->init_from) {
+            if (hf_load(sf, st, err)) { err_prefix(err, tc->init_from); return -1; }
+        } else {
+            ptable_init(t, st->params, tc->seed);
+        }
+        *crc = crc32c(0, st->params, t->total * sizeof(float));
+    }
+    if (!ck) return 0;
+    if (zr) {
+        fl.full = NULL;
+        fl.prefix = "exp_avg/";
+        if (zero_fill_shard(zr, opt->m, fill_segment, &fl)) return -1;
+        fl.prefix = "exp_avg_sq/";
+        if (zero_fill_shard(zr, opt->v, fill_segment, &fl)) return -1;
+    } else if (ckpt_load_range(ck, t, "exp_avg/", 0, t->total, opt->m, err) ||
+               ckpt_load_range(ck, t, "exp_avg_sq/", 0, t->total, opt->v, err)) {
+        return -1;
+    }
+    return ckpt_adam_t(ck, &opt->t, err);
+}
+
 int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
     int rank = dp ? comm_rank(dp) : 0, D = dp ? comm_size(dp) : 1;
     Ddp *ddp = NULL;
@@ -258,48 +307,8 @@ int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
     // ZeRO: this rank's AdamW moments are its shard (its piece of every segment)
     size_t S = zr ? zero_shard_floats(zr) : st.table.total;
     if (adamw_init(&opt, S, err)) goto done;
-    // Parameters (and on resume the moments): every rank computes the same
-    // whole model, segment by segment; under ZeRO-3 it keeps only its pieces.
-    // The CRC-32C of the whole flat buffer is compared across ranks below.
-    Fill fl = {.t = &st.table, .seed = tc->seed, .prefix = "", .err = err};
     uint32_t pcrc = 0;
-    if (ck && tc->zero) {
-        if (!ckpt_has_optimizer(ck)) {
-            err_set(err, ERR_USAGE, "%s: holds no optimizer state (an imported model? use --init-from)", ckpt_dir(ck));
-            goto done;
-        }
-        fl.ck = ck;
-    }
-    if (ck && !tc->zero) {
-        if (ckpt_load(ck, &st, &opt, err)) goto done;
-    } else if (ck && tc->zero < 3) {
-        if (ckpt_load_range(ck, &st.table, "", 0, st.table.total, st.params, err)) goto done;
-    } else if (tc->init_from && tc->zero == 3) {   // read the whole model once, keep the pieces
-        st.params = mem_alloc(MEM_WORKSPACE, st.table.total * sizeof(float));
-        int lr_ = !st.params ? err_set(err, ERR_RUN, "out of memory reading --init-from") : hf_load(&sf, &st, err);
-        if (!lr_) {
-            fl.full = st.params;
-            zero_fill_shard(zr, zero_param_shard(zr), fill_segment, &fl);
-        }
-        mem_free(st.params);
-        st.params = NULL;
-        if (lr_) { err_prefix(err, tc->init_from); goto done; }
-    } else if (tc->init_from) {
-        if (hf_load(&sf, &st, err)) { err_prefix(err, tc->init_from); goto done; }
-    } else if (tc->zero < 3) {
-        ptable_init(&st.table, st.params, tc->seed);
-    }
-    if (tc->zero == 3 && !tc->init_from) {
-        if (zero_fill_shard(zr, zero_param_shard(zr), fill_segment, &fl)) goto done;
-    }
-    pcrc = tc->zero == 3 ? fl.crc : crc32c(0, st.params, st.table.total * sizeof(float));
-    if (ck && tc->zero) {
-        fl.prefix = "exp_avg/";
-        if (zero_fill_shard(zr, opt.m, fill_segment, &fl)) goto done;
-        fl.prefix = "exp_avg_sq/";
-        if (zero_fill_shard(zr, opt.v, fill_segment, &fl)) goto done;
-        if (ckpt_adam_t(ck, &opt.t, err)) goto done;
-    }
+    if (init_state(tc, &st, zr, &opt, ck, &sf, &pcrc, err)) goto done;
     if (ck) {
         start = (int)ckpt_step(ck);
         const Json *ls = json_get(json_get(ckpt_meta(ck), "train"), "loader");
