@@ -51,17 +51,36 @@ static int pool_of(const Zero *z, int k) {
     return k == 0 ? POOL_EMB : POOL_LNF;
 }
 
-// Waits for r; a failure is kept (the first one) and reported by zero_finish.
+// Keeps the first failure (a collective inside a hook cannot return one);
+// zero_finish and zero_step report it.
+static void keep_failure(Zero *z, const Err *e) {
+    if (z->failed) return;
+    z->failed = 1;
+    z->err = *e;
+}
+
+// Waits for r (the time counts as not hidden).
 static void wait_req(Zero *z, CommRequest **r) {
     if (!*r) return;
     double t0 = timer_now();
     Err e;
-    if (comm_wait(*r, &e) && !z->failed) {
-        z->failed = 1;
-        z->err = e;
-    }
+    if (comm_wait(*r, &e)) keep_failure(z, &e);
     *r = NULL;
     z->waited += timer_now() - t0;
+}
+
+// The owned gradients of segment k's piece.
+static float *piece_grads(const Zero *z, int k) {
+    if (z->stage >= 2) return z->gshard + z->soff[k];
+    return z->st->grads + z->t->seg[k].lo + (size_t)z->rank * z->sk[k];
+}
+
+// Adds every rank's embedding rows to the owned piece of the embeddings'
+// segment, whose values are at g.
+static void apply_rows(Zero *z, float *g) {
+    size_t lo = z->t->seg[z->emb].lo + (size_t)z->rank * z->sk[z->emb];
+    Err e;
+    if (embsync_apply(z->es, g, lo, lo + z->sk[z->emb], &z->waited, &e)) keep_failure(z, &e);
 }
 
 // 0, or -1 with the first failure of a collective of this module.
@@ -134,14 +153,7 @@ static void reduce_finish(Zero *z, Buf *b) {
     else
         for (size_t i = 0; i < z->sk[k]; i++) dst[i] += src[i];
     b->state = BUF_EMPTY;
-    if (k == z->emb && z->es) {   // then this micro-batch's embedding rows, of every rank
-        size_t lo = z->t->seg[k].lo + (size_t)z->rank * z->sk[k];
-        Err e;
-        if (embsync_apply(z->es, dst, lo, lo + z->sk[k], &z->waited, &e) && !z->failed) {
-            z->failed = 1;
-            z->err = e;
-        }
-    }
+    if (k == z->emb && z->es) apply_rows(z, dst);   // then this micro-batch's embedding rows
 }
 
 static float *hook_grads(void *ctx, int k) {
@@ -267,10 +279,7 @@ float *zero_piece_params(Zero *z, int k) {
     return z->st->params + z->t->seg[k].lo + (size_t)z->rank * z->sk[k];
 }
 
-const float *zero_piece_grads(const Zero *z, int k) {
-    if (z->stage >= 2) return z->gshard + z->soff[k];
-    return z->st->grads + z->t->seg[k].lo + (size_t)z->rank * z->sk[k];
-}
+const float *zero_piece_grads(const Zero *z, int k) { return piece_grads(z, k); }
 
 // ---- the step ----
 
@@ -286,14 +295,7 @@ void zero_microbatch(Zero *z, int k, int K) {
 
 int zero_finish(Zero *z, Err *err) {
     for (int k = 0; k < z->t->nseg; k++) wait_req(z, &z->rs[k]);
-    if (z->stage == 1 && z->es) {
-        size_t lo = z->t->seg[z->emb].lo + (size_t)z->rank * z->sk[z->emb];
-        Err e;
-        if (embsync_apply(z->es, z->st->grads + lo, lo, lo + z->sk[z->emb], &z->waited, &e) && !z->failed) {
-            z->failed = 1;
-            z->err = e;
-        }
-    }
+    if (z->stage == 1 && z->es) apply_rows(z, piece_grads(z, z->emb));
     for (int p = 0; p < NPOOL; p++) reduce_finish(z, &z->gbuf[p]);
     settle_prefetches(z);
     return status(z, err);
