@@ -3,8 +3,6 @@
 #ifndef TSR_CLI_CLI_H
 #define TSR_CLI_CLI_H
 
-#include "core/check.h"
-
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
@@ -15,8 +13,5 @@ int cmd_import(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_comm_bench(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
-
-// Prints "tessera <cmd>: <message>" to stderr and returns the exit status for e.
-int cli_fail(const char *cmd, const Err *e);
 
 #endif

@@ -135,3 +135,8 @@ void flags_print(const Flag *flags, int n) {
         printf("  %-24s %s\n", left, flags[i].help);
     }
 }
+
+int cli_fail(const char *cmd, const Err *e) {
+    fprintf(stderr, "tessera %s: %s\n", cmd, e->msg);
+    return e->code ? e->code : 1;
+}

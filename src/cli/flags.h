@@ -1,4 +1,5 @@
-// cli/flags — the command-line and --config parser shared by subcommands.
+// cli/flags — the command-line and --config parser shared by subcommands,
+// and the one-line error they exit with.
 //
 // A subcommand describes its flags in a table; values come from an optional
 // JSON config file (keys are flag names without the dashes) and then from
@@ -35,5 +36,8 @@ void flags_print(const Flag *flags, int n);
 
 // The flag named name, or NULL.
 Flag *flags_find(Flag *flags, int n, const char *name);
+
+// Prints "tessera <cmd>: <message>" to stderr and returns the exit status for e.
+int cli_fail(const char *cmd, const Err *e);
 
 #endif

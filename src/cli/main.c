@@ -28,11 +28,6 @@ static const char *usage =
     "\n"
     "exit status: 0 success, 1 failure while running, 2 bad usage or input\n";
 
-int cli_fail(const char *cmd, const Err *e) {
-    fprintf(stderr, "tessera %s: %s\n", cmd, e->msg);
-    return e->code ? e->code : 1;
-}
-
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(usage, argc < 2 ? stderr : stdout);
