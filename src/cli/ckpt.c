@@ -13,8 +13,8 @@
 int cmd_export(int argc, char **argv) {
     const char *ckpt = NULL, *out = NULL;
     Flag f[] = {
-        {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0},
-        {"out", FLAG_STR, &out, 0, 0, "FILE", "safetensors file to write (required)", 0},
+        {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0, NULL},
+        {"out", FLAG_STR, &out, 0, 0, "FILE", "safetensors file to write (required)", 0, NULL},
     };
     int nf = 2, help;
     Json *unused = NULL;
@@ -48,10 +48,10 @@ fail:
 int cmd_import(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *model = NULL, *tokenizer = "gpt2";
     Flag f[] = {
-        {"in", FLAG_STR, &in, 0, 0, "FILE", "safetensors file with Hugging Face GPT-2 names (required)", 0},
-        {"out", FLAG_STR, &out, 0, 0, "DIR", "run directory for the step-0 checkpoint (required)", 0},
-        {"model", FLAG_STR, &model, 0, 0, "PRESET", "preset whose head count to use (default: d_model/64, as GPT-2)", 0},
-        {"tokenizer", FLAG_STR, &tokenizer, 0, 0, "gpt2|byte", "tokenizer recorded for sample/eval (default gpt2)", 0},
+        {"in", FLAG_STR, &in, 0, 0, "FILE", "safetensors file with Hugging Face GPT-2 names (required)", 0, NULL},
+        {"out", FLAG_STR, &out, 0, 0, "DIR", "run directory for the step-0 checkpoint (required)", 0, NULL},
+        {"model", FLAG_STR, &model, 0, 0, "PRESET", "preset whose head count to use (default: d_model/64, as GPT-2)", 0, NULL},
+        {"tokenizer", FLAG_STR, &tokenizer, 0, 0, "gpt2|byte", "tokenizer recorded for sample/eval (default gpt2)", 0, NULL},
     };
     int nf = 4, help;
     Json *unused = NULL;

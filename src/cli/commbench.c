@@ -97,13 +97,13 @@ int cmd_comm_bench(int argc, char **argv) {
     const char *op = "all", *min_s = "8", *max_s = "256M";
     double timeout = 0;
     Flag f[] = {
-        {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (local backend; default 2; under mpirun, mpirun's ranks)", 0},
-        {"op", FLAG_STR, &op, 0, 0, "OP", "allreduce, reduce_scatter, allgather, broadcast or all (default)", 0},
-        {"min-bytes", FLAG_STR, &min_s, 0, 0, "S", "smallest message, with K/M/G suffixes (default 8)", 0},
-        {"max-bytes", FLAG_STR, &max_s, 0, 0, "S", "largest message (default 256M)", 0},
-        {"iters", FLAG_INT, &iters, 1, 1 << 20, "N", "timed calls per size (default 20; fewer above 100 MB)", 0},
-        {"warmup", FLAG_INT, &warmup, 0, 1 << 20, "N", "untimed calls first (default 5)", 0},
-        {"comm-timeout", FLAG_FLOAT, &timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0},
+        {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (local backend; default 2; under mpirun, mpirun's ranks)", 0, NULL},
+        {"op", FLAG_STR, &op, 0, 0, "OP", "allreduce, reduce_scatter, allgather, broadcast or all (default)", 0, NULL},
+        {"min-bytes", FLAG_STR, &min_s, 0, 0, "S", "smallest message, with K/M/G suffixes (default 8)", 0, NULL},
+        {"max-bytes", FLAG_STR, &max_s, 0, 0, "S", "largest message (default 256M)", 0, NULL},
+        {"iters", FLAG_INT, &iters, 1, 1 << 20, "N", "timed calls per size (default 20; fewer above 100 MB)", 0, NULL},
+        {"warmup", FLAG_INT, &warmup, 0, 1 << 20, "N", "untimed calls first (default 5)", 0, NULL},
+        {"comm-timeout", FLAG_FLOAT, &timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
     Json *unused = NULL;

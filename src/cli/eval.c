@@ -15,12 +15,12 @@ int cmd_eval(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL;
     int batch = 8, seq = 0, batches = 0, threads = 0;
     Flag f[] = {
-        {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0},
-        {"data", FLAG_STR, &data, 0, 0, "PATH", "validation data: a directory's val_*.bin, a .bin, a glob or a text file (required)", 0},
-        {"batch", FLAG_INT, &batch, 1, 1 << 16, "B", "sequences per batch (default 8)", 0},
-        {"seq", FLAG_INT, &seq, 1, 1 << 20, "T", "tokens per sequence (default: the training run's)", 0},
-        {"batches", FLAG_INT, &batches, 0, 1 << 30, "N", "evaluate at most N batches, 0 = all (default)", 0},
-        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0},
+        {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0, NULL},
+        {"data", FLAG_STR, &data, 0, 0, "PATH", "validation data: a directory's val_*.bin, a .bin, a glob or a text file (required)", 0, NULL},
+        {"batch", FLAG_INT, &batch, 1, 1 << 16, "B", "sequences per batch (default 8)", 0, NULL},
+        {"seq", FLAG_INT, &seq, 1, 1 << 20, "T", "tokens per sequence (default: the training run's)", 0, NULL},
+        {"batches", FLAG_INT, &batches, 0, 1 << 30, "N", "evaluate at most N batches, 0 = all (default)", 0, NULL},
+        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
     Json *unused = NULL;

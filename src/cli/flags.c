@@ -54,6 +54,21 @@ static int set_value(Flag *f, const char *v, const char *src, Err *err) {
     return 0;
 }
 
+// The value of flag f given as argv[*i] without "=": the next argument when
+// f takes it (then *i moves past it), else f's bare value; NULL when f has
+// neither. The rule is the one flags.h states.
+static const char *next_value(const Flag *f, int argc, char **argv, int *i) {
+    const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
+    int take;
+    if (!next) take = 0;
+    else if (f->type == FLAG_BOOL)
+        take = !strcmp(next, "true") || !strcmp(next, "false") || !strcmp(next, "1") || !strcmp(next, "0");
+    else take = strncmp(next, "--", 2) != 0 || (!f->bare && (f->type == FLAG_INT || f->type == FLAG_FLOAT));
+    if (take) return argv[++*i];
+    if (f->bare) return f->bare;
+    return f->type == FLAG_BOOL ? "true" : NULL;
+}
+
 static int load_config(Flag *flags, int n, const char *path, Json **out, Err *err) {
     char *text;
     size_t len;
@@ -99,12 +114,12 @@ int flags_parse(Flag *flags, int n, int argc, char **argv, const char *cmd, int 
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { *help = 1; return 0; }
     Flag *cfg = flags_find(flags, n, "config");
     for (int i = 0; cfg && i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--config") || !strncmp(a, "--config=", 9)) {
-            const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[i + 1] : NULL);
-            if (!v) return err_set(err, ERR_USAGE, "--config: missing value");
-            if (load_config(flags, n, v, cfg_json, err)) return -1;
-        }
+        const char *a = argv[i], *v;
+        if (!strncmp(a, "--config=", 9)) v = a + 9;
+        else if (!strcmp(a, "--config")) v = next_value(cfg, argc, argv, &i);
+        else continue;
+        if (!v) return err_set(err, ERR_USAGE, "--config: missing value");
+        if (load_config(flags, n, v, cfg_json, err)) return -1;
     }
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -118,10 +133,8 @@ int flags_parse(Flag *flags, int n, int argc, char **argv, const char *cmd, int 
         name[nl] = 0;
         Flag *f = flags_find(flags, n, name);
         if (!f) return err_set(err, ERR_USAGE, "unknown flag '--%s' (see tessera %s --help)", name, cmd);
-        if (eq) v = eq + 1;
-        else if (i + 1 < argc && (strncmp(argv[i + 1], "--", 2) != 0 || f->type == FLAG_FLOAT || f->type == FLAG_INT))
-            v = argv[++i];
-        else return err_set(err, ERR_USAGE, "--%s: missing value", name);
+        v = eq ? eq + 1 : next_value(f, argc, argv, &i);
+        if (!v) return err_set(err, ERR_USAGE, "--%s: missing value", name);
         if (f == cfg) continue;   // already applied
         if (set_value(f, v, "", err)) return -1;
     }
@@ -130,9 +143,12 @@ int flags_parse(Flag *flags, int n, int argc, char **argv, const char *cmd, int 
 
 void flags_print(const Flag *flags, int n) {
     for (int i = 0; i < n; i++) {
+        const Flag *f = &flags[i];
+        const char *mv = f->type == FLAG_BOOL || !f->metavar ? "" : f->metavar;
+        int brackets = f->bare && *mv && *mv != '[';
         char left[64];
-        snprintf(left, sizeof left, "--%s %s", flags[i].name, flags[i].metavar ? flags[i].metavar : "");
-        printf("  %-24s %s\n", left, flags[i].help);
+        snprintf(left, sizeof left, "--%s%s%s%s%s", f->name, *mv ? " " : "", brackets ? "[" : "", mv, brackets ? "]" : "");
+        printf("  %-24s %s\n", left, f->help);
     }
 }
 

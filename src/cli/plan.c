@@ -156,46 +156,37 @@ int cmd_plan(int argc, char **argv) {
     double mem = 80, tflops = 312, mfu = 0.5, bw_intra = 300, bw_inter = 25, alpha = 5, tokens = 0;
     int dp = 0, tp = 0, pp = 0, zero = -1, sp = 0, json = 0, explain = 0, top = 5, tut = 0;
     Flag f[] = {
-        {"model", FLAG_STR, &model, 0, 0, "PRESET", "model (default gpt2-124m); see the list below", 0},
-        {"vocab", FLAG_U64, &vocab, 2, 1 << 24, "V", "override the model's vocabulary (e.g. 256 for --tokenizer byte)", 0},
-        {"devices", FLAG_U64, &devices, 1, 1e7, "N", "devices in the cluster (default 8)", 0},
-        {"devices-per-node", FLAG_U64, &per_node, 1, 1e4, "N", "devices per node (default 8)", 0},
-        {"device-mem", FLAG_FLOAT, &mem, 1e-6, 1e7, "GiB", "memory per device (default 80)", 0},
-        {"device-tflops", FLAG_FLOAT, &tflops, 1e-6, 1e7, "X", "peak TFLOP/s per device at the training precision (default 312)", 0},
-        {"mfu", FLAG_FLOAT, &mfu, 1e-6, 1, "X", "fraction of peak the compute achieves (default 0.5)", 0},
-        {"bw-intra", FLAG_FLOAT, &bw_intra, 1e-9, 1e9, "GB/s", "bandwidth per device inside a node (default 300)", 0},
-        {"bw-inter", FLAG_FLOAT, &bw_inter, 1e-9, 1e9, "GB/s", "bandwidth per device between nodes (default 25)", 0},
-        {"alpha-us", FLAG_FLOAT, &alpha, 0, 1e9, "US", "latency per message in µs (default 5)", 0},
-        {"seq", FLAG_U64, &seq, 1, 1e9, "S", "sequence length (default: the model's positions)", 0},
-        {"global-batch", FLAG_U64, &gbatch, 1, 1e12, "B", "sequences per optimizer step (default 512)", 0},
-        {"micro-batch", FLAG_U64, &mbatch, 1, 1e9, "B", "sequences per micro-batch per device (default 1)", 0},
-        {"tokens", FLAG_FLOAT, &tokens, 0, 1e30, "T", "tokens to train on, for the time estimate", 0},
-        {"dp", FLAG_INT, &dp, 1, 1 << 30, "N", "data-parallel size (a layout; without dp/tp/pp: search)", 0},
-        {"tp", FLAG_INT, &tp, 1, 1 << 30, "N", "tensor-parallel size", 0},
-        {"pp", FLAG_INT, &pp, 1, 1 << 30, "N", "pipeline-parallel size", 0},
-        {"zero", FLAG_INT, &zero, 0, 3, "Z", "ZeRO stage 0..3 (default 0 for a layout, all in a search)", 0},
-        {"schedule", FLAG_STR, &schedule, 0, 0, "S", "1f1b (default) or gpipe", 0},
-        {"recompute", FLAG_STR, &recompute, 0, 0, "R", "none (default), selective or full", 0},
-        {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32, bf16 (default) or fp16", 0},
-        {"reduce-dtype", FLAG_STR, &reduce, 0, 0, "T", "gradient reduction dtype under bf16/fp16: fp32 (default) or bf16", 0},
-        {"sp", FLAG_BOOL, &sp, 0, 0, "true|false", "sequence parallelism (default false)", 0},
-        {"attention", FLAG_STR, &attention, 0, 0, "A", "fused (default, no s² activations) or naive", 0},
-        {"json", FLAG_BOOL, &json, 0, 0, "", "one JSON object instead of text", 0},
-        {"explain", FLAG_BOOL, &explain, 0, 0, "", "show the formula behind each figure", 0},
-        {"top", FLAG_INT, &top, 1, 1000, "N", "layouts to list in a search (default 5)", 0},
-        {"why-not", FLAG_STR, &why_not, 0, 0, "dp=N,tp=N,pp=N[,zero=Z]", "why a layout was not chosen", 0},
-        {"tutorial", FLAG_BOOL, &tut, 0, 0, "", "the tutorial's GPT-3 numbers, checked", 0},
+        {"model", FLAG_STR, &model, 0, 0, "PRESET", "model (default gpt2-124m); see the list below", 0, NULL},
+        {"vocab", FLAG_U64, &vocab, 2, 1 << 24, "V", "override the model's vocabulary (e.g. 256 for --tokenizer byte)", 0, NULL},
+        {"devices", FLAG_U64, &devices, 1, 1e7, "N", "devices in the cluster (default 8)", 0, NULL},
+        {"devices-per-node", FLAG_U64, &per_node, 1, 1e4, "N", "devices per node (default 8)", 0, NULL},
+        {"device-mem", FLAG_FLOAT, &mem, 1e-6, 1e7, "GiB", "memory per device (default 80)", 0, NULL},
+        {"device-tflops", FLAG_FLOAT, &tflops, 1e-6, 1e7, "X", "peak TFLOP/s per device at the training precision (default 312)", 0, NULL},
+        {"mfu", FLAG_FLOAT, &mfu, 1e-6, 1, "X", "fraction of peak the compute achieves (default 0.5)", 0, NULL},
+        {"bw-intra", FLAG_FLOAT, &bw_intra, 1e-9, 1e9, "GB/s", "bandwidth per device inside a node (default 300)", 0, NULL},
+        {"bw-inter", FLAG_FLOAT, &bw_inter, 1e-9, 1e9, "GB/s", "bandwidth per device between nodes (default 25)", 0, NULL},
+        {"alpha-us", FLAG_FLOAT, &alpha, 0, 1e9, "US", "latency per message in µs (default 5)", 0, NULL},
+        {"seq", FLAG_U64, &seq, 1, 1e9, "S", "sequence length (default: the model's positions)", 0, NULL},
+        {"global-batch", FLAG_U64, &gbatch, 1, 1e12, "B", "sequences per optimizer step (default 512)", 0, NULL},
+        {"micro-batch", FLAG_U64, &mbatch, 1, 1e9, "B", "sequences per micro-batch per device (default 1)", 0, NULL},
+        {"tokens", FLAG_FLOAT, &tokens, 0, 1e30, "T", "tokens to train on, for the time estimate", 0, NULL},
+        {"dp", FLAG_INT, &dp, 1, 1 << 30, "N", "data-parallel size (a layout; without dp/tp/pp: search)", 0, NULL},
+        {"tp", FLAG_INT, &tp, 1, 1 << 30, "N", "tensor-parallel size", 0, NULL},
+        {"pp", FLAG_INT, &pp, 1, 1 << 30, "N", "pipeline-parallel size", 0, NULL},
+        {"zero", FLAG_INT, &zero, 0, 3, "Z", "ZeRO stage 0..3 (default 0 for a layout, all in a search)", 0, NULL},
+        {"schedule", FLAG_STR, &schedule, 0, 0, "S", "1f1b (default) or gpipe", 0, NULL},
+        {"recompute", FLAG_STR, &recompute, 0, 0, "R", "none (default), selective or full", 0, NULL},
+        {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32, bf16 (default) or fp16", 0, NULL},
+        {"reduce-dtype", FLAG_STR, &reduce, 0, 0, "T", "gradient reduction dtype under bf16/fp16: fp32 (default) or bf16", 0, NULL},
+        {"sp", FLAG_BOOL, &sp, 0, 0, "", "sequence parallelism (default false)", 0, NULL},
+        {"attention", FLAG_STR, &attention, 0, 0, "A", "fused (default, no s² activations) or naive", 0, NULL},
+        {"json", FLAG_BOOL, &json, 0, 0, "", "one JSON object instead of text", 0, NULL},
+        {"explain", FLAG_BOOL, &explain, 0, 0, "", "show the formula behind each figure", 0, NULL},
+        {"top", FLAG_INT, &top, 1, 1000, "N", "layouts to list in a search (default 5)", 0, NULL},
+        {"why-not", FLAG_STR, &why_not, 0, 0, "dp=N,tp=N,pp=N[,zero=Z]", "why a layout was not chosen", 0, NULL},
+        {"tutorial", FLAG_BOOL, &tut, 0, 0, "", "the tutorial's GPT-3 numbers, checked", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
-    const char *bare[] = {"--json", "--explain", "--tutorial", "--sp"};
-    for (int i = 0; i < argc; i++)
-        for (int k = 0; k < 4; k++)
-            if (!strcmp(argv[i], bare[k]) && (i + 1 == argc || strncmp(argv[i + 1], "--", 2) == 0 ||
-                                               (strcmp(argv[i + 1], "true") && strcmp(argv[i + 1], "false")))) {
-                static char buf[4][32];
-                snprintf(buf[k], sizeof buf[k], "%s=true", bare[k]);
-                argv[i] = buf[k];
-            }
     Json *unused = NULL;
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "plan", &help, &unused, &e)) return cli_fail("plan", &e);

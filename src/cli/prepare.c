@@ -119,12 +119,12 @@ int cmd_prepare(int argc, char **argv) {
     uint64_t shard_u = (uint64_t)shard_tokens;
     int threads = 0;
     Flag f[] = {
-        {"input", FLAG_STR, NULL, 0, 0, "PATH...", "text files or directories (every file in them, recursively) (required)", 0},   // parsed above, listed for --help
-        {"out", FLAG_STR, &out, 0, 0, "DIR", "output directory for val_*.bin and train_*.bin (required)", 0},
-        {"tokenizer", FLAG_STR, &name, 0, 0, "gpt2|byte", "gpt2 (default) or byte", 0},
-        {"val-fraction", FLAG_FLOAT, &val_fraction, 0, 0.9, "F", "fraction of the input bytes for validation, taken first (default 0.1)", 0},
-        {"shard-tokens", FLAG_U64, &shard_u, 1024, 2147483647.0, "N", "tokens per shard at most (default 100000000)", 0},
-        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0},
+        {"input", FLAG_STR, NULL, 0, 0, "PATH...", "text files or directories (every file in them, recursively) (required)", 0, NULL},   // parsed above, listed for --help
+        {"out", FLAG_STR, &out, 0, 0, "DIR", "output directory for val_*.bin and train_*.bin (required)", 0, NULL},
+        {"tokenizer", FLAG_STR, &name, 0, 0, "gpt2|byte", "gpt2 (default) or byte", 0, NULL},
+        {"val-fraction", FLAG_FLOAT, &val_fraction, 0, 0.9, "F", "fraction of the input bytes for validation, taken first (default 0.1)", 0, NULL},
+        {"shard-tokens", FLAG_U64, &shard_u, 1024, 2147483647.0, "N", "tokens per shard at most (default 100000000)", 0, NULL},
+        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
     // --input takes every following argument up to the next flag.

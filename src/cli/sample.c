@@ -48,13 +48,13 @@ int cmd_sample(int argc, char **argv) {
     double temperature = 0.8;
     uint64_t seed = 1337;
     Flag f[] = {
-        {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0},
-        {"prompt", FLAG_STR, &prompt, 0, 0, "TEXT", "text to continue (default: a new document)", 0},
-        {"tokens", FLAG_INT, &tokens, 1, 1 << 24, "N", "tokens to generate (default 200)", 0},
-        {"temperature", FLAG_FLOAT, &temperature, 0, 100, "X", "softmax temperature, 0 = greedy (default 0.8)", 0},
-        {"top-k", FLAG_INT, &top_k, 0, 1 << 24, "K", "sample among the K most likely, 0 = all (default 40)", 0},
-        {"seed", FLAG_U64, &seed, 0, 9.2e18, "N", "sampling seed (default 1337)", 0},
-        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0},
+        {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0, NULL},
+        {"prompt", FLAG_STR, &prompt, 0, 0, "TEXT", "text to continue (default: a new document)", 0, NULL},
+        {"tokens", FLAG_INT, &tokens, 1, 1 << 24, "N", "tokens to generate (default 200)", 0, NULL},
+        {"temperature", FLAG_FLOAT, &temperature, 0, 100, "X", "softmax temperature, 0 = greedy (default 0.8)", 0, NULL},
+        {"top-k", FLAG_INT, &top_k, 0, 1 << 24, "K", "sample among the K most likely, 0 = all (default 40)", 0, NULL},
+        {"seed", FLAG_U64, &seed, 0, 9.2e18, "N", "sampling seed (default 1337)", 0, NULL},
+        {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
     Json *unused = NULL;

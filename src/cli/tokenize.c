@@ -31,14 +31,12 @@ int cmd_tokenize(int argc, char **argv) {
     const char *name = "gpt2";
     int decode = 0;
     Flag f[] = {
-        {"tokenizer", FLAG_STR, &name, 0, 0, "gpt2|byte", "tokenizer (default gpt2)", 0},
-        {"decode", FLAG_BOOL, &decode, 0, 0, "", "read ids, write text", 0},
+        {"tokenizer", FLAG_STR, &name, 0, 0, "gpt2|byte", "tokenizer (default gpt2)", 0, NULL},
+        {"decode", FLAG_BOOL, &decode, 0, 0, "", "read ids, write text", 0, NULL},
     };
     int nf = 2, help;
     Json *unused = NULL;
     Err e = {0};
-    // --decode takes no value: accept it bare by rewriting to --decode=true.
-    for (int i = 0; i < argc; i++) if (!strcmp(argv[i], "--decode")) argv[i] = "--decode=true";
     if (flags_parse(f, nf, argc, argv, "tokenize", &help, &unused, &e)) return cli_fail("tokenize", &e);
     if (help) {
         printf("usage: tessera tokenize [--tokenizer gpt2|byte] [--decode] < input\n\n"

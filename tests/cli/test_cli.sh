@@ -23,6 +23,8 @@ expect_error "non-integer batch"        2 "\-\-batch: expected an integer, got '
 expect_error "zero batch"               2 "\-\-batch: 0 is out of range" -- $T --batch 0
 expect_error "negative lr"              2 "\-\-lr: -1 is out of range" -- $T --lr -1
 expect_error "missing value"            2 "\-\-steps: missing value"    -- train --data "$DATA" --steps
+expect_error "missing string value"     2 "\-\-data: missing value"     -- train --data
+expect_error "string value before a flag" 2 "\-\-data: missing value"   -- train --data --steps 1
 expect_error "missing --data"           2 "\-\-data PATH is required"   -- train --steps 1
 expect_error "missing data file"        2 "\-\-data: /nonexistent.txt: No such file" -- train --data /nonexistent.txt
 expect_error "unknown tokenizer"        2 "\-\-tokenizer: unknown tokenizer 'bpe'" -- $T --tokenizer bpe
@@ -44,6 +46,14 @@ expect_error "sample without --ckpt"    2 "\-\-ckpt PATH is required"  -- sample
 expect_error "sample of a missing ckpt" 2 "no such checkpoint"         -- sample --ckpt "$TMP/none"
 
 if "$BIN" --help | grep -q "train" && "$BIN" train --help | grep -q -- "--grad-accum"; then ok "help"; else bad "help"; fi
+# Flag lists: a metavar after a flag that takes a value, none after a boolean.
+if "$BIN" tokenize --help | grep -qE '^  --tokenizer gpt2\|byte +tokenizer' &&
+   "$BIN" tokenize --help | grep -qE '^  --decode +read ids' &&
+   "$BIN" plan --help | grep -qE '^  --json +one JSON' && "$BIN" plan --help | grep -qE '^  --sp +sequence' &&
+   "$BIN" plan --help | grep -qE '^  --top N +layouts' &&
+   "$BIN" eval --help | grep -qE '^  --data PATH +validation' &&
+   "$BIN" sample --help | grep -qE '^  --temperature X +softmax'; then ok "help lists metavars, none for booleans"
+else bad "help lists metavars, none for booleans" "$("$BIN" plan --help | grep -E -- '--(json|sp|top) ')"; fi
 
 # Training learns: loss from ~ln(256)=5.55 to clearly below 2.5.
 if "$BIN" train --data "$DATA" --tokenizer byte --batch 12 --steps 300 --lr 2e-3 --warmup 20 --log-every 50 \
@@ -90,6 +100,13 @@ if [ "$(printf 'Hello world' | "$BIN" tokenize)" = "15496 995" ] &&
    [ "$(echo '15496 995 11 340 338' | "$BIN" tokenize --decode)" = "Hello world, it's" ] &&
    [ "$(printf 'ab' | "$BIN" tokenize --tokenizer byte)" = "97 98" ]; then ok "tokenize both ways"
 else bad "tokenize both ways"; fi
+ids='15496 995 11 340 338'
+if [ "$(echo "$ids" | "$BIN" tokenize --decode true)" = "Hello world, it's" ] &&
+   [ "$(echo "$ids" | "$BIN" tokenize --decode --tokenizer gpt2)" = "Hello world, it's" ] &&
+   [ "$(echo "$ids" | "$BIN" tokenize --tokenizer gpt2 --decode)" = "Hello world, it's" ] &&
+   [ "$(printf 'Hello world' | "$BIN" tokenize --decode false)" = "15496 995" ]; then ok "tokenize --decode bare, true and false"
+else bad "tokenize --decode bare, true and false"; fi
+expect_error "boolean before a word"    2 "unexpected argument 'yes'" -- tokenize --decode yes
 echo 50257 >"$TMP/badid"
 STDIN="$TMP/badid" expect_error "decode a bad id" 2 "is not a token id of gpt2" -- tokenize --decode
 expect_error "prepare without --input"  2 "\-\-input PATH... is required" -- prepare --out "$TMP/x"
@@ -188,6 +205,17 @@ if echo "$out" | grep -q '"params":124439808' && echo "$out" | grep -q '"model_s
    echo "$out" | grep -q '"activations_bytes":' && echo "$out" | grep -q '"total_bytes":' &&
    echo "$out" | grep -q '"step_seconds":' && echo "$out" | grep -q '"comm_bytes":{"dp":'; then ok "plan --json"
 else bad "plan --json" "$out"; fi
+j2=$("$BIN" plan --json --model gpt2-124m --devices 1 --dp 1 --precision fp32 2>&1)
+j3=$("$BIN" plan --model gpt2-124m --json true --devices 1 --dp 1 --precision fp32 2>&1)
+if [[ "$out" == '{"model":"gpt2-124m"'* ]] && [ "$j2" = "$out" ] && [ "$j3" = "$out" ]; then ok "plan --json before another flag, and --json true"
+else bad "plan --json before another flag, and --json true" "$j2" "$j3"; fi
+S="plan --model gpt2-124m --devices 8 --tp 2"
+out=$("$BIN" $S --sp --explain 2>&1)
+if echo "$out" | grep -q "bf16, sequence parallel," && echo "$out" | grep -q "= states:" &&
+   "$BIN" $S --sp | grep -q "bf16, sequence parallel," &&
+   [ "$("$BIN" $S --sp false 2>&1)" = "$("$BIN" $S 2>&1)" ] && ! "$BIN" $S --sp false | grep -q "sequence parallel"; then
+  ok "plan --sp at the end, before another flag, and --sp false"
+else bad "plan --sp at the end, before another flag, and --sp false" "$(echo "$out" | grep layout)"; fi
 out=$("$BIN" plan --model llama2-70b --devices 64 --global-batch 1024 --seq 4096 --tokens 2e12 2>&1)
 if echo "$out" | grep -qE "^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-3] " && echo "$out" | grep -q "layouts fit"; then ok "plan search"
 else bad "plan search" "$(echo "$out" | tail -3)"; fi
