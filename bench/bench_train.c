@@ -13,7 +13,7 @@
 #include "core/timer.h"
 #include "kernels/matmul.h"
 #include "model/stage.h"
-#include "train/optim.h"
+#include "optim/adamw.h"
 #include "train/trainer.h"
 
 static int cmp(const void *a, const void *b) {
@@ -46,13 +46,14 @@ int main(int argc, char **argv) {
     Stage st;
     ModelSlice s = slice_whole(&c);
     AdamW opt;
-    if (stage_init(&st, &c, &s, B, T, 0, &e) || adamw_init(&opt, st.table.total, &e)) {
+    if (stage_init(&st, &c, &s, B, T, 1, 0, &e) || adamw_init(&opt, st.table.total, &e)) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
     ptable_init(&st.table, st.params, 1);
     int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
-    OptimConfig oc = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f};
+    AdamWConfig oc = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    float lr = 1e-4f;
     double *t = malloc(sizeof(double) * (steps + 1));
     for (int i = -1; i < steps; i++) {   // one warm-up step
         for (int k = 0; k < B * T; k++) {
@@ -61,10 +62,10 @@ int main(int argc, char **argv) {
         }
         double t0 = timer_now();
         memset(st.grads, 0, st.table.total * sizeof(float));
-        stage_forward(&st, tok, tgt, B, T, 1.0f / (B * T));
-        stage_backward(&st, tok, B, T);
+        stage_forward(&st, 0, tok, tgt, B, T, 1.0f / (B * T));
+        stage_backward(&st, 0, tok, B, T);
         double norm = sqrt(sum_squares(st.grads, st.table.total));
-        adamw_step(&opt, &st.table, st.params, st.grads, oc.lr, &oc, norm > 1 ? (float)(1 / norm) : 1.0f);
+        adamw_step(&opt, &st.table, st.params, st.grads, lr, &oc, norm > 1 ? (float)(1 / norm) : 1.0f);
         if (i >= 0) t[i] = timer_now() - t0;
     }
     qsort(t, (size_t)steps, sizeof *t, cmp);

@@ -1,6 +1,7 @@
 // tessera export / import / ckpt info — moving weights to and from the
 // Hugging Face ecosystem, and looking inside a checkpoint.
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -8,7 +9,18 @@
 #include "cli/flags.h"
 #include "io/checkpoint.h"
 #include "io/hf_gpt2.h"
-#include "model/stage.h"
+#include "core/alloc.h"
+#include "model/params.h"
+
+// The whole model's parameter table and its values from a checkpoint.
+static int load_whole(Ckpt *ck, const ModelConfig *mc, ParamTable *t, float **params, Err *err) {
+    ModelSlice sl = slice_whole(mc);
+    *params = NULL;
+    if (ptable_build(t, mc, &sl, err)) return -1;
+    if (!(*params = mem_alloc(MEM_PARAMS, t->total * sizeof(float))))
+        return err_set(err, ERR_RUN, "out of memory for %zu parameters", t->total);
+    return ckpt_load_params(ck, t, *params, err);
+}
 
 int cmd_export(int argc, char **argv) {
     const char *ckpt = NULL, *out = NULL;
@@ -29,20 +41,19 @@ int cmd_export(int argc, char **argv) {
     if (!ckpt || !out) { err_set(&e, ERR_USAGE, "%s is required", !ckpt ? "--ckpt PATH" : "--out FILE"); return cli_fail("export", &e); }
     Ckpt *ck = NULL;
     ModelConfig mc;
-    Stage st;
-    memset(&st, 0, sizeof st);
-    ModelSlice sl;
-    if (ckpt_open(&ck, ckpt, &e) || ckpt_config(ck, &mc, &e)) goto fail;
-    sl = slice_whole(&mc);
-    if (stage_init(&st, &mc, &sl, 1, 1, 0, &e) || ckpt_load(ck, &st, NULL, &e) || hf_export(&st, out, &e)) goto fail;
-    printf("exported %s (step %lld, %zu parameters) to %s\n", ckpt_dir(ck), (long long)ckpt_step(ck), st.table.total, out);
-    stage_free(&st);
+    ParamTable t = {0};
+    float *params = NULL;
+    int rc = -1;
+    if (ckpt_open(&ck, ckpt, &e) || ckpt_config(ck, &mc, &e) || load_whole(ck, &mc, &t, &params, &e) ||
+        hf_export(&mc, &t, params, out, &e))
+        goto done;
+    printf("exported %s (step %lld, %zu parameters) to %s\n", ckpt_dir(ck), (long long)ckpt_step(ck), t.total, out);
+    rc = 0;
+done:
+    mem_free(params);
+    ptable_free(&t);
     ckpt_close(ck);
-    return 0;
-fail:
-    stage_free(&st);
-    ckpt_close(ck);
-    return cli_fail("export", &e);
+    return rc ? cli_fail("export", &e) : 0;
 }
 
 int cmd_import(int argc, char **argv) {
@@ -67,8 +78,8 @@ int cmd_import(int argc, char **argv) {
     if (!in || !out) { err_set(&e, ERR_USAGE, "%s is required", !in ? "--in FILE" : "--out DIR"); return cli_fail("import", &e); }
     StFile sf = {0};
     ModelConfig mc = {0};
-    Stage st;
-    memset(&st, 0, sizeof st);
+    ParamTable t = {0};
+    float *params = NULL;
     ModelSlice sl;
     if (model) {
         ModelConfig pc;
@@ -78,17 +89,29 @@ int cmd_import(int argc, char **argv) {
     if (st_open(&sf, in, &e)) goto fail;
     if (hf_read_config(&sf, &mc, &e)) { err_prefix(&e, in); goto fail; }
     sl = slice_whole(&mc);
-    if (stage_init(&st, &mc, &sl, 1, 1, 0, &e) || hf_load(&sf, &st, &e)) { err_prefix(&e, in); goto fail; }
-    char meta[256];
-    snprintf(meta, sizeof meta, "{\"steps_done\":0,\"tokenizer\":\"%s\",\"imported_from\":\"safetensors\"}", tokenizer);
-    if (ckpt_save(out, 0, &st, NULL, meta, 0, &e)) goto fail;
+    if (ptable_build(&t, &mc, &sl, &e)) goto fail;
+    if (!(params = mem_alloc(MEM_PARAMS, t.total * sizeof(float)))) { err_set(&e, ERR_RUN, "out of memory"); goto fail; }
+    if (hf_load(&sf, &mc, &t, params, &e)) { err_prefix(&e, in); goto fail; }
+    JsonBuf meta;
+    jb_init(&meta);
+    jb_obj_begin(&meta);
+    jb_key(&meta, "steps_done"); jb_int(&meta, 0);
+    jb_key(&meta, "tokenizer"); jb_str(&meta, tokenizer);
+    jb_key(&meta, "imported_from"); jb_str(&meta, "safetensors");
+    jb_obj_end(&meta);
+    CkptMeta md = {.step = 0, .cfg = &mc, .train = meta.s};
+    int bad = ckpt_save(out, &md, &t, params, 0, &e);
+    jb_free(&meta);
+    if (bad) goto fail;
     printf("imported %s: %d layers, %d heads, d_model %d, d_ff %d, max_seq %d, vocab %d -> %s/step_00000000\n", in,
            mc.n_layer, mc.n_head, mc.d_model, mc.d_ff, mc.max_seq, mc.vocab, out);
-    stage_free(&st);
+    mem_free(params);
+    ptable_free(&t);
     st_close(&sf);
     return 0;
 fail:
-    stage_free(&st);
+    mem_free(params);
+    ptable_free(&t);
     st_close(&sf);
     return cli_fail("import", &e);
 }
@@ -99,22 +122,21 @@ static int ckpt_diff(const char *pa, const char *pb) {
     Err e = {0};
     Ckpt *a = NULL, *b = NULL;
     ModelConfig ca, cb;
-    Stage sa, sb;
-    memset(&sa, 0, sizeof sa);
-    memset(&sb, 0, sizeof sb);
+    ParamTable ta = {0}, tb = {0};
+    float *xa = NULL, *xb = NULL;
     int rc = 2;
     if (ckpt_open(&a, pa, &e) || ckpt_open(&b, pb, &e) || ckpt_config(a, &ca, &e) || ckpt_config(b, &cb, &e)) goto out;
-    if (memcmp(&ca.n_layer, &cb.n_layer, sizeof ca - sizeof ca.name)) { err_set(&e, ERR_USAGE, "the two checkpoints hold different models"); goto out; }
-    ModelSlice sl = slice_whole(&ca);
-    if (stage_init(&sa, &ca, &sl, 1, 1, 0, &e) || stage_init(&sb, &cb, &sl, 1, 1, 0, &e) || ckpt_load(a, &sa, NULL, &e) ||
-        ckpt_load(b, &sb, NULL, &e))
+    if (memcmp(&ca.arch, &cb.arch, sizeof ca - offsetof(ModelConfig, arch))) {
+        err_set(&e, ERR_USAGE, "the two checkpoints hold different models");
         goto out;
+    }
+    if (load_whole(a, &ca, &ta, &xa, &e) || load_whole(b, &cb, &tb, &xb, &e)) goto out;
     double dmax = 0, vmax = 0;
     const char *worst = "";
-    for (int k = 0; k < sa.table.n; k++) {
-        const ParamInfo *p = &sa.table.p[k];
+    for (int k = 0; k < ta.n; k++) {
+        const ParamInfo *p = &ta.p[k];
         for (size_t i = 0; i < p->numel; i++) {
-            double x = sa.params[p->offset + i], y = sb.params[p->offset + i], d = fabs(x - y);
+            double x = xa[p->offset + i], y = xb[p->offset + i], d = fabs(x - y);
             if (d > dmax) { dmax = d; worst = p->name; }
             if (fabs(x) > vmax) vmax = fabs(x);
         }
@@ -122,8 +144,10 @@ static int ckpt_diff(const char *pa, const char *pb) {
     printf("max |a-b| %.6g (in %s), max |a| %.6g, max relative difference %.6g\n", dmax, worst, vmax, vmax ? dmax / vmax : 0);
     rc = 0;
 out:
-    stage_free(&sa);
-    stage_free(&sb);
+    mem_free(xa);
+    mem_free(xb);
+    ptable_free(&ta);
+    ptable_free(&tb);
     ckpt_close(a);
     ckpt_close(b);
     return rc ? cli_fail("ckpt diff", &e) : 0;
@@ -152,7 +176,7 @@ int cmd_ckpt(int argc, char **argv) {
     if (ckpt_open(&ck, argv[1], &e) || ckpt_config(ck, &mc, &e)) { ckpt_close(ck); return cli_fail("ckpt info", &e); }
     const Json *m = ckpt_meta(ck), *lay = json_get(m, "layout"), *files = json_get(m, "files");
     printf("checkpoint: %s\n", ckpt_dir(ck));
-    printf("step:       %lld%s\n", (long long)ckpt_step(ck), ckpt_has_optimizer(ck) ? " (with AdamW state)" : " (parameters only)");
+    printf("step:       %lld%s\n", (long long)ckpt_step(ck), ckpt_has_section(ck, "exp_avg/") ? " (with AdamW state)" : " (parameters only)");
     printf("model:      %s — %d layers, %d heads, d_model %d, d_ff %d, max_seq %d, vocab %d\n", mc.name, mc.n_layer,
            mc.n_head, mc.d_model, mc.d_ff, mc.max_seq, mc.vocab);
     int64_t dp = 1, tp = 1, pp = 1, z = 0;

@@ -58,7 +58,7 @@ int cmd_eval(int argc, char **argv) {
     LoaderOptions lo = {.T = seq, .B = batch, .ranks = 1, .split = SPLIT_VAL};
     ModelSlice sl = slice_whole(&mc);
     if (loader_open(&val, data, &tok, &lo, &e)) { err_prefix(&e, "--data"); goto fail; }
-    if (stage_init(&st, &mc, &sl, batch, seq, 0, &e) || ckpt_load(ck, &st, NULL, &e)) goto fail;
+    if (stage_init(&st, &mc, &sl, batch, seq, 1, 0, &e) || ckpt_load_params(ck, &st.table, st.params, &e)) goto fail;
     int64_t n;
     double t0 = timer_now();
     double loss = train_evaluate(&st, val, batches, &n);

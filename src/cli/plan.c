@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/flags.h"
 #include "core/json.h"
+#include "model/arch.h"
 #include "plan/plan.h"
 
 static const double GiB = 1073741824.0;
@@ -38,8 +39,7 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
     char p[32], pd[32], f12[32];
     commas(r->params, p, sizeof p);
     commas(r->params_device, pd, sizeof pd);
-    int64_t f = 12 * m->L * m->h * m->h + 13 * m->L * m->h + (m->V + m->s) * m->h;
-    commas(f, f12, sizeof f12);
+    commas(r->params - arch_part_params(&m->cfg, PART_FINAL, 1, 0), f12, sizeof f12);   // the textbook count
     printf("model      %s: %s, %lld layers, width %lld, %lld heads (%lld kv), FFN %lld, vocabulary %lld, positions %lld\n",
            m->name, m->arch == PLAN_GPT ? "GPT (learned positions, LayerNorm, GELU, tied head)"
                                         : "LLaMA (RoPE, RMSNorm, SwiGLU, untied head)",
@@ -199,7 +199,7 @@ int cmd_plan(int argc, char **argv) {
     }
     PlanModel m;
     if (plan_model_preset(&m, model, &e)) return cli_fail("plan", &e);
-    if (vocab) { m.V = vocab; m.vpad = (vocab + 127) / 128 * 128; }
+    if (vocab) plan_model_set_vocab(&m, vocab);
     if (tut) { tutorial(&m); return 0; }
     PlanCluster c = {devices, per_node, mem, tflops, mfu, bw_intra, bw_inter, alpha};
     PlanJob j = {seq ? seq : m.s, gbatch, mbatch, tokens};

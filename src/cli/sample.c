@@ -84,7 +84,7 @@ int cmd_sample(int argc, char **argv) {
         goto fail;
     }
     ModelSlice sl = slice_whole(&mc);
-    if (stage_init(&st, &mc, &sl, 1, mc.max_seq, 0, &e) || ckpt_load(ck, &st, NULL, &e)) goto fail;
+    if (stage_init(&st, &mc, &sl, 1, mc.max_seq, 1, 0, &e) || ckpt_load_params(ck, &st.table, st.params, &e)) goto fail;
     size_t plen = strlen(prompt);
     int total = (int)plen + tokens + 1;
     int *ids = malloc((size_t)(total > 0 ? total : 1) * sizeof *ids);
@@ -102,8 +102,8 @@ int cmd_sample(int argc, char **argv) {
     for (int i = 0; i < tokens; i++) {
         int T = n < mc.max_seq ? n : mc.max_seq;   // the last max_seq tokens are the context
         const int *ctx = ids + n - T;
-        stage_forward(&st, ctx, NULL, 1, T, 0.0f);
-        stage_logits(&st, 1, T, T - 1, logits);
+        stage_forward(&st, 0, ctx, NULL, 1, T, 0.0f);
+        stage_logits(&st, 0, 1, T, T - 1, logits);
         int id = pick(logits, mc.vocab, temperature, top_k, rng_uniform(seed, stream, (uint64_t)i));
         ids[n++] = id;
         char buf[64];

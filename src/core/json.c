@@ -414,6 +414,13 @@ void jb_numf(JsonBuf *b, double v, int sig) {
     snprintf(tmp, sizeof tmp, "%.*g", sig, v);
     jb_puts(b, tmp);
 }
+void jb_fixed(JsonBuf *b, double v, int decimals) {
+    char tmp[400];
+    jb_sep(b);
+    if (!isfinite(v)) { jb_puts(b, "null"); return; }
+    snprintf(tmp, sizeof tmp, "%.*f", decimals, v);
+    jb_puts(b, tmp);
+}
 void jb_num(JsonBuf *b, double v) {
     // The shortest of %.15g..%.17g that reads back to the same double.
     char tmp[40];

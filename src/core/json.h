@@ -58,6 +58,7 @@ void jb_str(JsonBuf *b, const char *s);
 void jb_int(JsonBuf *b, int64_t v);
 void jb_num(JsonBuf *b, double v);        // shortest text that reads back exactly; non-finite -> null
 void jb_numf(JsonBuf *b, double v, int sig);   // v with `sig` significant digits
+void jb_fixed(JsonBuf *b, double v, int decimals);   // v with `decimals` digits after the point
 void jb_bool(JsonBuf *b, int v);
 void jb_null(JsonBuf *b);
 // Appends text that is already a JSON value as the next value, or white

@@ -143,10 +143,9 @@ static void index_entry(JsonBuf *idx, const char *name, const ParamInfo *p, size
 // One run of data in the file: nfloats at src.
 typedef struct { const float *src; size_t n; } Run;
 
-int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable *t, const CkptPiece *pc, int npc,
-                      int with_opt, Err *err) {
-    static const char *prefix[3] = {"", "exp_avg/", "exp_avg_sq/"};
-    int nsec = with_opt ? 3 : 1;
+int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable *t, const char *const *sections,
+                      int nsec, const CkptPiece *pc, int npc, Err *err) {
+    CHECK(nsec >= 1 && nsec <= CKPT_MAX_SECTIONS);
     Run *runs = malloc(((size_t)nsec * (size_t)t->n * (size_t)(npc > 0 ? npc : 1) + 1) * sizeof *runs);
     if (!runs) return err_set(err, ERR_RUN, "out of memory");
     int nrun = 0;
@@ -159,13 +158,13 @@ int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable 
     for (int k = 0; k < nsec; k++)
         for (int q = 0; q < npc; q++) {
             const CkptPiece *c = &pc[q];
-            const float *base = k == 0 ? c->params : k == 1 ? c->m : c->v;
+            const float *base = c->data[k];
             for (int i = 0; i < t->n; i++) {
                 const ParamInfo *p = &t->p[i];
                 size_t a = p->offset > c->lo ? p->offset : c->lo, z = p->offset + p->numel < c->hi ? p->offset + p->numel : c->hi;
                 if (a >= z) continue;
                 char name[96];
-                snprintf(name, sizeof name, "%s%s", prefix[k], p->name);
+                snprintf(name, sizeof name, "%s%s", sections[k], p->name);
                 const float *src = base + (a - c->lo);
                 index_entry(&idx, name, p, a - p->offset, z - p->offset, data_off, src);
                 runs[nrun++] = (Run){src, z - a};
@@ -200,11 +199,6 @@ int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable 
     return 0;
 }
 
-int ckpt_write_rank(const char *dir, int64_t step, int rank, const Stage *s, const AdamW *opt, Err *err) {
-    CkptPiece all = {0, s->table.total, s->params, opt ? opt->m : NULL, opt ? opt->v : NULL};
-    return ckpt_write_pieces(dir, step, rank, &s->table, &all, 1, opt != NULL, err);
-}
-
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 // Removes all but the newest `keep` step directories of dir.
@@ -232,32 +226,42 @@ static void prune(const char *dir, int keep) {
     }
 }
 
-int ckpt_commit(const char *dir, int64_t step, int nranks, const CkptLayout *lay, const Stage *s, const AdamW *opt,
-                const char *train_meta, int keep, Err *err) {
+// Appends the members of obj (a JSON object's text) to the object b is writing.
+static void jb_members(JsonBuf *b, const char *obj) {
+    size_t n = strlen(obj);
+    while (n && obj[n - 1] != '}') n--;
+    const char *p = strchr(obj, '{');
+    if (!p || n == 0 || (size_t)(p - obj) + 1 >= n - 1) return;
+    char *inner = strndup(p + 1, n - 1 - (size_t)(p - obj) - 1);
+    if (inner && strspn(inner, " \t\r\n") != strlen(inner)) jb_raw(b, inner);
+    free(inner);
+}
+
+int ckpt_commit(const char *dir, const CkptMeta *md, int keep, Err *err) {
+    int64_t step = md->step;
     JsonBuf m;
     jb_init(&m);
     jb_obj_begin(&m);
     jb_key(&m, "format"); jb_str(&m, "tessera-checkpoint");
     jb_key(&m, "version"); jb_int(&m, META_VERSION);
     jb_key(&m, "step"); jb_int(&m, step);
-    jb_key(&m, "model"); config_to_json(&s->cfg, &m);
+    jb_key(&m, "model"); config_to_json(md->cfg, &m);
     jb_key(&m, "layout");
     jb_obj_begin(&m);
-    jb_key(&m, "dp"); jb_int(&m, lay ? lay->dp : 1);
-    jb_key(&m, "tp"); jb_int(&m, s->slice.tp_size);
-    jb_key(&m, "pp"); jb_int(&m, 1);
-    jb_key(&m, "zero"); jb_int(&m, lay ? lay->zero : 0);
+    jb_key(&m, "dp"); jb_int(&m, md->dp > 0 ? md->dp : 1);
+    jb_key(&m, "tp"); jb_int(&m, md->tp > 0 ? md->tp : 1);
+    jb_key(&m, "pp"); jb_int(&m, md->pp > 0 ? md->pp : 1);
+    jb_key(&m, "zero"); jb_int(&m, md->zero);
     jb_obj_end(&m);
     jb_key(&m, "files"); jb_arr_begin(&m);
-    for (int r = 0; r < nranks; r++) {
+    for (int r = 0; r < md->nfiles; r++) {
         char f[32];
         snprintf(f, sizeof f, "rank_%05d.tsr", r);
         jb_str(&m, f);
     }
     jb_arr_end(&m);
-    jb_key(&m, "optimizer"); jb_bool(&m, opt != NULL);
-    jb_key(&m, "adam_t"); jb_int(&m, opt ? opt->t : 0);
-    if (train_meta) { jb_key(&m, "train"); jb_raw(&m, train_meta); }
+    if (md->state) jb_members(&m, md->state);
+    if (md->train) { jb_key(&m, "train"); jb_raw(&m, md->train); }
     jb_obj_end(&m);
     jb_raw(&m, "\n");
     char tmp[4200], final[4200], path[4300];
@@ -287,10 +291,13 @@ int ckpt_commit(const char *dir, int64_t step, int nranks, const CkptLayout *lay
     return 0;
 }
 
-int ckpt_save(const char *dir, int64_t step, const Stage *s, const AdamW *opt, const char *train_meta, int keep,
-              Err *err) {
-    if (ckpt_begin(dir, step, err) || ckpt_write_rank(dir, step, 0, s, opt, err)) return -1;
-    return ckpt_commit(dir, step, 1, NULL, s, opt, train_meta, keep, err);
+int ckpt_save(const char *dir, const CkptMeta *m, const ParamTable *t, const float *params, int keep, Err *err) {
+    static const char *const params_only[] = {""};
+    CkptPiece all = {0, t->total, {params}};
+    if (ckpt_begin(dir, m->step, err) || ckpt_write_pieces(dir, m->step, 0, t, params_only, 1, &all, 1, err)) return -1;
+    CkptMeta one = *m;
+    one.nfiles = 1;
+    return ckpt_commit(dir, &one, keep, err);
 }
 
 // ---- reading ----
@@ -477,9 +484,11 @@ int64_t ckpt_step(const Ckpt *c) {
     return s;
 }
 
-int ckpt_has_optimizer(const Ckpt *c) {
-    const Json *o = json_get(c->meta, "optimizer");
-    return o && o->type == JSON_BOOL && o->boolean;
+int ckpt_has_section(const Ckpt *c, const char *prefix) {
+    size_t n = strlen(prefix);
+    for (int i = 0; i < c->n; i++)
+        if (!strncmp(c->e[i].t.name, prefix, n)) return 1;
+    return 0;
 }
 
 int ckpt_config(const Ckpt *c, ModelConfig *cfg, Err *err) {
@@ -578,19 +587,6 @@ int ckpt_load_range(Ckpt *c, const ParamTable *t, const char *prefix, size_t lo,
     return 0;
 }
 
-int ckpt_adam_t(Ckpt *c, int64_t *t, Err *err) {
-    if (json_int64(json_get(c->meta, "adam_t"), t) || *t < 0)
-        return err_set(err, ERR_USAGE, "%s/meta.json: field 'adam_t' is missing or not a non-negative integer", c->dir);
-    return 0;
-}
-
-int ckpt_load(Ckpt *c, Stage *s, AdamW *opt, Err *err) {
-    if (opt && !ckpt_has_optimizer(c))
-        return err_set(err, ERR_USAGE, "%s: holds no optimizer state (an imported model? use --init-from)", c->dir);
-    if (ckpt_load_range(c, &s->table, "", 0, s->table.total, s->params, err)) return -1;
-    if (opt && (ckpt_load_range(c, &s->table, "exp_avg/", 0, s->table.total, opt->m, err) ||
-                ckpt_load_range(c, &s->table, "exp_avg_sq/", 0, s->table.total, opt->v, err) ||
-                ckpt_adam_t(c, &opt->t, err)))
-        return -1;
-    return 0;
+int ckpt_load_params(Ckpt *c, const ParamTable *t, float *params, Err *err) {
+    return ckpt_load_range(c, t, "", 0, t->total, params, err);
 }

@@ -15,9 +15,9 @@
 // data_offset, nbytes, crc32c, and optionally flat}...]}, zero padding to a
 // multiple of 64, and the data. "flat": [b, e] says the entry holds only
 // elements [b, e) of its slice in row-major order (a ZeRO piece that cuts a
-// tensor); without it, the whole slice. Parameters keep their names; AdamW moments are "exp_avg/NAME"
-// and "exp_avg_sq/NAME". Every size is checked against the file length and
-// every checksum verified before data is used.
+// tensor); without it, the whole slice. Parameters keep their names; other
+// sections prefix them ("exp_avg/NAME"). Every size is checked against the
+// file length and every checksum verified before data is used.
 //
 // Loading assembles each tensor a stage needs from whatever slices the
 // files hold, so a checkpoint loads into another layout.
@@ -28,40 +28,43 @@
 
 #include "core/check.h"
 #include "core/json.h"
-#include "model/stage.h"
 #include "io/meta.h"
-#include "train/optim.h"
+#include "model/params.h"
 
-// ---- writing: ckpt_begin (one rank), ckpt_write_rank (every rank),
-// ckpt_commit (one rank, after all have written) ----
+// ---- writing: ckpt_begin (one rank), ckpt_write_pieces (every rank that
+// holds something to write), ckpt_commit (one rank, after all have written) ----
 int ckpt_begin(const char *dir, int64_t step, Err *err);
-// Writes rank's parameters and, with opt, its AdamW moments.
-int ckpt_write_rank(const char *dir, int64_t step, int rank, const Stage *s, const AdamW *opt, Err *err);
 
-// A flat range [lo, hi) of a rank's buffers (table offsets) and its values:
-// params, and with an optimizer m and v, each holding hi − lo floats.
+// Checkpoints hold named sections of flat pieces: section k's part of a
+// tensor is stored as sections[k] + its name ("" the parameters; the
+// trainer adds "exp_avg/" and "exp_avg_sq/" for the AdamW moments). A piece
+// is a flat range [lo, hi) of a rank's buffers (table offsets) and, for
+// each section, its hi − lo values.
+enum { CKPT_MAX_SECTIONS = 4 };
 typedef struct CkptPiece {
     size_t lo, hi;
-    const float *params, *m, *v;
+    const float *data[CKPT_MAX_SECTIONS];
 } CkptPiece;
-// Writes the parts of the table's tensors that the pieces cover (a ZeRO
-// rank's own pieces); with_opt: the moments too.
-int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable *t, const CkptPiece *pc, int npc,
-                      int with_opt, Err *err);
+// Writes rank's file: for each section, the parts of the table's tensors
+// that the pieces cover.
+int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable *t, const char *const *sections,
+                      int nsec, const CkptPiece *pc, int npc, Err *err);
 
-// The layout recorded in meta.json.
-typedef struct CkptLayout {
-    int dp, zero;
-} CkptLayout;
-// meta.json (format, version, step, model, layout, files, optimizer,
-// adam_t, and the JSON object text train_meta as "train"), then the rename,
-// `latest`, and removal of all but the newest `keep` checkpoints (keep <= 0:
-// keep all). lay NULL: dp 1, zero 0.
-int ckpt_commit(const char *dir, int64_t step, int nranks, const CkptLayout *lay, const Stage *s, const AdamW *opt,
-                const char *train_meta, int keep, Err *err);
-// One process: begin, write rank 0, commit.
-int ckpt_save(const char *dir, int64_t step, const Stage *s, const AdamW *opt, const char *train_meta, int keep,
-              Err *err);
+// What meta.json records besides the files.
+typedef struct CkptMeta {
+    int64_t step;
+    const ModelConfig *cfg;
+    int nfiles;                // rank files written (rank_00000.tsr …)
+    int dp, tp, pp, zero;      // the layout that wrote it
+    const char *state;         // a JSON object whose members go to meta.json's top level (the optimizer's), or NULL
+    const char *train;         // a JSON object stored as "train", or NULL
+} CkptMeta;
+// meta.json (format, version, step, model, layout, files, state's members,
+// train), then the rename, `latest`, and removal of all but the newest
+// `keep` checkpoints (keep <= 0: keep all).
+int ckpt_commit(const char *dir, const CkptMeta *m, int keep, Err *err);
+// One process, parameters only: begin, write rank 0's whole buffer, commit.
+int ckpt_save(const char *dir, const CkptMeta *m, const ParamTable *t, const float *params, int keep, Err *err);
 
 // ---- reading ----
 typedef struct Ckpt Ckpt;
@@ -83,22 +86,20 @@ void ckpt_close(Ckpt *c);
 const char *ckpt_dir(const Ckpt *c);        // the step directory
 const Json *ckpt_meta(const Ckpt *c);
 int64_t ckpt_step(const Ckpt *c);
-int ckpt_has_optimizer(const Ckpt *c);
+// Whether the files hold a section with this prefix ("exp_avg/").
+int ckpt_has_section(const Ckpt *c, const char *prefix);
 int ckpt_config(const Ckpt *c, ModelConfig *cfg, Err *err);
 int ckpt_ntensors(const Ckpt *c);
 const CkptTensor *ckpt_tensor(const Ckpt *c, int i);
 const char *ckpt_file_name(const Ckpt *c, int file);   // "rank_00000.tsr"
 // Verifies every tensor's checksum.
 int ckpt_verify(Ckpt *c, Err *err);
-// Fills the stage's parameters (and, with opt, its moments and step count)
-// from the slices in the files.
-int ckpt_load(Ckpt *c, Stage *s, AdamW *opt, Err *err);
 // Fills dst (laid out as the table's range [lo, hi), whole tensors) with
-// the tensors named prefix + name ("" parameters, "exp_avg/",
-// "exp_avg_sq/") that lie in the range.
+// section `prefix` ("" parameters) of the tensors that lie in the range,
+// assembled from the slices and pieces in the files.
 int ckpt_load_range(Ckpt *c, const ParamTable *t, const char *prefix, size_t lo, size_t hi, float *dst, Err *err);
-// AdamW's step count; -1 with err when missing.
-int ckpt_adam_t(Ckpt *c, int64_t *t, Err *err);
+// The parameters of the whole table (table.total floats).
+int ckpt_load_params(Ckpt *c, const ParamTable *t, float *params, Err *err);
 
 // Test hook: with TESSERA_CKPT_CRASH_AFTER=N in the environment the process
 // kills itself (SIGKILL) right after the N-th write, fsync or rename of a

@@ -8,11 +8,10 @@
 // transposed there; returns ndim.
 static int hf_shape(const ParamInfo *p, const ModelConfig *c, int64_t *shape, int *transposed) {
     *transposed = 0;
-    const char *n = p->name;
-    if (!strcmp(n, "wte.weight")) { shape[0] = c->vocab; shape[1] = c->d_model; return 2; }
-    if (strstr(n, "attn.c_attn.weight")) { shape[0] = c->d_model; shape[1] = 3 * (int64_t)c->d_model; *transposed = 1; return 2; }
-    if (strstr(n, "attn.c_attn.bias")) { shape[0] = 3 * (int64_t)c->d_model; return 1; }
-    if (p->ndim == 2 && (strstr(n, ".c_proj.weight") || strstr(n, "mlp.c_fc.weight"))) {
+    if (p->role == ROLE_TOK_EMB) { shape[0] = c->vocab; shape[1] = c->d_model; return 2; }
+    if (p->role == ROLE_QKV) { shape[0] = c->d_model; shape[1] = 3 * (int64_t)c->d_model; *transposed = 1; return 2; }
+    if (p->role == ROLE_QKV_BIAS) { shape[0] = 3 * (int64_t)c->d_model; return 1; }
+    if (p->role == ROLE_LINEAR) {
         shape[0] = p->shape[1];
         shape[1] = p->shape[0];
         *transposed = 1;
@@ -26,10 +25,9 @@ static int hf_shape(const ParamInfo *p, const ModelConfig *c, int64_t *shape, in
 // for vocabulary padding.
 static int64_t hf_index(const ParamInfo *p, const ModelConfig *c, const int64_t *g) {
     int64_t C = c->d_model;
-    if (!strcmp(p->name, "wte.weight")) return g[0] < c->vocab ? g[0] * C + g[1] : -1;
-    if (strstr(p->name, "attn.c_attn.weight")) return g[2] * 3 * C + g[0] * C + g[1];   // (which, out, in) -> (in, which·C+out)
-    if (p->ndim == 2 && (strstr(p->name, ".c_proj.weight") || strstr(p->name, "mlp.c_fc.weight")))
-        return g[1] * p->shape[0] + g[0];   // (out, in) -> (in, out)
+    if (p->role == ROLE_TOK_EMB) return g[0] < c->vocab ? g[0] * C + g[1] : -1;
+    if (p->role == ROLE_QKV) return g[2] * 3 * C + g[0] * C + g[1];   // (which, out, in) -> (in, which·C+out)
+    if (p->role == ROLE_LINEAR) return g[1] * p->shape[0] + g[0];     // (out, in) -> (in, out)
     int64_t f = 0;
     for (int d = 0; d < p->ndim; d++) f = f * p->shape[d] + g[d];
     return f;
@@ -44,8 +42,15 @@ static void global_of(const ParamInfo *p, size_t i, int64_t *g) {
     if (p->shard_dim >= 0) g[p->shard_dim] += p->shard_off;
 }
 
-int hf_export(const Stage *s, const char *path, Err *err) {
-    const ParamTable *t = &s->table;
+// This mapping is GPT2LMHeadModel's.
+static int check_arch(const ModelConfig *c, Err *err) {
+    if (c->arch != ARCH_GPT2)
+        return err_set(err, ERR_USAGE, "the Hugging Face mapping here is GPT-2's; the model is %s", arch_of(c)->name);
+    return 0;
+}
+
+int hf_export(const ModelConfig *c, const ParamTable *t, const float *params, const char *path, Err *err) {
+    if (check_arch(c, err)) return -1;
     StWrite *w = calloc((size_t)t->n, sizeof *w);
     char (*names)[96] = calloc((size_t)t->n, sizeof *names);
     float **bufs = calloc((size_t)t->n, sizeof *bufs);
@@ -55,16 +60,16 @@ int hf_export(const Stage *s, const char *path, Err *err) {
         const ParamInfo *p = &t->p[i];
         if (p->shard_dim >= 0) { err_set(err, ERR_USAGE, "export needs the whole model (got a slice of %s)", p->name); goto done; }
         int tr;
-        w[k].ndim = hf_shape(p, &s->cfg, w[k].shape, &tr);
+        w[k].ndim = hf_shape(p, c, w[k].shape, &tr);
         int64_t numel = 1;
         for (int d = 0; d < w[k].ndim; d++) numel *= w[k].shape[d];
         bufs[k] = malloc((size_t)numel * sizeof(float) + 1);
         if (!bufs[k]) { err_set(err, ERR_RUN, "out of memory"); goto done; }
-        const float *src = s->params + p->offset;
+        const float *src = params + p->offset;
         for (size_t e = 0; e < p->numel; e++) {
             int64_t g[PARAM_MAX_DIM];
             global_of(p, e, g);
-            int64_t f = hf_index(p, &s->cfg, g);
+            int64_t f = hf_index(p, c, g);
             if (f >= 0) bufs[k][f] = src[e];
         }
         snprintf(names[k], sizeof names[k], "transformer.%s", p->name);
@@ -112,23 +117,23 @@ int hf_read_config(const StFile *f, ModelConfig *cfg, Err *err) {
     return config_validate(cfg, err);
 }
 
-int hf_load(const StFile *f, Stage *s, Err *err) {
-    const ParamTable *t = &s->table;
+int hf_load(const StFile *f, const ModelConfig *c, const ParamTable *t, float *params, Err *err) {
+    if (check_arch(c, err)) return -1;
     for (int i = 0; i < t->n; i++) {
         const ParamInfo *p = &t->p[i];
         const StTensor *h = find(f, p->name);
         if (!h) return err_set(err, ERR_USAGE, "tensor transformer.%s is missing", p->name);
         int64_t shape[PARAM_MAX_DIM];
-        int tr, nd = hf_shape(p, &s->cfg, shape, &tr);
+        int tr, nd = hf_shape(p, c, shape, &tr);
         int ok = h->ndim == nd && (h->dtype == ST_F32 || h->dtype == ST_F16 || h->dtype == ST_BF16);
         for (int d = 0; ok && d < nd; d++) ok = h->shape[d] == shape[d];
         if (!ok)
             return err_set(err, ERR_USAGE, "tensor %s: shape or dtype does not fit this model (want %d-d float)", h->name, nd);
-        float *dst = s->params + p->offset;
+        float *dst = params + p->offset;
         for (size_t e = 0; e < p->numel; e++) {
             int64_t g[PARAM_MAX_DIM];
             global_of(p, e, g);
-            int64_t fi = hf_index(p, &s->cfg, g);
+            int64_t fi = hf_index(p, c, g);
             dst[e] = fi >= 0 ? st_get(f, h, fi) : 0.0f;
         }
     }

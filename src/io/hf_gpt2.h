@@ -3,8 +3,8 @@
 //
 // Names gain "transformer." (h.0.attn.c_attn.weight ->
 // transformer.h.0.attn.c_attn.weight). Hugging Face's Conv1D weights are
-// stored (in, out), tessera's linear weights (out, in): c_attn, attn.c_proj,
-// mlp.c_fc and mlp.c_proj are transposed, and tessera's (3, C, C) q/k/v
+// stored (in, out), tessera's linear weights (out, in): the linear layers
+// (attn.c_proj, mlp.c_fc, mlp.c_proj) are transposed, and tessera's (3, C, C) q/k/v
 // stack becomes the (C, 3C) column blocks. The embedding loses its
 // vocabulary padding; lm_head is tied to wte and not written. On import,
 // names with or without "transformer.", an lm_head equal in shape to wte,
@@ -14,18 +14,19 @@
 
 #include "core/check.h"
 #include "io/safetensors.h"
-#include "model/stage.h"
+#include "model/params.h"
 
-// Writes the whole-model parameters of s (a stage holding every tensor) to path.
-int hf_export(const Stage *s, const char *path, Err *err);
+// Writes the whole-model parameters (the table of a whole GPT-2 model) to path.
+int hf_export(const ModelConfig *c, const ParamTable *t, const float *params, const char *path, Err *err);
 
 // Infers a model config from the file's shapes: layers, d_model, d_ff,
 // max_seq, vocab; n_head from cfg->n_head when it is set, else d_model/64
 // (the GPT-2 family's head size).
 int hf_read_config(const StFile *f, ModelConfig *cfg, Err *err);
 
-// Fills the stage's parameters (any slice of the model) from the file;
-// padded vocabulary rows become zero. Errors name the missing or misshapen tensor.
-int hf_load(const StFile *f, Stage *s, Err *err);
+// Fills params (the flat buffer of table t: any slice of the model) from
+// the file; padded vocabulary rows become zero. Errors name the missing or
+// misshapen tensor.
+int hf_load(const StFile *f, const ModelConfig *c, const ParamTable *t, float *params, Err *err);
 
 #endif

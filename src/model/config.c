@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include "model/arch.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -76,7 +78,7 @@ int config_from_json(ModelConfig *c, const Json *j, Err *err) {
 
 void config_to_json(const ModelConfig *c, JsonBuf *b) {
     jb_obj_begin(b);
-    jb_key(b, "arch"); jb_str(b, "gpt2");
+    jb_key(b, "arch"); jb_str(b, arch_of(c)->name);
     jb_key(b, "name"); jb_str(b, c->name);
     jb_key(b, "n_layer"); jb_int(b, c->n_layer);
     jb_key(b, "n_head"); jb_int(b, c->n_head);
@@ -94,6 +96,8 @@ int config_validate(const ModelConfig *c, Err *err) {
     if (c->d_model < 1 || c->d_model > 65536) return err_set(err, ERR_USAGE, "d_model must be in 1..65536 (got %d)", c->d_model);
     if (c->d_model % c->n_head)
         return err_set(err, ERR_USAGE, "n_head (%d) must divide d_model (%d)", c->n_head, c->d_model);
+    if (c->n_kv_head < 0 || c->n_head % config_kv_heads(c))
+        return err_set(err, ERR_USAGE, "n_kv_head (%d) must divide n_head (%d)", c->n_kv_head, c->n_head);
     if (c->d_ff < 1 || c->d_ff > 1 << 20) return err_set(err, ERR_USAGE, "d_ff must be in 1..1048576 (got %d)", c->d_ff);
     if (c->max_seq < 1 || c->max_seq > 1 << 20) return err_set(err, ERR_USAGE, "max_seq must be in 1..1048576 (got %d)", c->max_seq);
     if (c->vocab < 2 || c->vocab > 1 << 24) return err_set(err, ERR_USAGE, "vocab must be in 2..16777216 (got %d)", c->vocab);
@@ -101,13 +105,8 @@ int config_validate(const ModelConfig *c, Err *err) {
 }
 
 int64_t config_param_count(const ModelConfig *c, int padded) {
-    int64_t C = c->d_model, F = c->d_ff, L = c->n_layer;
-    int64_t V = padded ? c->vocab_padded : c->vocab;
-    int64_t layer = 2 * C                 // ln_1
-                  + 3 * C * C + 3 * C     // c_attn
-                  + C * C + C             // attn c_proj
-                  + 2 * C                 // ln_2
-                  + F * C + F             // c_fc
-                  + C * F + C;            // mlp c_proj
-    return V * C + (int64_t)c->max_seq * C + L * layer + 2 * C;
+    return arch_part_params(c, PART_EMBED, 1, padded) + c->n_layer * arch_part_params(c, PART_BLOCK, 1, padded) +
+           arch_part_params(c, PART_FINAL, 1, padded);
 }
+
+int config_kv_heads(const ModelConfig *c) { return c->n_kv_head > 0 ? c->n_kv_head : c->n_head; }

@@ -13,10 +13,14 @@
 
 enum { VOCAB_PAD = 128 };   // Vp is V rounded up to a multiple of this
 
+typedef enum { ARCH_GPT2, ARCH_LLAMA } ArchId;   // model/arch describes each
+
 typedef struct ModelConfig {
     char name[32];     // preset name, or "custom"
+    ArchId arch;
     int n_layer;       // L
     int n_head;        // NH
+    int n_kv_head;     // key/value heads (grouped-query attention); 0: n_head
     int d_model;       // C
     int d_ff;          // F
     int max_seq;       // longest T (learned position table rows)
@@ -39,8 +43,10 @@ void config_to_json(const ModelConfig *c, JsonBuf *b);
 void config_set_vocab(ModelConfig *c, int vocab);
 // Checks ranges and divisibility; the message names the field.
 int config_validate(const ModelConfig *c, Err *err);
-// Exact parameter count of the whole model, with V (padded=0) or Vp rows of
-// the tied embedding.
+// Exact parameter count of the whole model, with V (padded=0) or Vp
+// vocabulary rows, from the architecture's description (model/arch).
 int64_t config_param_count(const ModelConfig *c, int padded);
+// Key/value heads: n_kv_head, or n_head when it is 0.
+int config_kv_heads(const ModelConfig *c);
 
 #endif

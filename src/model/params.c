@@ -14,15 +14,15 @@ int slice_is_last(const ModelSlice *s, const ModelConfig *c) { return s->layer_e
 typedef struct {
     ParamTable *t;
     int cap;
+    const ModelConfig *c;
     const ModelSlice *s;
     Err *err;
 } Builder;
 
-// Adds a tensor of global shape dims[0..ndim) split along shard_dim (-1: not
-// split), whose first init_rows rows (along dimension 0) are drawn at init.
-static int add_rows(Builder *bd, const char *name, int layer, int ndim, const int64_t *dims, int shard_dim,
-                    int flags, int init, float std, int64_t init_rows) {
+// Adds tensor d of part `part` (block `layer`, or -1) under `name`.
+static int add(Builder *bd, const char *name, Part part, int desc, const TensorDesc *d, int layer) {
     ParamTable *t = bd->t;
+    const ModelConfig *c = bd->c;
     if (t->n == bd->cap) {
         bd->cap = bd->cap ? 2 * bd->cap : 64;
         ParamInfo *np = realloc(t->p, (size_t)bd->cap * sizeof *np);
@@ -32,81 +32,62 @@ static int add_rows(Builder *bd, const char *name, int layer, int ndim, const in
     ParamInfo *p = &t->p[t->n];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
-    p->ndim = ndim;
+    p->role = d->role;
+    p->part = part;
+    p->desc = desc;
+    p->ndim = d->ndim;
     p->numel = 1;
-    p->init_rows = init_rows;
-    p->shard_dim = bd->s->tp_size > 1 ? shard_dim : -1;
-    for (int d = 0; d < ndim; d++) {
-        p->shape[d] = p->lshape[d] = dims[d];
-        if (d == p->shard_dim) {
+    p->shard_dim = bd->s->tp_size > 1 ? d->shard_dim : -1;
+    for (int k = 0; k < d->ndim; k++) {
+        int64_t n = arch_dim(c, d->dim[k], 1);
+        p->shape[k] = p->lshape[k] = n;
+        if (k == p->shard_dim) {
             int tp = bd->s->tp_size;
-            if (dims[d] % tp)
+            if (n % tp)
                 return err_set(bd->err, ERR_USAGE, "tensor-parallel size %d does not divide dimension %d (%lld) of %s",
-                               tp, d, (long long)dims[d], name);
-            p->lshape[d] = dims[d] / tp;
-            p->shard_off = p->lshape[d] * bd->s->tp_rank;
+                               tp, k, (long long)n, name);
+            p->lshape[k] = n / tp;
+            p->shard_off = p->lshape[k] * bd->s->tp_rank;
         }
-        p->numel *= (size_t)p->lshape[d];
+        p->numel *= (size_t)p->lshape[k];
     }
+    // Vocabulary rows past V (the padding) start at zero, so a model's
+    // values do not depend on the padding.
+    p->init_rows = d->dim[0] == DIM_VP ? c->vocab : p->shape[0];
     size_t pm = bd->s->pad_multiple > 1 ? (size_t)bd->s->pad_multiple : 1;
-    if (t->n && t->p[t->n - 1].layer != layer) t->total = (t->total + pm - 1) / pm * pm;   // a new segment
+    if (t->n && (t->p[t->n - 1].layer != layer || t->p[t->n - 1].part != part))
+        t->total = (t->total + pm - 1) / pm * pm;   // a new segment
     p->offset = t->total;
     p->layer = layer;
-    p->flags = flags;
-    p->init = init;
-    p->std = std;
+    p->flags = d->flags;
+    p->init = d->init;
+    p->std = d->std == STD_RESID ? 0.02f / sqrtf(2.0f * c->n_layer) : 0.02f;
     t->total += p->numel;
     t->n++;
     return 0;
 }
 
-// Adds a tensor of global shape dims[0..ndim) split along shard_dim (-1: not split).
-static int add(Builder *bd, const char *name, int layer, int ndim, const int64_t *dims, int shard_dim,
-               int flags, int init, float std) {
-    return add_rows(bd, name, layer, ndim, dims, shard_dim, flags, init, std, dims[0]);
-}
-
-// Adds tensor "h.<layer>.<suffix>" of shape (d0[, d1[, d2]]).
-static int add_block(Builder *bd, int layer, const char *suffix, int ndim, int64_t d0, int64_t d1,
-                     int64_t d2, int shard_dim, int flags, int init, float std) {
-    char nm[64];
-    snprintf(nm, sizeof nm, "h.%d.%s", layer, suffix);
-    int64_t dims[3] = {d0, d1, d2};
-    return add(bd, nm, layer, ndim, dims, shard_dim, flags, init, std);
-}
-
 int ptable_build(ParamTable *t, const ModelConfig *c, const ModelSlice *s, Err *err) {
     memset(t, 0, sizeof *t);
-    Builder bd = {t, 0, s, err};
-    int64_t C = c->d_model, F = c->d_ff, Vp = c->vocab_padded;
-    float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->n_layer);
-    int rc = 0;
-    // The token embedding is tied to the output head; the last stage of a
-    // pipeline holds it too (see stage.h).
-    if (slice_is_first(s) || slice_is_last(s, c))
-        rc |= add_rows(&bd, "wte.weight", -1, 2, (int64_t[]){Vp, C}, 0, 0, INIT_NORMAL, std, c->vocab);
-    if (slice_is_first(s))
-        rc |= add(&bd, "wpe.weight", -1, 2, (int64_t[]){c->max_seq, C}, -1, 0, INIT_NORMAL, std);
-    for (int l = s->layer_begin; l < s->layer_end && !rc; l++) {
-        rc |= add_block(&bd, l, "ln_1.weight", 1, C, 0, 0, -1, PARAM_NO_DECAY, INIT_ONE, 0);
-        rc |= add_block(&bd, l, "ln_1.bias", 1, C, 0, 0, -1, PARAM_NO_DECAY, INIT_ZERO, 0);
-        // q, k and v stacked on a leading dimension of 3, so a head slice is
-        // one range of dimension 1.
-        rc |= add_block(&bd, l, "attn.c_attn.weight", 3, 3, C, C, 1, 0, INIT_NORMAL, std);
-        rc |= add_block(&bd, l, "attn.c_attn.bias", 2, 3, C, 0, 1, PARAM_NO_DECAY, INIT_ZERO, 0);
-        rc |= add_block(&bd, l, "attn.c_proj.weight", 2, C, C, 0, 1, 0, INIT_NORMAL, proj_std);
-        rc |= add_block(&bd, l, "attn.c_proj.bias", 1, C, 0, 0, -1, PARAM_NO_DECAY, INIT_ZERO, 0);
-        rc |= add_block(&bd, l, "ln_2.weight", 1, C, 0, 0, -1, PARAM_NO_DECAY, INIT_ONE, 0);
-        rc |= add_block(&bd, l, "ln_2.bias", 1, C, 0, 0, -1, PARAM_NO_DECAY, INIT_ZERO, 0);
-        rc |= add_block(&bd, l, "mlp.c_fc.weight", 2, F, C, 0, 0, 0, INIT_NORMAL, std);
-        rc |= add_block(&bd, l, "mlp.c_fc.bias", 1, F, 0, 0, 0, PARAM_NO_DECAY, INIT_ZERO, 0);
-        rc |= add_block(&bd, l, "mlp.c_proj.weight", 2, C, F, 0, 1, 0, INIT_NORMAL, proj_std);
-        rc |= add_block(&bd, l, "mlp.c_proj.bias", 1, C, 0, 0, -1, PARAM_NO_DECAY, INIT_ZERO, 0);
+    Builder bd = {t, 0, c, s, err};
+    const Arch *a = arch_of(c);
+    int first = slice_is_first(s), last = slice_is_last(s, c), rc = 0;
+    // A tied token embedding is the output head too: the last stage of a
+    // pipeline holds it as well (see stage.h).
+    for (int i = 0; i < a->n[PART_EMBED] && !rc; i++) {
+        const TensorDesc *d = &a->part[PART_EMBED][i];
+        if (first || (last && a->tied_head && d->role == ROLE_TOK_EMB)) rc = add(&bd, d->name, PART_EMBED, i, d, -1);
     }
-    if (!rc && slice_is_last(s, c)) {
-        rc |= add(&bd, "ln_f.weight", -1, 1, (int64_t[]){C}, -1, PARAM_NO_DECAY, INIT_ONE, 0);
-        rc |= add(&bd, "ln_f.bias", -1, 1, (int64_t[]){C}, -1, PARAM_NO_DECAY, INIT_ZERO, 0);
-    }
+    for (int l = s->layer_begin; l < s->layer_end && !rc; l++)
+        for (int i = 0; i < a->n[PART_BLOCK] && !rc; i++) {
+            const TensorDesc *d = &a->part[PART_BLOCK][i];
+            char nm[64];
+            int k = snprintf(nm, sizeof nm, a->block_prefix, l);
+            snprintf(nm + k, sizeof nm - (size_t)k, "%s", d->name);
+            rc = add(&bd, nm, PART_BLOCK, i, d, l);
+        }
+    for (int i = 0; last && i < a->n[PART_FINAL] && !rc; i++)
+        rc = add(&bd, a->part[PART_FINAL][i].name, PART_FINAL, i, &a->part[PART_FINAL][i], -1);
     if (rc) { ptable_free(t); return -1; }
     size_t pm = s->pad_multiple > 1 ? (size_t)s->pad_multiple : 1;
     t->total = (t->total + pm - 1) / pm * pm;
@@ -115,14 +96,20 @@ int ptable_build(ParamTable *t, const ModelConfig *c, const ModelSlice *s, Err *
         return err_set(err, ERR_RUN, "out of memory building the parameter table");
     }
     for (int i = 0; i < t->n; i++) {
-        if (i == 0 || t->p[i].layer != t->p[i - 1].layer) {
+        if (i == 0 || t->p[i].layer != t->p[i - 1].layer || t->p[i].part != t->p[i - 1].part) {
             if (t->nseg) t->seg[t->nseg - 1].hi = t->p[i].offset;
-            t->seg[t->nseg++] = (ParamSeg){t->p[i].offset, 0, i, 0, t->p[i].layer};
+            t->seg[t->nseg++] = (ParamSeg){t->p[i].offset, 0, i, 0, t->p[i].layer, t->p[i].part};
         }
         t->seg[t->nseg - 1].n++;
     }
     if (t->nseg) t->seg[t->nseg - 1].hi = t->total;
     return 0;
+}
+
+const ParamInfo *ptable_role(const ParamTable *t, Role role) {
+    for (int i = 0; i < t->n; i++)
+        if (t->p[i].layer < 0 && t->p[i].role == role) return &t->p[i];
+    return NULL;
 }
 
 int ptable_seg_of(const ParamTable *t, size_t off) {

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "core/check.h"
+#include "model/arch.h"
 #include "model/config.h"
 
 // The part of the model one rank runs: layers [layer_begin, layer_end) and
@@ -29,14 +30,15 @@ typedef struct ModelSlice {
 
 ModelSlice slice_whole(const ModelConfig *c);
 int slice_is_first(const ModelSlice *s);   // holds the embeddings
-int slice_is_last(const ModelSlice *s, const ModelConfig *c);   // holds ln_f and the head
+int slice_is_last(const ModelSlice *s, const ModelConfig *c);   // holds the final norm and the head
 
-enum { PARAM_NO_DECAY = 1 };             // flags
-enum { INIT_NORMAL, INIT_ZERO, INIT_ONE };
-enum { PARAM_MAX_DIM = 3 };
+enum { PARAM_MAX_DIM = ARCH_MAX_DIM };
 
 typedef struct ParamInfo {
-    char name[64];                   // Hugging Face GPT-2 name without "transformer."
+    char name[64];                   // the architecture's name for it (model/arch)
+    Role role;
+    Part part;
+    int desc;                        // its index in the architecture's table of that part
     int ndim;
     int64_t shape[PARAM_MAX_DIM];    // global shape
     int shard_dim;                   // split dimension, -1 when this rank holds all of it
@@ -44,21 +46,22 @@ typedef struct ParamInfo {
     int64_t lshape[PARAM_MAX_DIM];   // local shape
     size_t offset;                   // first float in the flat buffer
     size_t numel;                    // local elements
-    int layer;                       // transformer block, -1 for embeddings and ln_f
+    int layer;                       // transformer block, -1 for the embeddings and the final part
     int flags;                       // PARAM_NO_DECAY
     int init;                        // INIT_NORMAL (std), INIT_ZERO, INIT_ONE
     float std;
     int64_t init_rows;               // global rows (dim 0) drawn at init; later rows start at 0
 } ParamInfo;
 
-// A segment: the tensors of one transformer block, or the embeddings, or
-// the final norm — the unit ZeRO gathers and reduces. [lo, hi) of the flat
+// A segment: the tensors of one part — one transformer block, the
+// embeddings, or the final norm (and head) — the unit ZeRO gathers and reduces. [lo, hi) of the flat
 // buffer; hi − lo is a multiple of the slice's pad_multiple, and the floats
 // after the last tensor (the padding) stay zero.
 typedef struct ParamSeg {
     size_t lo, hi;
     int first, n;    // its tensors: p[first .. first + n)
     int layer;       // the block, or -1
+    Part part;
 } ParamSeg;
 
 typedef struct ParamTable {
@@ -69,12 +72,18 @@ typedef struct ParamTable {
     int nseg;
 } ParamTable;
 
-// Builds the table of the slice's tensors in flat-buffer order: wte, wpe,
-// then each block's tensors, then ln_f. Errors name the dimension that the
+// Builds the table of the slice's tensors from the architecture's
+// description, in flat-buffer order: the embeddings (first stage; a tied
+// token embedding on the last stage too), each block's tensors, then the
+// final part (last stage). Errors name the dimension that the
 // tensor-parallel size does not divide.
 int ptable_build(ParamTable *t, const ModelConfig *c, const ModelSlice *s, Err *err);
 void ptable_free(ParamTable *t);
+// The tensor named name, or NULL (a scan: for tools and tests, not for a step).
 const ParamInfo *ptable_find(const ParamTable *t, const char *name);
+// The first tensor of the given role outside the blocks (the token or
+// position embedding, the head), or NULL when the slice holds none.
+const ParamInfo *ptable_role(const ParamTable *t, Role role);
 // Writes every tensor's initial values (normal(0, std), zeros or ones) into params.
 void ptable_init(const ParamTable *t, float *params, uint64_t seed);
 // The same for the tensors of segment k only, into buf laid out as its

@@ -1,83 +1,47 @@
 #include "model/stage.h"
 
-#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
-#include "kernels/attention.h"
 #include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
-#include "kernels/norm.h"
-#include "kernels/pointwise.h"
 
-// The output head runs over at most this many logits at once (rows × Vp),
-// so the (B·T, Vp) logits matrix never exists whole.
+// The output head runs over at most this many logits at once (rows × Vl),
+// so the (B·T, Vl) logits matrix never exists whole.
 enum { HEAD_CHUNK_FLOATS = 16 << 20 };
 
-enum { BLOCK_TENSORS = 12 };
-static const char *block_suffix[BLOCK_TENSORS] = {
-    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-    "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-    "mlp.c_proj.weight", "mlp.c_proj.bias"};
-
-// Pointers to one block's parameters (or gradients) in a flat buffer.
+// One micro-batch's saved activations.
 typedef struct {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
-    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-} BlockW;
-
-// Saved activations of one block for the backward pass. N = B·T rows.
-typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd;   // (N,C), (N), (N)
-    float *qkv;                         // (N,3·Cl)
-    float *atty;                        // (N,Cl)
-    float *lse;                         // (B,NHl,T)
-    float *res2;                        // (N,C) residual after attention
-    float *ln2, *ln2_mean, *ln2_rstd;   // (N,C), (N), (N)
-    float *fch, *fch_gelu;              // (N,Fl)
-    float *res3;                        // (N,C) block output
-} BlockActs;
+    float *x0;            // (N,C) stage input / embeddings
+    float **blk;          // nl × nact: each block's activations (Arch.act_floats)
+    float *fin[3];        // final norm: output (N,C), mean (N), rstd (N)
+    float *losses;        // (N)
+    int rows;             // this backward pass's embedding rows go to the rows hook
+} Slot;
 
 struct StageActs {
-    int nl;                       // blocks on this stage
-    int Cl, NHl, Fl, Vl, v0;      // local slice sizes
-    BlockActs *blk;
-    size_t (*blk_off)[BLOCK_TENSORS];   // flat-buffer offset of each block tensor
-    int *blk_seg;                 // each block's segment
-    int seg_emb, seg_lnf;         // segments of wte (and wpe) and of ln_f; -1 if absent
-    float *x0;                    // (N,C) stage input / embeddings
-    float *lnf, *lnf_mean, *lnf_rstd;
-    float *losses;                // (N)
+    const Arch *arch;
+    LocalDims dim;                          // capacity (B, T, N = B·T) and the local slice
+    int nl;                                 // blocks on this stage
+    size_t (*blk_off)[ARCH_MAX_TENSORS];    // flat-buffer offset of each block tensor
+    int *blk_seg;                           // each block's segment
+    int seg_emb, seg_fin, seg_head;         // segments of the embeddings, the final part, the head; -1 if absent
+    size_t off_tok, off_pos, off_head;      // flat offsets (SIZE_MAX: absent)
+    size_t off_fin[ARCH_MAX_TENSORS];
+    Slot *slot;
     // scratch
-    float *proj;                  // (N,C) projection before the residual add
-    float *logits;                // (head_rows, Vp)
+    float *tmp;                             // (N,C)
+    float *dres;                            // (N,C) gradient of the residual stream
+    float *logits;                          // (head_rows, Vl)
     int head_rows;
-    float *dres;                  // (N,C) gradient of the residual stream
-    float *dbtc;                  // (N,C)
-    float *dfch;                  // (N,Fl)
-    float *dqkv;                  // (N,3Cl)
-    float *att_scratch;
+    float *scr[ARCH_MAX_BUFS];              // the arch's block scratch
     void *act_block, *ws_block;
     size_t act_bytes, ws_bytes;
 };
-
-// Block i's tensors in buf, its segment's parameters or gradients.
-static void block_weights(const Stage *s, const float *buf, int i, BlockW *w) {
-    float **dst[BLOCK_TENSORS] = {&w->ln1w, &w->ln1b, &w->qkvw, &w->qkvb, &w->attprojw, &w->attprojb,
-                                  &w->ln2w, &w->ln2b, &w->fcw, &w->fcb, &w->fcprojw, &w->fcprojb};
-    size_t lo = s->table.seg[s->acts->blk_seg[i]].lo;
-    for (int k = 0; k < BLOCK_TENSORS; k++) *dst[k] = (float *)buf + (s->acts->blk_off[i][k] - lo);
-}
-
-// Tensor `name` in buf, the parameters or gradients of the segment holding it.
-static float *tensor(const Stage *s, const float *buf, const char *name) {
-    const ParamInfo *p = ptable_find(&s->table, name);
-    return p ? (float *)buf + (p->offset - s->table.seg[ptable_seg_of(&s->table, p->offset)].lo) : NULL;
-}
 
 // ---- parameters and gradients by segment: the hooks, or the flat buffers ----
 
@@ -99,6 +63,17 @@ static void seg_grads_done(Stage *s, int seg) {
     if (s->hooks.grads_done) s->hooks.grads_done(s->hooks.ctx, seg);
 }
 
+static int take_rows(Stage *s) { return s->hooks.take_rows && s->hooks.take_rows(s->hooks.ctx); }
+
+// The tensor at flat offset off in buf, which holds segment seg.
+static float *at(const Stage *s, const float *buf, int seg, size_t off) {
+    return (float *)buf + (off - s->table.seg[seg].lo);
+}
+
+void stage_set_hooks(Stage *s, const StageHooks *h) { s->hooks = h ? *h : (StageHooks){0}; }
+
+// ---- layout ----
+
 // Carves n floats at *off from base (64-byte steps); with base NULL only counts.
 static float *carve(char *base, size_t *off, size_t n) {
     float *p = base ? (float *)(base + *off) : NULL;
@@ -106,53 +81,72 @@ static float *carve(char *base, size_t *off, size_t n) {
     return p;
 }
 
-// Lays out activations (acts=1) or scratch (acts=0) from base; returns bytes.
-static size_t layout(StageActs *a, int B, int T, int C, int Vp, char *base, int acts) {
-    size_t off = 0;
-    size_t N = (size_t)B * T;
-    if (acts) {
-        a->x0 = carve(base, &off, N * C);
-        for (int i = 0; i < a->nl; i++) {
-            BlockActs *b = &a->blk[i];
-            b->ln1 = carve(base, &off, N * C);
-            b->ln1_mean = carve(base, &off, N);
-            b->ln1_rstd = carve(base, &off, N);
-            b->qkv = carve(base, &off, N * 3 * a->Cl);
-            b->atty = carve(base, &off, N * a->Cl);
-            b->lse = carve(base, &off, (size_t)B * a->NHl * T);
-            b->res2 = carve(base, &off, N * C);
-            b->ln2 = carve(base, &off, N * C);
-            b->ln2_mean = carve(base, &off, N);
-            b->ln2_rstd = carve(base, &off, N);
-            b->fch = carve(base, &off, N * a->Fl);
-            b->fch_gelu = carve(base, &off, N * a->Fl);
-            b->res3 = carve(base, &off, N * C);
-        }
-        a->lnf = carve(base, &off, N * C);
-        a->lnf_mean = carve(base, &off, N);
-        a->lnf_rstd = carve(base, &off, N);
-        a->losses = carve(base, &off, N);
-    } else {
-        a->proj = carve(base, &off, N * C);
-        a->head_rows = (int)(HEAD_CHUNK_FLOATS / (size_t)Vp);
-        if (a->head_rows < 64) a->head_rows = 64;
-        if ((size_t)a->head_rows > N) a->head_rows = (int)N;
-        a->logits = carve(base, &off, (size_t)a->head_rows * Vp);
-        a->dres = carve(base, &off, N * C);
-        a->dbtc = carve(base, &off, N * C);
-        a->dfch = carve(base, &off, N * a->Fl);
-        a->dqkv = carve(base, &off, N * 3 * a->Cl);
-        a->att_scratch = carve(base, &off, attention_scratch_floats(T, omp_get_max_threads()));
+// Lays out every slot's activations from base; returns bytes.
+static size_t layout_acts(StageActs *a, int slots, char *base) {
+    const Arch *ar = a->arch;
+    size_t off = 0, N = (size_t)a->dim.N, C = (size_t)a->dim.C;
+    for (int k = 0; k < slots; k++) {
+        Slot *sl = &a->slot[k];
+        sl->x0 = carve(base, &off, N * C);
+        for (int i = 0; i < a->nl; i++)
+            for (int j = 0; j < ar->nact; j++) sl->blk[i * ar->nact + j] = carve(base, &off, ar->act_floats(&a->dim, j));
+        sl->fin[0] = carve(base, &off, N * C);
+        sl->fin[1] = carve(base, &off, N);
+        sl->fin[2] = carve(base, &off, N);
+        sl->losses = carve(base, &off, N);
     }
     return off;
 }
 
-int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, unsigned flags, Err *err) {
+// Lays out the scratch from base; returns bytes.
+static size_t layout_scratch(StageActs *a, char *base) {
+    size_t off = 0, N = (size_t)a->dim.N, C = (size_t)a->dim.C;
+    a->tmp = carve(base, &off, N * C);
+    a->logits = carve(base, &off, (size_t)a->head_rows * a->dim.Vl);
+    a->dres = carve(base, &off, N * C);
+    for (int j = 0; j < a->arch->nscratch; j++) a->scr[j] = carve(base, &off, a->arch->scratch_floats(&a->dim, j));
+    return off;
+}
+
+// Finds every tensor's place once, by part and position in the arch's table.
+static void index_tensors(Stage *s) {
+    StageActs *a = s->acts;
+    const ParamTable *t = &s->table;
+    a->seg_emb = a->seg_fin = a->seg_head = -1;
+    a->off_tok = a->off_pos = a->off_head = SIZE_MAX;
+    for (int k = 0; k < t->nseg; k++) {
+        const ParamSeg *g = &t->seg[k];
+        for (int i = g->first; i < g->first + g->n; i++) {
+            const ParamInfo *p = &t->p[i];
+            if (p->part == PART_BLOCK) {
+                int b = p->layer - s->slice.layer_begin;
+                a->blk_off[b][p->desc] = p->offset;
+                a->blk_seg[b] = k;
+            } else if (p->part == PART_EMBED) {
+                a->seg_emb = k;
+                if (p->role == ROLE_TOK_EMB) a->off_tok = p->offset;
+                if (p->role == ROLE_POS_EMB) a->off_pos = p->offset;
+            } else {
+                a->seg_fin = k;
+                a->off_fin[p->desc] = p->offset;
+                if (p->role == ROLE_HEAD) { a->off_head = p->offset; a->seg_head = k; }
+            }
+        }
+    }
+    if (a->arch->tied_head) { a->off_head = a->off_tok; a->seg_head = a->seg_emb; }
+}
+
+int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, int slots, unsigned flags,
+               Err *err) {
     memset(s, 0, sizeof *s);
     if (config_validate(cfg, err)) return -1;
+    const Arch *ar = arch_of(cfg);
+    if (!ar->has_train)
+        return err_set(err, ERR_USAGE, "the %s architecture is described for planning only: this build cannot train it",
+                       ar->name);
     if (T > cfg->max_seq)
         return err_set(err, ERR_USAGE, "sequence length %d is above the model's max_seq %d", T, cfg->max_seq);
-    if (B < 1 || T < 1) return err_set(err, ERR_USAGE, "batch and sequence length must be at least 1");
+    if (B < 1 || T < 1 || slots < 1) return err_set(err, ERR_USAGE, "batch, sequence length and slots must be at least 1");
     int tp = slice->tp_size;
     if (cfg->n_head % tp) return err_set(err, ERR_USAGE, "tp=%d does not divide n_head=%d", tp, cfg->n_head);
     if (cfg->d_ff % tp) return err_set(err, ERR_USAGE, "tp=%d does not divide d_ff=%d", tp, cfg->d_ff);
@@ -161,48 +155,43 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     s->slice = *slice;
     s->B = B;
     s->T = T;
+    s->slots = slots;
     if (ptable_build(&s->table, cfg, slice, err)) return -1;
     StageActs *a = calloc(1, sizeof *a);
     if (!a) { stage_free(s); return err_set(err, ERR_RUN, "out of memory"); }
     s->acts = a;
+    a->arch = ar;
     a->nl = slice->layer_end - slice->layer_begin;
-    a->Cl = cfg->d_model / tp;
-    a->NHl = cfg->n_head / tp;
-    a->Fl = cfg->d_ff / tp;
-    a->Vl = cfg->vocab_padded / tp;
-    a->v0 = a->Vl * slice->tp_rank;
-    a->blk = calloc((size_t)a->nl + 1, sizeof *a->blk);
+    a->dim = (LocalDims){.B = B, .T = T, .N = B * T, .C = cfg->d_model, .Cl = cfg->d_model / tp,
+                         .NHl = cfg->n_head / tp, .Fl = cfg->d_ff / tp, .Vl = cfg->vocab_padded / tp};
+    a->dim.v0 = a->dim.Vl * slice->tp_rank;
+    a->head_rows = (int)(HEAD_CHUNK_FLOATS / (size_t)a->dim.Vl);
+    if (a->head_rows < 64) a->head_rows = 64;
+    if (a->head_rows > a->dim.N) a->head_rows = a->dim.N;
     a->blk_off = calloc((size_t)a->nl + 1, sizeof *a->blk_off);
     a->blk_seg = calloc((size_t)a->nl + 1, sizeof *a->blk_seg);
-    for (int i = 0; a->blk_off && a->blk_seg && i < a->nl; i++)
-        for (int k = 0; k < BLOCK_TENSORS; k++) {
-            char nm[64];
-            snprintf(nm, sizeof nm, "h.%d.%s", slice->layer_begin + i, block_suffix[k]);
-            const ParamInfo *p = ptable_find(&s->table, nm);
-            CHECKF(p, "missing %s", nm);
-            a->blk_off[i][k] = p->offset;
-            a->blk_seg[i] = ptable_seg_of(&s->table, p->offset);
-        }
-    const ParamInfo *pe = ptable_find(&s->table, "wte.weight"), *pf = ptable_find(&s->table, "ln_f.weight");
-    a->seg_emb = pe ? ptable_seg_of(&s->table, pe->offset) : -1;
-    a->seg_lnf = pf ? ptable_seg_of(&s->table, pf->offset) : -1;
+    a->slot = calloc((size_t)slots, sizeof *a->slot);
+    int ok = a->blk_off && a->blk_seg && a->slot;
+    for (int k = 0; ok && k < slots; k++) ok = (a->slot[k].blk = calloc((size_t)a->nl * ar->nact + 1, sizeof(float *))) != NULL;
+    if (!ok) { stage_free(s); return err_set(err, ERR_RUN, "out of memory"); }
+    index_tensors(s);
     size_t pbytes = s->table.total * sizeof(float);
-    a->act_bytes = layout(a, B, T, cfg->d_model, a->Vl, NULL, 1);
-    a->ws_bytes = layout(a, B, T, cfg->d_model, a->Vl, NULL, 0);
+    a->act_bytes = layout_acts(a, slots, NULL);
+    a->ws_bytes = layout_scratch(a, NULL);
     if (!(flags & STAGE_NO_PARAMS)) s->params = mem_alloc(MEM_PARAMS, pbytes);
     if (!(flags & STAGE_NO_GRADS)) s->grads = mem_alloc(MEM_GRADS, pbytes);
     a->act_block = mem_alloc(MEM_ACTS, a->act_bytes);
     a->ws_block = mem_alloc(MEM_WORKSPACE, a->ws_bytes);
-    if (!a->blk || !a->blk_off || !a->blk_seg || (!s->params && !(flags & STAGE_NO_PARAMS)) ||
-        (!s->grads && !(flags & STAGE_NO_GRADS)) || !a->act_block || !a->ws_block) {
+    if ((!s->params && !(flags & STAGE_NO_PARAMS)) || (!s->grads && !(flags & STAGE_NO_GRADS)) || !a->act_block ||
+        !a->ws_block) {
         char b1[32], b2[32];
         err_set(err, ERR_RUN, "out of memory allocating the model (%s of parameters, %s of activations for B=%d T=%d)",
                 mem_fmt(pbytes, b1, sizeof b1), mem_fmt(a->act_bytes, b2, sizeof b2), B, T);
         stage_free(s);
         return -1;
     }
-    layout(a, B, T, cfg->d_model, a->Vl, a->act_block, 1);
-    layout(a, B, T, cfg->d_model, a->Vl, a->ws_block, 0);
+    layout_acts(a, slots, a->act_block);
+    layout_scratch(a, a->ws_block);
     return 0;
 }
 
@@ -210,7 +199,8 @@ void stage_free(Stage *s) {
     if (s->acts) {
         mem_free(s->acts->act_block);
         mem_free(s->acts->ws_block);
-        free(s->acts->blk);
+        for (int k = 0; s->acts->slot && k < s->slots; k++) free(s->acts->slot[k].blk);
+        free(s->acts->slot);
         free(s->acts->blk_off);
         free(s->acts->blk_seg);
         free(s->acts);
@@ -221,138 +211,158 @@ void stage_free(Stage *s) {
     memset(s, 0, sizeof *s);
 }
 
-float *stage_input(Stage *s) { return s->acts->x0; }
-float *stage_output(Stage *s) { return s->acts->nl ? s->acts->blk[s->acts->nl - 1].res3 : s->acts->x0; }
+static Slot *slot_of(Stage *s, int slot) {
+    CHECKF(slot >= 0 && slot < s->slots, "stage slot %d of %d", slot, s->slots);
+    return &s->acts->slot[slot];
+}
+
+// Block i's output in the slot (the input of block i + 1).
+static float *block_output(Stage *s, Slot *sl, int i) {
+    return i < 0 ? sl->x0 : sl->blk[i * s->acts->arch->nact + s->acts->arch->act_out];
+}
+
+float *stage_input(Stage *s, int slot) { return slot_of(s, slot)->x0; }
+float *stage_output(Stage *s, int slot) { return block_output(s, slot_of(s, slot), s->acts->nl - 1); }
 float *stage_grad_output(Stage *s) { return s->acts->dres; }
 float *stage_grad_input(Stage *s) { return s->acts->dres; }
 
-static void block_forward(Stage *s, int i, const float *params, const float *xin, int B, int T) {
-    StageActs *a = s->acts;
-    BlockActs *b = &a->blk[i];
-    BlockW w;
-    block_weights(s, params, i, &w);
-    int N = B * T, C = s->cfg.d_model;
-    layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, xin, w.ln1w, w.ln1b, N, C);
-    linear_forward(b->qkv, b->ln1, w.qkvw, w.qkvb, N, C, 3 * a->Cl);
-    attention_forward(b->atty, b->lse, b->qkv, a->att_scratch, B, T, a->Cl, a->NHl);
-    linear_forward(a->proj, b->atty, w.attprojw, NULL, N, a->Cl, C);
-    residual_forward(b->res2, xin, a->proj, w.attprojb, N, C);
-    layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, w.ln2w, w.ln2b, N, C);
-    linear_forward(b->fch, b->ln2, w.fcw, w.fcb, N, C, a->Fl);
-    gelu_forward(b->fch_gelu, b->fch, (size_t)N * a->Fl);
-    linear_forward(a->proj, b->fch_gelu, w.fcprojw, NULL, N, a->Fl, C);
-    residual_forward(b->res3, b->res2, a->proj, w.fcprojb, N, C);
+// Points w (and g) at block i's tensors in its segment's buffers.
+static void block_tensors(const Stage *s, int i, const float *params, const float *grads, float **w, float **g) {
+    const StageActs *a = s->acts;
+    size_t lo = s->table.seg[a->blk_seg[i]].lo;
+    for (int k = 0; k < a->arch->n[PART_BLOCK]; k++) {
+        w[k] = (float *)params + (a->blk_off[i][k] - lo);
+        if (g) g[k] = (float *)grads + (a->blk_off[i][k] - lo);
+    }
 }
 
-// dres holds d(block output) and leaves with d(block input).
-static void block_backward(Stage *s, int i, const float *params, float *grads, const float *xin, int B, int T) {
-    StageActs *a = s->acts;
-    BlockActs *b = &a->blk[i];
-    BlockW w, g;
-    block_weights(s, params, i, &w);
-    block_weights(s, grads, i, &g);
-    int N = B * T, C = s->cfg.d_model;
-    // MLP: res3 = res2 + gelu(ln2(res2)·Wfc + bfc)·Wp + bp
-    linear_backward(a->dfch, g.fcprojw, g.fcprojb, a->dres, b->fch_gelu, w.fcprojw, N, a->Fl, C, 0);
-    gelu_backward(a->dfch, b->fch, a->dfch, (size_t)N * a->Fl);
-    linear_backward(a->dbtc, g.fcw, g.fcb, a->dfch, b->ln2, w.fcw, N, C, a->Fl, 0);
-    layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dbtc, b->res2, w.ln2w, b->ln2_mean, b->ln2_rstd, N, C);
-    // Attention: res2 = x + attn(ln1(x)·Wqkv + bqkv)·Wo + bo
-    linear_backward(a->dbtc, g.attprojw, g.attprojb, a->dres, b->atty, w.attprojw, N, a->Cl, C, 0);
-    attention_backward(a->dqkv, a->dbtc, b->qkv, b->atty, b->lse, a->att_scratch, B, T, a->Cl, a->NHl);
-    linear_backward(a->dbtc, g.qkvw, g.qkvb, a->dqkv, b->ln1, w.qkvw, N, C, 3 * a->Cl, 0);
-    layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dbtc, xin, w.ln1w, b->ln1_mean, b->ln1_rstd, N, C);
+// The final part's tensors in its segment's buffer.
+static void final_tensors(const Stage *s, const float *buf, float **w) {
+    const StageActs *a = s->acts;
+    for (int k = 0; k < a->arch->n[PART_FINAL]; k++) w[k] = at(s, buf, a->seg_fin, a->off_fin[k]);
 }
 
-static const float *block_input(Stage *s, int i) { return i == 0 ? s->acts->x0 : s->acts->blk[i - 1].res3; }
+static BlockRun run_of(Stage *s, const LocalDims *d, Slot *sl, int i, float **w, float **g) {
+    StageActs *a = s->acts;
+    return (BlockRun){.cfg = &s->cfg, .d = d, .w = w, .g = g, .act = i >= 0 ? sl->blk + i * a->arch->nact : sl->fin,
+                      .scr = a->scr, .x = block_output(s, sl, i - 1), .tmp = a->tmp, .dres = a->dres};
+}
 
-double stage_forward(Stage *s, const int *tokens, const int *targets, int B, int T, float dscale) {
+static LocalDims call_dims(const Stage *s, int B, int T) {
+    LocalDims d = s->acts->dim;
+    d.B = B;
+    d.T = T;
+    d.N = B * T;
+    return d;
+}
+
+double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale) {
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     StageActs *a = s->acts;
-    int N = B * T, C = s->cfg.d_model, first = slice_is_first(&s->slice), last = slice_is_last(&s->slice, &s->cfg);
-    int se = a->seg_emb, sf = a->seg_lnf, nl = a->nl;
+    const Arch *ar = a->arch;
+    Slot *sl = slot_of(s, slot);
+    LocalDims d = call_dims(s, B, T);
+    int N = d.N, C = d.C, first = slice_is_first(&s->slice), last = slice_is_last(&s->slice, &s->cfg);
+    int se = a->seg_emb, sf = a->seg_fin, nl = a->nl, tied = ar->tied_head;
     int after_blocks = last ? sf : -1;
+    float *w[ARCH_MAX_TENSORS], *g[ARCH_MAX_TENSORS];
     const float *pe = NULL;
     if (first) {
-        // the embeddings stay at hand for the tied output head
+        // a tied embedding stays at hand for the output head
         pe = seg_params(s, se, nl ? a->blk_seg[0] : after_blocks);
-        embedding_forward(a->x0, tokens, tensor(s, pe, "wte.weight"), tensor(s, pe, "wpe.weight"), B, T, C, a->v0,
-                          a->Vl);
-        if (!last) seg_params_done(s, se);
+        embedding_forward(sl->x0, tokens, at(s, pe, se, a->off_tok),
+                          a->off_pos != SIZE_MAX ? at(s, pe, se, a->off_pos) : NULL, B, T, C, d.v0, d.Vl);
+        if (!last || !tied) seg_params_done(s, se);
     }
     for (int i = 0; i < nl; i++) {
         const float *pb = seg_params(s, a->blk_seg[i], i + 1 < nl ? a->blk_seg[i + 1] : after_blocks);
-        block_forward(s, i, pb, block_input(s, i), B, T);
+        block_tensors(s, i, pb, NULL, w, NULL);
+        BlockRun r = run_of(s, &d, sl, i, w, NULL);
+        ar->block_forward(&r);
         seg_params_done(s, a->blk_seg[i]);
     }
     if (!last) return 0.0;
 
     // backward starts with the last block: fetch it during the head
     const float *pf = seg_params(s, sf, dscale != 0.0f && nl ? a->blk_seg[nl - 1] : -1);
-    if (!pe) pe = seg_params(s, se, -1);
-    const float *x = block_input(s, nl);
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, tensor(s, pf, "ln_f.weight"), tensor(s, pf, "ln_f.bias"),
-                      N, C);
+    if (tied && !pe) pe = seg_params(s, se, -1);
+    final_tensors(s, pf, w);
+    BlockRun fr = run_of(s, &d, sl, -1, w, NULL);
+    fr.x = block_output(s, sl, nl - 1);
+    ar->final_forward(&fr);
     if (!targets) {
-        seg_params_done(s, se);
+        if (tied) seg_params_done(s, se);
         seg_params_done(s, sf);
         return 0.0;
     }
-    const float *wte = tensor(s, pe, "wte.weight");
-    float *dwte = dscale != 0.0f ? tensor(s, seg_grads(s, se), "wte.weight") : NULL;
-    int V = s->cfg.vocab, Vp = a->Vl;
+    int sh = a->seg_head;
+    const float *head = at(s, tied ? pe : pf, sh, a->off_head);
+    float *dhead = dscale != 0.0f ? at(s, seg_grads(s, sh), sh, a->off_head) : NULL;
+    sl->rows = first && dscale != 0.0f && take_rows(s);
+    int V = s->cfg.vocab, Vl = d.Vl;
+    const float *lnf = sl->fin[0];
     // The head in chunks of rows: logits, loss and logits gradient, then the
-    // gradient into ln_f's output and the embedding table, chunk by chunk.
+    // gradient into the final norm's output and the head, chunk by chunk.
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int nr = N - r0 < a->head_rows ? N - r0 : a->head_rows;
-        linear_forward(a->logits, a->lnf + (size_t)r0 * C, wte, NULL, nr, C, Vp);
-        crossentropy_forward(a->logits, a->losses + r0, targets + r0, nr, V, Vp, dscale);
+        linear_forward(a->logits, lnf + (size_t)r0 * C, head, NULL, nr, C, Vl);
+        crossentropy_forward(a->logits, sl->losses + r0, targets + r0, nr, V, Vl, dscale);
         if (dscale != 0.0f)
-            linear_backward(a->dbtc + (size_t)r0 * C, dwte, NULL, a->logits, a->lnf + (size_t)r0 * C, wte, nr,
-                            C, Vp, 0);
+            linear_backward(a->tmp + (size_t)r0 * C, dhead, NULL, a->logits, lnf + (size_t)r0 * C, head, nr, C, Vl, 0);
     }
-    seg_params_done(s, se);
-    // a pipeline's last stage, or a deferred lookup: wte's gradient here is complete
-    if (dscale != 0.0f && (!first || s->embed_grads)) seg_grads_done(s, se);
+    if (tied) seg_params_done(s, se);
+    // a pipeline's last stage, or a deferred lookup: the embeddings' gradient here is complete
+    if (dscale != 0.0f && se >= 0 && (!first || sl->rows)) seg_grads_done(s, se);
     double sum = 0.0;
-    for (int n = 0; n < N; n++) sum += a->losses[n];
+    for (int n = 0; n < N; n++) sum += sl->losses[n];
     if (dscale != 0.0f) {
-        float *gf = seg_grads(s, sf);
+        final_tensors(s, seg_grads(s, sf), g);
         memset(a->dres, 0, (size_t)N * C * sizeof(float));
-        layernorm_backward(a->dres, tensor(s, gf, "ln_f.weight"), tensor(s, gf, "ln_f.bias"), a->dbtc, x,
-                           tensor(s, pf, "ln_f.weight"), a->lnf_mean, a->lnf_rstd, N, C);
+        fr.g = g;
+        ar->final_backward(&fr);
         seg_grads_done(s, sf);
     }
     seg_params_done(s, sf);
     return sum;
 }
 
-void stage_backward(Stage *s, const int *tokens, int B, int T) {
+void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     StageActs *a = s->acts;
+    Slot *sl = slot_of(s, slot);
+    LocalDims d = call_dims(s, B, T);
+    int first = slice_is_first(&s->slice);
+    if (first && !slice_is_last(&s->slice, &s->cfg)) sl->rows = take_rows(s);
+    float *w[ARCH_MAX_TENSORS], *g[ARCH_MAX_TENSORS];
     for (int i = a->nl - 1; i >= 0; i--) {
         int sg = a->blk_seg[i];
         const float *pb = seg_params(s, sg, i > 0 ? a->blk_seg[i - 1] : -1);
-        block_backward(s, i, pb, seg_grads(s, sg), block_input(s, i), B, T);
+        block_tensors(s, i, pb, seg_grads(s, sg), w, g);
+        BlockRun r = run_of(s, &d, sl, i, w, g);
+        a->arch->block_backward(&r);
         seg_params_done(s, sg);
         seg_grads_done(s, sg);
     }
-    if (slice_is_first(&s->slice) && s->embed_grads) {
-        s->embed_grads(s->embed_grads_ctx, tokens, a->dres, B, T);
-    } else if (slice_is_first(&s->slice)) {
-        float *ge = seg_grads(s, a->seg_emb);
-        embedding_backward(tensor(s, ge, "wte.weight"), tensor(s, ge, "wpe.weight"), a->dres, tokens, B, T,
-                           s->cfg.d_model, a->v0, a->Vl);
-        seg_grads_done(s, a->seg_emb);
+    if (first && sl->rows) {
+        s->hooks.rows(s->hooks.ctx, tokens, a->dres, B, T);
+    } else if (first) {
+        int se = a->seg_emb;
+        float *ge = seg_grads(s, se);
+        embedding_backward(at(s, ge, se, a->off_tok), a->off_pos != SIZE_MAX ? at(s, ge, se, a->off_pos) : NULL,
+                           a->dres, tokens, B, T, d.C, d.v0, d.Vl);
+        seg_grads_done(s, se);
     }
+    sl->rows = 0;
 }
 
-void stage_logits(Stage *s, int B, int T, int pos, float *logits) {
+void stage_logits(Stage *s, int slot, int B, int T, int pos, float *logits) {
     CHECK(slice_is_last(&s->slice, &s->cfg) && pos >= 0 && pos < T);
-    int C = s->cfg.d_model;
-    const float *wte = tensor(s, seg_params(s, s->acts->seg_emb, -1), "wte.weight");
+    StageActs *a = s->acts;
+    Slot *sl = slot_of(s, slot);
+    int C = s->cfg.d_model, sh = a->seg_head;
+    const float *head = at(s, seg_params(s, sh, -1), sh, a->off_head);
     for (int b = 0; b < B; b++)
-        linear_forward(logits + (size_t)b * s->acts->Vl, s->acts->lnf + ((size_t)b * T + pos) * C, wte, NULL, 1, C,
-                       s->acts->Vl);
-    seg_params_done(s, s->acts->seg_emb);
+        linear_forward(logits + (size_t)b * a->dim.Vl, sl->fin[0] + ((size_t)b * T + pos) * C, head, NULL, 1, C,
+                       a->dim.Vl);
+    seg_params_done(s, sh);
 }

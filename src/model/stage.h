@@ -1,15 +1,23 @@
 // model/stage — forward and backward of one rank's part of the model
 // (DESIGN §1.1): a contiguous range of transformer blocks and a
-// tensor-parallel slice of heads, FFN columns and vocabulary. With the whole
-// slice it is the whole model; there is no second implementation.
+// tensor-parallel slice of heads, FFN columns and vocabulary. It is generic
+// over the architecture (model/arch): the blocks and the final norm are the
+// arch's; the embeddings, the head and the loss are the stage's. With the
+// whole slice it is the whole model; there is no second implementation.
 //
 // A stage owns its flat parameter and gradient buffers (described by its
-// ParamTable) and its activations, sized for at most B×T tokens at a time.
-// The first stage embeds tokens; others read stage_input(). The last stage
-// computes the loss (and the output head); others leave stage_output().
+// ParamTable) and its activations: `slots` sets of them, each for one
+// micro-batch of at most B×T tokens, so a pipeline schedule can keep
+// several micro-batches in flight (forward of slot i, later backward of
+// slot i). Scratch is shared. The first stage embeds tokens; others read
+// stage_input(). The last stage computes the loss (and the output head);
+// others leave stage_output().
 //
 // Gradients accumulate (+=) into the gradient buffer across calls until the
 // caller zeroes it, which is what gradient accumulation needs.
+//
+// The struct's fields are read by other modules, never written: the stage
+// changes only through these functions.
 #ifndef TSR_MODEL_STAGE_H
 #define TSR_MODEL_STAGE_H
 
@@ -17,22 +25,27 @@
 #include <stdint.h>
 
 #include "core/check.h"
+#include "model/arch.h"
 #include "model/config.h"
 #include "model/params.h"
 
 typedef struct StageActs StageActs;   // internal: activations and scratch
 
 // Where the stage finds parameters and puts gradients, segment by segment
-// (ParamTable.seg); ZeRO installs these, and data parallelism grads_done
-// alone (its buckets start reducing when a segment is done). Without them (fn NULL) the stage
-// uses its own flat buffers. Every buffer is laid out as the segment's
-// range [lo, hi) of the flat buffer.
+// (ParamTable.seg); data parallelism installs them (parallel/dp). Without
+// them (fn NULL) the stage uses its own flat buffers. Every buffer is laid
+// out as the segment's range [lo, hi) of the flat buffer.
 //   params(seg, next): seg's parameters, before the stage reads them; next
 //     is the segment it will ask for after this one (-1: none), to prefetch.
 //   params_done(seg): the stage will not read them again until the next ask.
 //   grads(seg): a buffer the stage adds seg's gradients into; asked again
 //     before grads_done, it is the same buffer.
 //   grads_done(seg): seg's gradients of this backward pass are complete.
+//   take_rows(): asked once per backward pass, when the output head starts
+//     it: if true, the first stage's embedding lookup does not add its
+//     gradient; rows(tokens, dres, B, T) gets the token ids and the gradient
+//     rows instead (parallel/embsync), and the embeddings' segment counts as
+//     done right after the output head (grads_done).
 // In a forward pass the embeddings (held for the tied output head) and the
 // final norm are asked for once each; blocks once in forward and once again
 // in backward.
@@ -42,6 +55,8 @@ typedef struct StageHooks {
     void (*params_done)(void *ctx, int seg);
     float *(*grads)(void *ctx, int seg);
     void (*grads_done)(void *ctx, int seg);
+    int (*take_rows)(void *ctx);
+    void (*rows)(void *ctx, const int *tokens, const float *dres, int B, int T);
 } StageHooks;
 
 enum { STAGE_NO_PARAMS = 1, STAGE_NO_GRADS = 2 };   // stage_init flags: buffers the hooks replace
@@ -52,45 +67,45 @@ typedef struct Stage {
     ParamTable table;
     float *params;     // table.total floats (MEM_PARAMS), or NULL with STAGE_NO_PARAMS
     float *grads;      // table.total floats (MEM_GRADS), or NULL with STAGE_NO_GRADS
+    int B, T;          // activation capacity per slot
+    int slots;         // micro-batches whose activations it can hold at once
     StageHooks hooks;
-    // When set (before stage_forward), the first stage's embedding lookup
-    // does not add its gradient: stage_backward hands the token ids and the
-    // gradient rows to this hook instead (data parallelism sends them as
-    // rows, see parallel/embsync), and the embeddings' segment counts as
-    // done right after the output head (grads_done).
-    void (*embed_grads)(void *ctx, const int *tokens, const float *dres, int B, int T);
-    void *embed_grads_ctx;
-    int B, T;          // activation capacity
     StageActs *acts;
 } Stage;
 
 // Allocates parameters (uninitialised: call ptable_init or load them),
-// gradients (zero) and activations for up to B×T tokens; flags
-// (STAGE_NO_PARAMS, STAGE_NO_GRADS) leave out flat buffers that hooks
-// will provide.
-int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, unsigned flags, Err *err);
+// gradients (zero) and `slots` sets of activations for up to B×T tokens;
+// flags (STAGE_NO_PARAMS, STAGE_NO_GRADS) leave out flat buffers that
+// hooks will provide. Refuses an architecture described for planning only.
+int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, int slots, unsigned flags,
+               Err *err);
 void stage_free(Stage *s);
 
-// Runs the stage forward on B×T tokens (B ≤ s->B, T ≤ s->T). tokens (B,T)
-// are read by the first stage (and for position ids), targets (B,T) by the
-// last, where -1 skips a position. On the last stage returns the sum of
-// the per-token losses; when dscale != 0 it also back-propagates the head
-// with d(loss_sum)·dscale, so stage_backward can follow.
-double stage_forward(Stage *s, const int *tokens, const int *targets, int B, int T, float dscale);
+// Installs the hooks (NULL: none; the flat buffers are used).
+void stage_set_hooks(Stage *s, const StageHooks *h);
 
-// Back-propagates through the blocks (after stage_forward with dscale != 0
-// on the last stage, or after the caller filled stage_grad_output()),
-// adding into s->grads. On the first stage ends in the embeddings.
-void stage_backward(Stage *s, const int *tokens, int B, int T);
+// Runs the stage forward on B×T tokens (B ≤ s->B, T ≤ s->T), keeping the
+// activations in `slot`. tokens (B,T) are read by the first stage (and for
+// position ids), targets (B,T) by the last, where -1 skips a position. On
+// the last stage returns the sum of the per-token losses; when dscale != 0
+// it also back-propagates the head with d(loss_sum)·dscale, so
+// stage_backward can follow.
+double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale);
 
-// Logits (B,Vp) of position pos of every row, after a forward pass on the
-// last stage with dscale == 0 and targets == NULL.
-void stage_logits(Stage *s, int B, int T, int pos, float *logits);
+// Back-propagates the slot's micro-batch through the blocks (after
+// stage_forward with dscale != 0 on the last stage, or after the caller
+// filled stage_grad_output()), adding into the gradients. On the first
+// stage ends in the embeddings.
+void stage_backward(Stage *s, int slot, const int *tokens, int B, int T);
+
+// Logits (B,Vl) of position pos of every row, after a forward pass of the
+// slot on the last stage with dscale == 0 and targets == NULL.
+void stage_logits(Stage *s, int slot, int B, int T, int pos, float *logits);
 
 // Pipeline boundaries, (B,T,C) each.
-float *stage_input(Stage *s);          // input of a non-first stage
-float *stage_output(Stage *s);         // output of a non-last stage
-float *stage_grad_output(Stage *s);    // gradient arriving at a non-last stage
-float *stage_grad_input(Stage *s);     // gradient leaving the stage's input
+float *stage_input(Stage *s, int slot);    // input of a non-first stage
+float *stage_output(Stage *s, int slot);   // output of a non-last stage
+float *stage_grad_output(Stage *s);        // gradient arriving at a non-last stage
+float *stage_grad_input(Stage *s);         // gradient leaving the stage's input
 
 #endif

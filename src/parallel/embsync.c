@@ -21,7 +21,7 @@ struct EmbSync {
 
 int embsync_init(EmbSync **out, Comm *c, const Stage *st, Err *err) {
     *out = NULL;
-    const ParamInfo *pe = ptable_find(&st->table, "wte.weight"), *pp = ptable_find(&st->table, "wpe.weight");
+    const ParamInfo *pe = ptable_role(&st->table, ROLE_TOK_EMB), *pp = ptable_role(&st->table, ROLE_POS_EMB);
     CHECKF(pe, "embsync: the stage holds no token embedding");
     EmbSync *e = calloc(1, sizeof *e);
     if (!e) return err_set(err, ERR_RUN, "out of memory");

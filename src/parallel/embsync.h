@@ -26,7 +26,7 @@ typedef struct EmbSync EmbSync;
 // For st (a first stage, B×T tokens per micro-batch) over c.
 int embsync_init(EmbSync **out, Comm *c, const Stage *st, Err *err);
 void embsync_free(EmbSync *e);
-// The Stage.embed_grads hook: copies this rank's token ids and gradient
+// The stage's rows hook (StageHooks.rows): copies this rank's token ids and gradient
 // rows and starts their allgathers.
 void embsync_hook(void *ctx, const int *tokens, const float *dres, int B, int T);
 // Waits for the allgathers and adds every rank's rows, rank by rank, to the

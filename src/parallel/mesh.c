@@ -36,3 +36,5 @@ void mesh_free(Mesh *m) {
     comm_free(m->ppg);
     m->tpg = m->dpg = m->ppg = NULL;
 }
+
+Mesh mesh_single(void) { return (Mesh){.dp = 1, .tp = 1, .pp = 1}; }

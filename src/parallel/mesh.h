@@ -22,5 +22,7 @@ void mesh_coords(int rank, int dp, int tp, int pp, int *dp_rank, int *tp_rank, i
 // sizes must multiply to the world size (else ERR_USAGE naming them).
 int mesh_init(Mesh *m, Comm *world, int dp, int tp, int pp, Err *err);
 void mesh_free(Mesh *m);
+// The mesh of one process: dp = tp = pp = 1, no communicators.
+Mesh mesh_single(void);
 
 #endif

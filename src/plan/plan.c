@@ -4,14 +4,18 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct { const char *name; PlanArch arch; int64_t L, h, a, kv, f, V, s; } Preset;
+#include "model/arch.h"
+
+// Models tessera plans but has no training preset for: {name, arch, L, NH,
+// KV heads, C, F, positions, V}.
+typedef struct { const char *name; ArchId arch; int L, NH, KV, C, F, S, V; } Preset;
 
 static const Preset presets[] = {
-    {"gpt3-175b", PLAN_GPT, 96, 12288, 96, 96, 4 * 12288, 50257, 2048},
-    {"llama-7b", PLAN_LLAMA, 32, 4096, 32, 32, 11008, 32000, 2048},
-    {"llama2-13b", PLAN_LLAMA, 40, 5120, 40, 40, 13824, 32000, 4096},
-    {"llama2-70b", PLAN_LLAMA, 80, 8192, 64, 8, 28672, 32000, 4096},
-    {"megatron-1t", PLAN_GPT, 128, 25600, 160, 160, 4 * 25600, 51200, 2048},   // Narayanan et al. 2021, table 1
+    {"gpt3-175b", ARCH_GPT2, 96, 96, 96, 12288, 4 * 12288, 2048, 50257},
+    {"llama-7b", ARCH_LLAMA, 32, 32, 32, 4096, 11008, 2048, 32000},
+    {"llama2-13b", ARCH_LLAMA, 40, 40, 40, 5120, 13824, 4096, 32000},
+    {"llama2-70b", ARCH_LLAMA, 80, 64, 8, 8192, 28672, 4096, 32000},
+    {"megatron-1t", ARCH_GPT2, 128, 160, 160, 25600, 4 * 25600, 2048, 51200},   // Narayanan et al. 2021, table 1
 };
 
 const char *plan_preset_list(void) {
@@ -21,25 +25,36 @@ const char *plan_preset_list(void) {
 void plan_model_from_config(PlanModel *m, const ModelConfig *c) {
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", c->name);
-    m->arch = PLAN_GPT;
+    m->cfg = *c;
+    m->arch = c->arch == ARCH_LLAMA ? PLAN_LLAMA : PLAN_GPT;
     m->L = c->n_layer;
     m->h = c->d_model;
-    m->a = m->kv = c->n_head;
+    m->a = c->n_head;
+    m->kv = config_kv_heads(c);
     m->f = c->d_ff;
     m->V = c->vocab;
     m->vpad = c->vocab_padded;
     m->s = c->max_seq;
 }
 
+void plan_model_set_vocab(PlanModel *m, int64_t vocab) {
+    ModelConfig c = m->cfg;
+    char name[32];
+    memcpy(name, m->name, sizeof name);
+    config_set_vocab(&c, (int)vocab);
+    plan_model_from_config(m, &c);
+    memcpy(m->name, name, sizeof name);
+}
+
 int plan_model_preset(PlanModel *m, const char *name, Err *err) {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         const Preset *p = &presets[i];
         if (strcmp(p->name, name)) continue;
-        memset(m, 0, sizeof *m);
-        snprintf(m->name, sizeof m->name, "%s", name);
-        m->arch = p->arch;
-        m->L = p->L; m->h = p->h; m->a = p->a; m->kv = p->kv; m->f = p->f; m->V = p->V; m->s = p->s;
-        m->vpad = (m->V + 127) / 128 * 128;
+        ModelConfig c = {.arch = p->arch, .n_layer = p->L, .n_head = p->NH, .n_kv_head = p->KV, .d_model = p->C,
+                         .d_ff = p->F, .max_seq = p->S};
+        snprintf(c.name, sizeof c.name, "%s", name);
+        config_set_vocab(&c, p->V);
+        plan_model_from_config(m, &c);
         return 0;
     }
     ModelConfig c;
@@ -50,29 +65,7 @@ int plan_model_preset(PlanModel *m, const char *name, Err *err) {
     return err_set(err, ERR_USAGE, "--model: unknown preset '%s' (known: %s)", name, plan_preset_list());
 }
 
-// Parameters of one layer: the part split by tensor parallelism and the part
-// every TP rank holds.
-static void layer_params(const PlanModel *m, int64_t *split, int64_t *repl) {
-    int64_t h = m->h, f = m->f, hs = m->h / m->a, kvw = m->kv * hs;
-    if (m->arch == PLAN_GPT) {
-        *split = h * (h + 2 * kvw) + (h + 2 * kvw)   // qkv weight + bias (column parallel)
-               + h * h                               // attention output (row parallel)
-               + h * f + f + f * h;                  // fc weight + bias, projection
-        *repl = 2 * h + h + 2 * h + h;               // ln_1, attn.c_proj bias, ln_2, mlp.c_proj bias
-    } else {
-        *split = h * (h + 2 * kvw) + h * h + 3 * h * f;   // q, k, v, o; gate, up, down (no biases)
-        *repl = 2 * h;                                      // two RMSNorm gains
-    }
-}
-
-int64_t plan_params(const PlanModel *m) {
-    int64_t split, repl;
-    layer_params(m, &split, &repl);
-    int64_t emb = m->V * m->h + (m->arch == PLAN_GPT ? m->s * m->h : 0);
-    int64_t head = m->arch == PLAN_LLAMA ? m->V * m->h : 0;   // GPT ties the head to wte
-    int64_t final_norm = m->arch == PLAN_GPT ? 2 * m->h : m->h;
-    return emb + head + m->L * (split + repl) + final_norm;
-}
+int64_t plan_params(const PlanModel *m) { return config_param_count(&m->cfg, 0); }
 
 int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, Err *err) {
     if (m->L < 1 || m->h < 1 || m->a < 1 || m->kv < 1 || m->f < 1 || m->V < 1)
@@ -126,17 +119,17 @@ double plan_act_layer(const PlanModel *m, const PlanJob *j, const PlanLayout *l)
 
 void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r) {
     memset(r, 0, sizeof *r);
-    int64_t split, repl;
-    layer_params(m, &split, &repl);
     double t = l->tp, d = l->dp, p = l->pp;
     r->params = plan_params(m);
     // the busiest device: a stage of L/pp layers plus the first stage's
-    // embeddings (with pp=1 also the last stage's head and final norm)
-    int64_t layers = m->L / l->pp;
-    int64_t emb = m->vpad * m->h / l->tp + (m->arch == PLAN_GPT ? m->s * m->h : 0);
-    int64_t last = (m->arch == PLAN_LLAMA ? m->vpad * m->h / l->tp : (l->pp > 1 ? m->vpad * m->h / l->tp : 0)) +
-                   (m->arch == PLAN_GPT ? 2 * m->h : m->h);
-    int64_t body = layers * (split / l->tp + repl);
+    // embeddings (with pp=1 also the last stage's final norm and head; a
+    // tied head is the first stage's embedding, held by the last stage too
+    // when pp > 1), every count from the architecture's tensor table
+    const ModelConfig *mc = &m->cfg;
+    int64_t layers = m->L / l->pp, layer = arch_part_params(mc, PART_BLOCK, l->tp, 1);
+    int64_t emb = arch_part_params(mc, PART_EMBED, l->tp, 1);
+    int64_t last = (l->pp > 1 ? arch_tied_copy(mc, l->tp, 1) : 0) + arch_part_params(mc, PART_FINAL, l->tp, 1);
+    int64_t body = layers * layer;
     int64_t first_stage = emb + body + (l->pp == 1 ? last : 0), last_stage = body + last;
     r->params_device = first_stage > last_stage ? first_stage : last_stage;
     double psi = (double)r->params_device;
@@ -163,7 +156,7 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     }
     r->acts += 2 * sbh * 4 / (l->sp ? t : 1);   // stage input and final norm output (fp32)
     double grad_bytes = (mixed && !l->reduce_fp32 ? 2 : 4) * psi;
-    r->comm_buf = l->dp > 1 ? (l->zero == 3 ? 2 * (double)(split / l->tp + repl) * e : 2 * 25e6) : 0;
+    r->comm_buf = l->dp > 1 ? (l->zero == 3 ? 2 * (double)layer * e : 2 * 25e6) : 0;
     r->total = r->model_states + r->acts + r->comm_buf;
     r->fits = r->total <= c->mem_gb * 1073741824.0;
 

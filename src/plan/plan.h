@@ -3,7 +3,8 @@
 // computation: allocates nothing, talks to nobody.
 //
 // Conventions (each printed under --explain):
-// - Parameters are counted exactly, final norm included.
+// - Parameters are counted exactly, final norm included, from the
+//   architecture's tensor table (model/arch), the one count in tessera.
 // - Model states per device follow ZeRO (Rajbhandari et al. 2020): fp32
 //   training 4+4+8 bytes per parameter; mixed precision 2 (weights) + 2
 //   (gradients) + 12 (fp32 master, Adam m and v); ZeRO-1 divides the
@@ -30,8 +31,11 @@ typedef enum { SCHED_1F1B, SCHED_GPIPE } PlanSchedule;
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } PlanRecompute;
 typedef enum { PREC_FP32, PREC_BF16, PREC_FP16 } PlanPrecision;
 
+// The model: its config (model/arch describes its tensors, so parameter
+// counts come from there) and the sizes the formulas use, read off it.
 typedef struct PlanModel {
     char name[32];
+    ModelConfig cfg;
     PlanArch arch;
     int64_t L, h, a, kv, f, V, s;   // layers, width, heads, kv heads, FFN, vocabulary, positions
     int64_t vpad;                   // vocabulary rows tessera allocates (V padded to 128)
@@ -77,6 +81,9 @@ typedef struct PlanResult {
 int plan_model_preset(PlanModel *m, const char *name, Err *err);
 const char *plan_preset_list(void);
 void plan_model_from_config(PlanModel *m, const ModelConfig *c);
+// Replaces the vocabulary (V and its padding).
+void plan_model_set_vocab(PlanModel *m, int64_t vocab);
+// Exact parameters, final norm included: model/arch's count.
 int64_t plan_params(const PlanModel *m);
 
 // Checks the layout against the model, cluster and job (DESIGN §3); the

@@ -1,6 +1,5 @@
 #include "train/trainer.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,44 +7,373 @@
 #include <sys/stat.h>
 
 #include "core/alloc.h"
+#include "core/checksum.h"
 #include "core/json.h"
 #include "core/timer.h"
-#include "data/loader.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "io/hf_gpt2.h"
-#include "parallel/ddp.h"
-#include "parallel/zero.h"
-#include "core/checksum.h"
 #include "kernels/matmul.h"
-#include "model/stage.h"
+#include "parallel/dp.h"
+
+// The optimizer's sections in a checkpoint, beside the parameters ("").
+static const char *const SECTIONS[] = {"", "exp_avg/", "exp_avg_sq/"};
+
+struct Trainer {
+    const TrainConfig *tc;
+    Mesh *mesh;
+    int rank, D;               // DP rank and size
+    Comm *stats;               // loss, norm and checkpoint agreement (NULL: one process), apart from the DP
+                               // group so that its counters hold gradient traffic only
+    Tokenizer tok;
+    ModelConfig mc;
+    Ckpt *ck;                  // the checkpoint resumed from, until the state is loaded
+    StFile sf;
+    Loader *ld, *val;
+    Stage st;
+    Dp *dp;
+    AdamW opt;
+    Report *rep;
+    int *inp, *tgt;            // one micro-batch (B,T)
+    int done;                  // steps done
+    double tokens_per_step, flops_tok, peak;
+    const char *peak_src;
+    uint64_t sent_mark;        // DP bytes sent up to the end of the last step's reductions
+};
 
 double train_flops_per_token(const ModelConfig *c, int T) {
     return 6.0 * (double)config_param_count(c, 0) + 12.0 * c->n_layer * (double)T * c->d_model;
 }
 
-// This rank's bytes by allocator tag: the peaks, and where they differ the
-// current values.
-static void print_memory(void) {
-    char b[32], c[32];
-    printf("memory:    per rank, peak (now): ");
-    for (int t = 0; t < MEM_NTAGS; t++) {
-        if (!mem_peak(t)) continue;
-        printf("%s %s", mem_tag_name(t), mem_fmt(mem_peak(t), b, sizeof b));
-        if (mem_current(t) != mem_peak(t)) printf(" (%s)", mem_fmt(mem_current(t), c, sizeof c));
-        printf(", ");
+double train_evaluate(Stage *st, Loader *val, int max_batches, int64_t *ntok) {
+    int B = st->B, T = st->T;
+    int *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+    CHECKF(in && tg, "out of memory");
+    double sum = 0;
+    int64_t n = 0;
+    loader_rewind(val);
+    for (int b = 0; max_batches <= 0 || b < max_batches; b++) {
+        int got = loader_next(val, in, tg);
+        if (got == 0) break;
+        sum += stage_forward(st, 0, in, tg, got, T, 0.0f);
+        n += (int64_t)got * T;
     }
-    printf("total %s\n", mem_fmt(mem_peak_total(), b, sizeof b));
+    free(in);
+    free(tg);
+    *ntok = n;
+    return n ? sum / (double)n : 0.0;
 }
 
-static void progress_bar(int step, int total, double elapsed) {
-    int width = 30, fill = (int)((double)step / total * width);
-    double eta = step ? elapsed / step * (total - step) : 0;
-    printf("\r[");
-    for (int i = 0; i < width; i++) putchar(i < fill ? '=' : (i == fill ? '>' : ' '));
-    printf("] %d/%d  ETA %dm%02ds ", step, total, (int)eta / 60, (int)eta % 60);
+// Bytes c has sent, over all operations (0 without c).
+static uint64_t bytes_sent(Comm *c) {
+    uint64_t n = 0;
+    if (!c) return 0;
+    const CommStats *cs = comm_stats(c);
+    for (int o = 0; o < OP_COUNT; o++) n += cs->bytes_sent[o];
+    return n;
+}
+
+// Sums n doubles over every rank (nothing for one process).
+static int sum_all(Trainer *t, double *v, int n, Err *err) {
+    if (!t->stats) return 0;
+    double out[4];
+    CHECK(n <= 4);
+    if (comm_allreduce(t->stats, v, out, (size_t)n, DT_F64, RED_SUM, err)) return -1;
+    memcpy(v, out, (size_t)n * sizeof *v);
+    return 0;
+}
+
+// Agrees on a status across the ranks: -1 if any rank failed; a failed
+// reduction counts as a failure.
+static int agree(Trainer *t, int rc, Err *err) {
+    if (!t->stats) return rc;
+    int32_t mine = rc ? 1 : 0, any = 0;
+    Err e;
+    if (comm_allreduce(t->stats, &mine, &any, 1, DT_I32, RED_MAX, &e)) {
+        if (!rc && err) *err = e;
+        return -1;
+    }
+    if (any && !rc && err) err_set(err, ERR_RUN, "another rank failed to write its part of the checkpoint");
+    return any ? -1 : 0;
+}
+
+// ---- one step ----
+
+int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
+    const TrainConfig *tc = t->tc;
+    Stage *st = &t->st;
+    int B = tc->batch, T = tc->seq, K = tc->accum, step = t->done;
+    double t0 = timer_now();
+
+    // data → micro-batches: forward and backward, gradients accumulating
+    if (st->grads) memset(st->grads, 0, st->table.total * sizeof(float));
+    float dscale = (float)(1.0 / t->tokens_per_step);   // d(mean loss over the global batch)/d(loss sum)
+    double loss_sum = 0;
+    for (int k = 0; k < K; k++) {
+        loader_next(t->ld, t->inp, t->tgt);
+        dp_microbatch(t->dp, k, K);
+        loss_sum += stage_forward(st, 0, t->inp, t->tgt, B, T, dscale);
+        stage_backward(st, 0, t->inp, B, T);
+    }
+    // gradient sync: the owned gradients are final
+    if (dp_finish(t->dp, err)) return -1;
+    uint64_t grad_sent = bytes_sent(t->mesh->dpg) - t->sent_mark;
+    t->sent_mark += grad_sent;
+
+    // the global loss and gradient norm, every gradient counted once
+    double g[2] = {loss_sum, dp_grad_sumsq(t->dp)};
+    if (sum_all(t, g, 2, err)) return -1;
+    double loss = g[0] / t->tokens_per_step, norm = sqrt(g[1]);
+
+    // clip; the loss-scale check has nothing to do in fp32 (no scaler, no step skipped)
+    float clip = (float)tc->clip;
+    float gscale = (clip > 0 && norm > clip) ? (float)(clip / norm) : 1.0f;
+
+    // update the owned pieces; the parameter sync starts inside (ZeRO ≥ 1)
+    float lr = lr_at(&tc->lr, step);
+    if (dp_update(t->dp, &t->opt, lr, &tc->adamw, gscale, err)) return -1;
+
+    double dt = timer_now() - t0;
+    t->done = step + 1;
+    double tps = t->tokens_per_step / dt;
+    *m = (StepMetrics){.step = step + 1, .steps = tc->steps, .loss = loss, .lr = lr, .grad_norm = norm,
+                       .ms = dt * 1e3, .tokens_per_s = tps, .mfu = tps * t->flops_tok / (t->peak * 1e9 * t->D),
+                       .grad_comm_bytes = grad_sent};
+    if (!isfinite(loss)) return err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
+    return 0;
+}
+
+int trainer_steps_done(const Trainer *t) { return t->done; }
+
+// ---- setting up ----
+
+// The model's config and, on resume, the checkpoint to continue from.
+static int choose_model(Trainer *t, Err *err) {
+    const TrainConfig *tc = t->tc;
+    ModelConfig *mc = &t->mc;
+    *mc = tc->model;
+    config_set_vocab(mc, t->tok.vocab);
+    if (tc->resume) {
+        if (ckpt_open(&t->ck, tc->resume, err)) { err_prefix(err, "--resume"); return -1; }
+        if (ckpt_config(t->ck, mc, err)) return -1;
+        const Json *tn = json_get(json_get(ckpt_meta(t->ck), "train"), "tokenizer");
+        if (tn && tn->type == JSON_STR && strcmp(tn->text, t->tok.name))
+            return err_set(err, ERR_USAGE, "--resume %s: the run used --tokenizer %s, not %s", ckpt_dir(t->ck), tn->text,
+                           t->tok.name);
+    } else if (tc->init_from) {
+        if (st_open(&t->sf, tc->init_from, err)) { err_prefix(err, "--init-from"); return -1; }
+        ModelConfig fc = {0};
+        fc.n_head = tc->model.n_head;
+        if (hf_read_config(&t->sf, &fc, err)) { err_prefix(err, "--init-from"); return -1; }
+        if (fc.d_model != tc->model.d_model) {   // the preset does not describe this file: infer the heads too
+            fc.n_head = 0;
+            if (hf_read_config(&t->sf, &fc, err)) { err_prefix(err, "--init-from"); return -1; }
+        }
+        *mc = fc;
+    }
+    if (mc->vocab != t->tok.vocab)
+        return err_set(err, ERR_USAGE, "the model's vocabulary (%d) does not match --tokenizer %s (%d)", mc->vocab,
+                       t->tok.name, t->tok.vocab);
+    if (config_validate(mc, err)) return -1;
+    if (tc->seq > mc->max_seq)
+        return err_set(err, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, mc->max_seq);
+    return 0;
+}
+
+static int open_data(Trainer *t, Err *err) {
+    const TrainConfig *tc = t->tc;
+    LoaderOptions lo = {.T = tc->seq, .B = tc->batch, .rank = t->rank, .ranks = t->D, .seed = tc->seed,
+                        .split = SPLIT_TRAIN, .prefetch = 1};
+    if (loader_open(&t->ld, tc->data, &t->tok, &lo, err)) { err_prefix(err, "--data"); return -1; }
+    lo.split = SPLIT_VAL;
+    lo.prefetch = 0;
+    if (tc->val_data) {
+        if (loader_open(&t->val, tc->val_data, &t->tok, &lo, err)) { err_prefix(err, "--val-data"); return -1; }
+        return 0;
+    }
+    struct stat sb;
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/val_000000.bin", tc->data);
+    if (stat(tc->data, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(probe, &sb) == 0 &&
+        loader_open(&t->val, tc->data, &t->tok, &lo, err)) {
+        err_prefix(err, "--data (validation shards)");
+        return -1;
+    }
+    return 0;
+}
+
+// Where the starting values of a segment come from.
+typedef struct {
+    const ParamTable *t;
+    Ckpt *ck;
+    const char *section;   // of the checkpoint
+    const float *full;     // whole parameters to cut from, or NULL
+    uint64_t seed;
+    uint32_t crc;          // CRC-32C of the segments so far (of the whole flat buffer at the end)
+    Err *err;
+} Fill;
+
+static int fill_segment(void *ctx, int k, float *buf) {
+    Fill *f = ctx;
+    const ParamSeg *g = &f->t->seg[k];
+    if (f->ck) {
+        if (ckpt_load_range(f->ck, f->t, f->section, g->lo, g->hi, buf, f->err)) return -1;
+    } else if (f->full) {
+        if (buf != f->full + g->lo) memcpy(buf, f->full + g->lo, (g->hi - g->lo) * sizeof(float));
+    } else {
+        ptable_init_seg(f->t, k, buf, f->seed);
+    }
+    f->crc = crc32c(f->crc, buf, (g->hi - g->lo) * sizeof(float));
+    return 0;
+}
+
+// The starting state — parameters from the checkpoint, the --init-from
+// file or the seed, and on resume the AdamW moments, step count and the
+// loader's place — segment by segment, each rank keeping what it owns.
+// *crc gets the CRC-32C of the whole flat parameter buffer, for the ranks
+// to compare.
+static int init_state(Trainer *t, uint32_t *crc, Err *err) {
+    const TrainConfig *tc = t->tc;
+    const ParamTable *tb = &t->st.table;
+    Ckpt *ck = t->ck;
+    if (ck && !ckpt_has_section(ck, SECTIONS[1]))
+        return err_set(err, ERR_USAGE, "%s: holds no optimizer state (an imported model? use --init-from)", ckpt_dir(ck));
+    Fill fl = {.t = tb, .ck = ck, .seed = tc->seed, .section = SECTIONS[0], .err = err};
+    float *whole = NULL;
+    int rc = 0;
+    if (tc->init_from) {   // the file is read whole once, into the parameters or (ZeRO-3) a scratch buffer
+        whole = t->st.params ? t->st.params : mem_alloc(MEM_WORKSPACE, tb->total * sizeof(float));
+        rc = !whole ? err_set(err, ERR_RUN, "out of memory reading --init-from") : hf_load(&t->sf, &t->mc, tb, whole, err);
+        if (rc) err_prefix(err, tc->init_from);
+        fl.full = whole;
+    }
+    if (!rc) rc = dp_fill_params(t->dp, fill_segment, &fl);
+    if (whole != t->st.params) mem_free(whole);
+    if (rc) return -1;
+    *crc = fl.crc;
+    if (!ck) return 0;
+    fl.full = NULL;
+    fl.section = SECTIONS[1];
+    if (dp_fill_shard(t->dp, t->opt.m, fill_segment, &fl)) return -1;
+    fl.section = SECTIONS[2];
+    if (dp_fill_shard(t->dp, t->opt.v, fill_segment, &fl)) return -1;
+    const Json *meta = ckpt_meta(ck), *ls = json_get(json_get(meta, "train"), "loader");
+    int64_t e = 0, p = 0;
+    if (json_int64(json_get(meta, "adam_t"), &t->opt.t) || t->opt.t < 0)
+        return err_set(err, ERR_USAGE, "%s/meta.json: field 'adam_t' is missing or not a non-negative integer", ckpt_dir(ck));
+    if (json_int64(json_get(ls, "epoch"), &e) || json_int64(json_get(ls, "pos"), &p) || e < 0 || p < 0)
+        return err_set(err, ERR_USAGE, "%s/meta.json: field 'train.loader' is missing or malformed", ckpt_dir(ck));
+    loader_set_state(t->ld, (LoaderState){e, p % loader_samples(t->ld)});
+    t->done = (int)ckpt_step(ck);
+    return 0;
+}
+
+// Parameters start identical by construction (init by global index, or the
+// same file); every DP rank verifies it before the first step.
+static int check_same_start(Trainer *t, uint32_t crc, Err *err) {
+    Comm *c = t->mesh->dpg;
+    if (!c) return 0;
+    int32_t mine = (int32_t)crc, *all = calloc((size_t)t->D, 4);
+    if (!all || comm_allgather(c, &mine, all, 1, DT_I32, err)) { free(all); return -1; }
+    int rc = 0;
+    for (int r = 1; r < t->D && !rc; r++)
+        if (all[r] != all[0])
+            rc = err_set(err, ERR_RUN, "data-parallel ranks 0 and %d start from different parameters (checksums %08x, %08x)",
+                         r, (unsigned)all[0], (unsigned)all[r]);
+    free(all);
+    return rc;
+}
+
+static void print_header(Trainer *t) {
+    const TrainConfig *tc = t->tc;
+    const ModelConfig *mc = &t->mc;
+    int64_t np = config_param_count(mc, 0);
+    printf("model:     %s — %d layers, %d heads, d_model %d, d_ff %d, max_seq %d, vocab %d (padded %d)\n", mc->name,
+           mc->n_layer, mc->n_head, mc->d_model, mc->d_ff, mc->max_seq, mc->vocab, mc->vocab_padded);
+    printf("params:    %.2fM (%lld; %zu with vocabulary padding)\n", np / 1e6, (long long)np, t->st.table.total);
+    printf("data:      %s — %d file%s, %lld tokens (%s tokenizer), %lld sequences of %d+1 per epoch\n", tc->data,
+           loader_sources(t->ld), loader_sources(t->ld) == 1 ? "" : "s", (long long)loader_tokens(t->ld), tc->tokenizer,
+           (long long)loader_samples(t->ld), tc->seq);
+    if (t->val)
+        printf("val:       %lld tokens, %lld sequences; evaluated %s%s, %s\n", (long long)loader_tokens(t->val),
+               (long long)loader_samples(t->val), tc->eval_every > 0 ? "every --eval-every steps and " : "",
+               "at the end", tc->eval_batches ? "first --eval-batches batches" : "all of it");
+    printf("batch:     %d × %d tokens × %d accumulation × %d ranks = %.0f tokens per step, %d steps\n", tc->batch, tc->seq,
+           tc->accum, t->D, t->tokens_per_step, tc->steps);
+    char line[1024];
+    dp_describe(t->dp, line, sizeof line);
+    if (line[0]) printf("parallel:  %s\n", line);
+    printf("optimizer: AdamW lr %g → %g (%s, warmup %d), betas %g/%g, eps %g, weight decay %g, clip %g\n",
+           (float)tc->lr.lr, (float)(tc->lr.shape == LR_COSINE ? tc->lr.min_lr : tc->lr.lr),
+           tc->lr.shape == LR_COSINE ? "cosine" : "constant", tc->lr.warmup, (float)tc->adamw.beta1,
+           (float)tc->adamw.beta2, (float)tc->adamw.eps, (float)tc->adamw.weight_decay, (float)tc->clip);
+    printf("compute:   %d thread%s, %s; %.3g GFLOP per token; MFU against %.1f GFLOP/s (%s)\n", kernels_threads(),
+           kernels_threads() == 1 ? "" : "s", kernels_blas_info(), t->flops_tok * 1e-9, t->peak, t->peak_src);
+    report_memory(t->rep);
+    if (t->ck) printf("resumed:   %s at step %d\n", ckpt_dir(t->ck), t->done);
+    if (tc->init_from) printf("init:      %s\n", tc->init_from);
     fflush(stdout);
 }
+
+int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
+    *out = NULL;
+    CHECKF(m->tp == 1 && m->pp == 1, "the trainer runs data parallel only (tp=%d pp=%d)", m->tp, m->pp);
+    if (tc->zero && !m->dpg)
+        return err_set(err, ERR_USAGE, "--zero %d needs a communicator (tessera train starts one)", tc->zero);
+    Trainer *t = calloc(1, sizeof *t);
+    if (!t) return err_set(err, ERR_RUN, "out of memory");
+    t->tc = tc;
+    t->mesh = m;
+    t->rank = m->dpg ? comm_rank(m->dpg) : 0;
+    t->D = m->dpg ? comm_size(m->dpg) : 1;
+    if (tokenizer_open(&t->tok, tc->tokenizer, err)) { free(t); return -1; }
+    uint32_t crc = 0;
+    if (choose_model(t, err)) goto fail;
+    if (tc->threads > 0) kernels_set_threads(tc->threads);
+    if (open_data(t, err)) goto fail;
+    ModelSlice slice = slice_whole(&t->mc);
+    slice.pad_multiple = dp_pad_multiple(tc->zero, t->D);   // ZeRO: every segment splits into D equal pieces
+    if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, 1, dp_stage_flags(tc->zero), err)) goto fail;
+    if (dp_init(&t->dp, m->dpg, tc->zero, tc->bucket_mb, &t->st, err)) goto fail;
+    if (adamw_init(&t->opt, dp_shard_floats(t->dp), err)) goto fail;   // the moments of the owned pieces
+    if (init_state(t, &crc, err) || check_same_start(t, crc, err)) goto fail;
+    if (m->world && comm_split(m->world, 0, comm_rank(m->world), "stats", &t->stats, err)) goto fail;
+    if (report_open(&t->rep, t->rank == 0 ? tc->log_path : NULL, tc->progress, err)) goto fail;
+    t->inp = malloc((size_t)tc->batch * tc->seq * sizeof *t->inp);
+    t->tgt = malloc((size_t)tc->batch * tc->seq * sizeof *t->tgt);
+    if (!t->inp || !t->tgt) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
+    t->tokens_per_step = (double)tc->batch * tc->seq * tc->accum * t->D;
+    t->flops_tok = train_flops_per_token(&t->mc, tc->seq);
+    t->peak = tc->peak_gflops;
+    t->peak_src = "--peak-gflops";
+    if (t->peak <= 0) { t->peak = kernels_sgemm_gflops(1024, 5); t->peak_src = "measured SGEMM 1024³"; }
+    print_header(t);
+    t->sent_mark = bytes_sent(m->dpg);
+    *out = t;
+    return 0;
+fail:
+    trainer_close(t);
+    return -1;
+}
+
+void trainer_close(Trainer *t) {
+    if (!t) return;
+    report_close(t->rep);
+    free(t->inp);
+    free(t->tgt);
+    dp_free(t->dp);   // first: it waits for collectives still writing into the stage's buffers
+    adamw_free(&t->opt);
+    stage_free(&t->st);
+    comm_free(t->stats);
+    loader_free(t->ld);
+    loader_free(t->val);
+    ckpt_close(t->ck);
+    st_close(&t->sf);
+    tokenizer_close(&t->tok);
+    free(t);
+}
+
+// ---- the run ----
 
 static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls) {
     JsonBuf b;
@@ -67,450 +395,90 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls) {
     return b.s;
 }
 
-// Agrees on a status across the data-parallel ranks: the worst one (-1 if
-// any rank failed); a failed reduction counts as a failure.
-static int agree(Comm *stats, int rc, Err *err) {
-    if (!stats) return rc;
-    int32_t mine = rc ? 1 : 0, any = 0;
-    Err e;
-    if (comm_allreduce(stats, &mine, &any, 1, DT_I32, RED_MAX, &e)) {
-        if (!rc && err) *err = e;
-        return -1;
-    }
-    if (any && !rc && err) err_set(err, ERR_RUN, "another rank failed to write its part of the checkpoint");
-    return any ? -1 : 0;
-}
-
-// Saves a checkpoint; every rank calls it. Without ZeRO rank 0 writes the
-// whole model (the others hold the same). Under ZeRO every rank writes the
-// pieces it owns — parameters and moments — into its own file, and rank 0
-// commits once all have written.
-static int save_ckpt(const TrainConfig *tc, int step, const Stage *st, const AdamW *opt, const Loader *ld, Zero *zr,
-                     Comm *stats, int rank, int D, Err *err) {
+// Saves a checkpoint of the current step; every rank calls it. Each rank
+// that owns distinct pieces (every rank under ZeRO, rank 0 otherwise)
+// writes its parameters and moments into its own file; rank 0 creates the
+// step first and commits it once all have written. Any failure fails all.
+static int save(Trainer *t, Err *err) {
+    const TrainConfig *tc = t->tc;
     double t0 = timer_now();
-    char *meta = train_meta_json(tc, step, loader_state(ld));
-    int rc = 0;
-    if (!zr) {
-        if (rank == 0) rc = ckpt_save(tc->ckpt_dir, step, st, opt, meta, tc->keep, err);
-    } else {
-        int n = st->table.nseg;
-        CkptPiece *pc = calloc((size_t)n + 1, sizeof *pc);
-        if (!pc) rc = err_set(err, ERR_RUN, "out of memory");
-        if (rank == 0 && !rc) rc = ckpt_begin(tc->ckpt_dir, step, err);
-        rc = agree(stats, rc, err);
-        for (int k = 0; k < n && !rc; k++) {
-            size_t off;
-            zero_piece(zr, k, &pc[k].lo, &pc[k].hi, &off);
-            pc[k].params = zero_piece_params(zr, k);
-            pc[k].m = opt->m + off;
-            pc[k].v = opt->v + off;
+    int n = dp_npieces(t->dp), rc = 0;
+    char *train = train_meta_json(tc, t->done, loader_state(t->ld));
+    JsonBuf state;
+    jb_init(&state);
+    jb_obj_begin(&state);
+    jb_key(&state, "optimizer"); jb_bool(&state, 1);
+    jb_key(&state, "adam_t"); jb_int(&state, t->opt.t);
+    jb_obj_end(&state);
+    CkptPiece *pc = calloc((size_t)n + 1, sizeof *pc);
+    if (!pc || !train || !state.s) rc = err_set(err, ERR_RUN, "out of memory");
+    if (t->rank == 0 && !rc) rc = ckpt_begin(tc->ckpt_dir, t->done, err);
+    rc = agree(t, rc, err);
+    if (!rc && dp_writes_checkpoint(t->dp)) {
+        for (int k = 0; k < n; k++) {
+            DpPiece p = dp_piece(t->dp, k);
+            pc[k] = (CkptPiece){p.lo, p.hi, {p.params, t->opt.m + p.off, t->opt.v + p.off}};
         }
-        if (!rc) rc = ckpt_write_pieces(tc->ckpt_dir, step, rank, &st->table, pc, n, 1, err);
-        free(pc);
-        rc = agree(stats, rc, err);
-        CkptLayout lay = {D, tc->zero};
-        if (rank == 0 && !rc) rc = ckpt_commit(tc->ckpt_dir, step, D, &lay, st, opt, meta, tc->keep, err);
-        rc = agree(stats, rc, err);
+        rc = ckpt_write_pieces(tc->ckpt_dir, t->done, t->rank, &t->st.table, SECTIONS, 3, pc, n, err);
     }
-    free(meta);
-    if (rc == 0) printf("checkpoint: %s/step_%08d (%.2f s)\n", tc->ckpt_dir, step, timer_now() - t0);
+    rc = agree(t, rc, err);
+    CkptMeta md = {.step = t->done, .cfg = &t->mc, .nfiles = dp_checkpoint_files(t->dp), .dp = t->D, .tp = 1, .pp = 1,
+                   .zero = tc->zero, .state = state.s, .train = train};
+    if (t->rank == 0 && !rc) rc = ckpt_commit(tc->ckpt_dir, &md, tc->keep, err);
+    rc = agree(t, rc, err);
+    free(pc);
+    free(train);
+    jb_free(&state);
+    if (rc == 0) printf("checkpoint: %s/step_%08d (%.2f s)\n", tc->ckpt_dir, t->done, timer_now() - t0);
     return rc;
 }
 
-// ---- filling ZeRO shards segment by segment ----
-
-typedef struct {
-    const ParamTable *t;
-    Ckpt *ck;
-    const char *prefix;
-    const float *full;     // whole parameters to cut from, or NULL
-    uint64_t seed;
-    uint32_t crc;          // CRC-32C of the segments so far (of the whole flat buffer at the end)
-    Err *err;
-} Fill;
-
-static int fill_segment(void *ctx, int k, float *buf) {
-    Fill *f = ctx;
-    const ParamSeg *g = &f->t->seg[k];
-    if (f->ck) {
-        if (ckpt_load_range(f->ck, f->t, f->prefix, g->lo, g->hi, buf, f->err)) return -1;
-    } else if (f->full) {
-        memcpy(buf, f->full + g->lo, (g->hi - g->lo) * sizeof(float));
-    } else {
-        ptable_init_seg(f->t, k, buf, f->seed);
-    }
-    f->crc = crc32c(f->crc, buf, (g->hi - g->lo) * sizeof(float));
-    return 0;
-}
-
-double train_evaluate(Stage *st, Loader *val, int max_batches, int64_t *ntok) {
-    int B = st->B, T = st->T;
-    int *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
-    CHECKF(in && tg, "out of memory");
-    double sum = 0;
-    int64_t n = 0;
-    loader_rewind(val);
-    for (int b = 0; max_batches <= 0 || b < max_batches; b++) {
-        int got = loader_next(val, in, tg);
-        if (got == 0) break;
-        sum += stage_forward(st, in, tg, got, T, 0.0f);
-        n += (int64_t)got * T;
-    }
-    free(in);
-    free(tg);
-    *ntok = n;
-    return n ? sum / (double)n : 0.0;
-}
-
-// Bytes c has sent, over all operations (0 without c).
-static uint64_t bytes_sent(Comm *c) {
-    uint64_t n = 0;
-    if (!c) return 0;
-    const CommStats *cs = comm_stats(c);
-    for (int o = 0; o < OP_COUNT; o++) n += cs->bytes_sent[o];
-    return n;
-}
-
-// Evaluates, prints and logs the validation loss at `step`.
-static void run_eval(const TrainConfig *tc, Stage *st, Loader *val, int step, FILE *log) {
+// Evaluates, prints and logs the validation loss; what ZeRO-3 gathers for
+// it is not counted as the steps' traffic.
+static int evaluate(Trainer *t, Err *err) {
+    if (dp_sync_params(t->dp, err)) return -1;   // what the step sent is counted with it
+    uint64_t b0 = bytes_sent(t->mesh->dpg);
     int64_t n;
-    double t0 = timer_now();
-    double loss = train_evaluate(st, val, tc->eval_batches, &n);
-    if (tc->progress) printf("\r\033[K");
-    printf("eval  %5d       | val loss %.4f | perplexity %.2f | %lld tokens in %.1f s\n", step, loss, exp(loss),
-           (long long)n, timer_now() - t0);
-    fflush(stdout);
-    if (log) {
-        fprintf(log, "{\"step\":%d,\"val_loss\":%.6f,\"val_ppl\":%.4f,\"val_tokens\":%lld}\n", step, loss, exp(loss),
-                (long long)n);
-        fflush(log);
-    }
-}
-
-// The model's config and, on resume, the checkpoint to continue from.
-static int choose_model(const TrainConfig *tc, const Tokenizer *tok, ModelConfig *mc, Ckpt **ck, StFile *sf, Err *err) {
-    *mc = tc->model;
-    config_set_vocab(mc, tok->vocab);
-    if (tc->resume) {
-        if (ckpt_open(ck, tc->resume, err)) { err_prefix(err, "--resume"); return -1; }
-        if (ckpt_config(*ck, mc, err)) return -1;
-        const Json *tn = json_get(json_get(ckpt_meta(*ck), "train"), "tokenizer");
-        if (tn && tn->type == JSON_STR && strcmp(tn->text, tok->name))
-            return err_set(err, ERR_USAGE, "--resume %s: the run used --tokenizer %s, not %s", ckpt_dir(*ck), tn->text,
-                           tok->name);
-    } else if (tc->init_from) {
-        if (st_open(sf, tc->init_from, err)) { err_prefix(err, "--init-from"); return -1; }
-        ModelConfig fc = {0};
-        fc.n_head = tc->model.n_head;
-        if (hf_read_config(sf, &fc, err)) { err_prefix(err, "--init-from"); return -1; }
-        if (fc.d_model != tc->model.d_model) {   // the preset does not describe this file: infer the heads too
-            fc.n_head = 0;
-            if (hf_read_config(sf, &fc, err)) { err_prefix(err, "--init-from"); return -1; }
-        }
-        *mc = fc;
-    }
-    if (mc->vocab != tok->vocab)
-        return err_set(err, ERR_USAGE, "the model's vocabulary (%d) does not match --tokenizer %s (%d)", mc->vocab,
-                       tok->name, tok->vocab);
-    if (config_validate(mc, err)) return -1;
-    if (tc->seq > mc->max_seq)
-        return err_set(err, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, mc->max_seq);
+    double t0 = timer_now(), loss = train_evaluate(&t->st, t->val, t->tc->eval_batches, &n);
+    report_eval(t->rep, t->done, loss, n, timer_now() - t0);
+    t->sent_mark += bytes_sent(t->mesh->dpg) - b0;
     return 0;
 }
 
-// The starting parameters — from the checkpoint, the --init-from file or
-// the seed — and on resume the AdamW state, in the stage's layout. Every
-// rank computes the same whole model, segment by segment; under ZeRO it
-// keeps only its pieces of what it shards. *crc gets the CRC-32C of the
-// whole flat parameter buffer, for the ranks to compare.
-static int init_state(const TrainConfig *tc, Stage *st, Zero *zr, AdamW *opt, Ckpt *ck, const StFile *sf,
-                      uint32_t *crc, Err *err) {
-    const ParamTable *t = &st->table;
-    if (ck && !ckpt_has_optimizer(ck))
-        return err_set(err, ERR_USAGE, "%s: holds no optimizer state (an imported model? use --init-from)", ckpt_dir(ck));
-    Fill fl = {.t = t, .ck = ck, .seed = tc->seed, .prefix = "", .err = err};
-    if (!st->params) {   // ZeRO-3: the parameter shard
-        int rc = 0;
-        float *whole = NULL;
-        if (tc->init_from) {   // the file is read whole once
-            st->params = whole = mem_alloc(MEM_WORKSPACE, t->total * sizeof(float));
-            rc = !whole ? err_set(err, ERR_RUN, "out of memory reading --init-from") : hf_load(sf, st, err);
-            if (rc) err_prefix(err, tc->init_from);
-            st->params = NULL;
-            fl.full = whole;
-        }
-        if (!rc) rc = zero_fill_shard(zr, zero_param_shard(zr), fill_segment, &fl);
-        mem_free(whole);
-        if (rc) return -1;
-        *crc = fl.crc;
-    } else {
-        if (ck) {
-            if (ckpt_load_range(ck, t, "", 0, t->total, st->params, err)) return -1;
-        } else if (tc->init_from) {
-            if (hf_load(sf, st, err)) { err_prefix(err, tc->init_from); return -1; }
-        } else {
-            ptable_init(t, st->params, tc->seed);
-        }
-        *crc = crc32c(0, st->params, t->total * sizeof(float));
-    }
-    if (!ck) return 0;
-    if (zr) {
-        fl.full = NULL;
-        fl.prefix = "exp_avg/";
-        if (zero_fill_shard(zr, opt->m, fill_segment, &fl)) return -1;
-        fl.prefix = "exp_avg_sq/";
-        if (zero_fill_shard(zr, opt->v, fill_segment, &fl)) return -1;
-    } else if (ckpt_load_range(ck, t, "exp_avg/", 0, t->total, opt->m, err) ||
-               ckpt_load_range(ck, t, "exp_avg_sq/", 0, t->total, opt->v, err)) {
-        return -1;
-    }
-    return ckpt_adam_t(ck, &opt->t, err);
-}
-
-int train_run(const TrainConfig *tc, Comm *dp, Err *err) {
-    int rank = dp ? comm_rank(dp) : 0, D = dp ? comm_size(dp) : 1;
-    Ddp *ddp = NULL;
-    Zero *zr = NULL;
-    Comm *stats = NULL;   // the loss and norm reductions, so that dp's counters hold gradient traffic only
-    if (tc->zero && !dp) return err_set(err, ERR_USAGE, "--zero %d needs a communicator (tessera train starts one)", tc->zero);
-    Tokenizer tok;
-    if (tokenizer_open(&tok, tc->tokenizer, err)) return -1;
-    ModelConfig mc;
-    Ckpt *ck = NULL;
-    StFile sf = {0};
-    Loader *ld = NULL, *val = NULL;
-    Stage st;
-    AdamW opt = {0};
-    FILE *log = NULL;
-    int *inp = NULL, *tgt = NULL, rc = -1, start = 0;
-    memset(&st, 0, sizeof st);
-    if (choose_model(tc, &tok, &mc, &ck, &sf, err)) goto done;
-    if (tc->threads > 0) kernels_set_threads(tc->threads);
-    LoaderOptions lo = {.T = tc->seq, .B = tc->batch, .rank = rank, .ranks = D, .seed = tc->seed,
-                        .split = SPLIT_TRAIN, .prefetch = 1};
-    if (loader_open(&ld, tc->data, &tok, &lo, err)) { err_prefix(err, "--data"); goto done; }
-    lo.split = SPLIT_VAL;
-    lo.prefetch = 0;
-    if (tc->val_data) {
-        if (loader_open(&val, tc->val_data, &tok, &lo, err)) { err_prefix(err, "--val-data"); goto done; }
-    } else {
-        struct stat sb;
-        char probe[4200];
-        snprintf(probe, sizeof probe, "%s/val_000000.bin", tc->data);
-        if (stat(tc->data, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(probe, &sb) == 0 &&
-            loader_open(&val, tc->data, &tok, &lo, err)) { err_prefix(err, "--data (validation shards)"); goto done; }
-    }
-    ModelSlice slice = slice_whole(&mc);
-    if (tc->zero) slice.pad_multiple = D;   // every segment splits into D equal pieces
-    if (stage_init(&st, &mc, &slice, tc->batch, tc->seq, zero_stage_flags(tc->zero), err)) goto done;
-    if (tc->zero && zero_init(&zr, dp, tc->zero, &st, err)) goto done;
-    // ZeRO: this rank's AdamW moments are its shard (its piece of every segment)
-    size_t S = zr ? zero_shard_floats(zr) : st.table.total;
-    if (adamw_init(&opt, S, err)) goto done;
-    uint32_t pcrc = 0;
-    if (init_state(tc, &st, zr, &opt, ck, &sf, &pcrc, err)) goto done;
-    if (ck) {
-        start = (int)ckpt_step(ck);
-        const Json *ls = json_get(json_get(ckpt_meta(ck), "train"), "loader");
-        int64_t e = 0, p = 0;
-        if (json_int64(json_get(ls, "epoch"), &e) || json_int64(json_get(ls, "pos"), &p) || e < 0 || p < 0) {
-            err_set(err, ERR_USAGE, "%s/meta.json: field 'train.loader' is missing or malformed", ckpt_dir(ck));
-            goto done;
-        }
-        loader_set_state(ld, (LoaderState){e, p % loader_samples(ld)});
-    }
-    if (dp) {
-        // Parameters start identical by construction (init by global index,
-        // or the same file); verify it before the first step.
-        int32_t mine = (int32_t)pcrc, *all = calloc((size_t)D, 4);
-        if (!all || comm_allgather(dp, &mine, all, 1, DT_I32, err)) { free(all); goto done; }
-        for (int r = 1; r < D; r++)
-            if (all[r] != all[0]) {
-                err_set(err, ERR_RUN, "data-parallel ranks 0 and %d start from different parameters (checksums %08x, %08x)",
-                        r, (unsigned)all[0], (unsigned)all[r]);
-                free(all);
-                goto done;
-            }
-        free(all);
-        if (!tc->zero && D > 1 && ddp_init(&ddp, dp, &st, tc->bucket_mb, err)) goto done;
-        if (comm_split(dp, 0, rank, "dp-stats", &stats, err)) goto done;
-    }
-    if (rank == 0 && tc->log_path && !(log = fopen(tc->log_path, "a"))) {
-        err_set(err, ERR_USAGE, "--log %s: %s", tc->log_path, strerror(errno));
-        goto done;
-    }
-    inp = malloc((size_t)tc->batch * tc->seq * sizeof *inp);
-    tgt = malloc((size_t)tc->batch * tc->seq * sizeof *tgt);
-    if (!inp || !tgt) { err_set(err, ERR_RUN, "out of memory"); goto done; }
-
-    int B = tc->batch, T = tc->seq, K = tc->accum;
-    double tokens_per_step = (double)B * T * K * D;
-    double flops_tok = train_flops_per_token(&mc, T);
-    double peak = tc->peak_gflops;
-    const char *peak_src = "--peak-gflops";
-    if (peak <= 0) { peak = kernels_sgemm_gflops(1024, 5); peak_src = "measured SGEMM 1024³"; }
-    int64_t np = config_param_count(&mc, 0);
-    printf("model:     %s — %d layers, %d heads, d_model %d, d_ff %d, max_seq %d, vocab %d (padded %d)\n", mc.name,
-           mc.n_layer, mc.n_head, mc.d_model, mc.d_ff, mc.max_seq, mc.vocab, mc.vocab_padded);
-    printf("params:    %.2fM (%lld; %zu with vocabulary padding)\n", np / 1e6, (long long)np, st.table.total);
-    printf("data:      %s — %d file%s, %lld tokens (%s tokenizer), %lld sequences of %d+1 per epoch\n", tc->data,
-           loader_sources(ld), loader_sources(ld) == 1 ? "" : "s", (long long)loader_tokens(ld), tc->tokenizer,
-           (long long)loader_samples(ld), T);
-    if (val)
-        printf("val:       %lld tokens, %lld sequences; evaluated %s%s, %s\n", (long long)loader_tokens(val),
-               (long long)loader_samples(val), tc->eval_every > 0 ? "every --eval-every steps and " : "",
-               "at the end", tc->eval_batches ? "first --eval-batches batches" : "all of it");
-    printf("batch:     %d × %d tokens × %d accumulation × %d ranks = %.0f tokens per step, %d steps\n", B, T, K, D,
-           tokens_per_step, tc->steps);
-    if (zr) {
-        static const char *what[] = {"", "AdamW state sharded; gradients reduce-scattered per layer during the last backward, "
-                                         "updated parameters allgathered during the next forward",
-                                     "AdamW state and gradients sharded; gradients reduce-scattered per layer during every "
-                                     "backward, updated parameters allgathered during the next forward",
-                                     "AdamW state, gradients and parameters sharded; each layer's parameters allgathered "
-                                     "before its forward and its backward (the next one prefetched)"};
-        char b1[32];
-        printf("parallel:  data parallel over %d ranks (%s backend), ZeRO-%d: %s; shard %zu of %zu floats per rank, "
-               "%d segments, comm buffers %s\n", D, comm_backend(dp), tc->zero, what[tc->zero], S, st.table.total,
-               st.table.nseg, mem_fmt(zero_pool_bytes(zr), b1, sizeof b1));
-    }
-    if (ddp)
-        printf("parallel:  data parallel over %d ranks (%s backend), gradients in %d buckets of ≤ %g MB, overlapped with backward\n",
-               D, comm_backend(dp), ddp_nbuckets(ddp), tc->bucket_mb);
-    printf("optimizer: AdamW lr %g → %g (%s, warmup %d), betas %g/%g, eps %g, weight decay %g, clip %g\n",
-           tc->opt.lr, tc->opt.schedule == LR_COSINE ? tc->opt.min_lr : tc->opt.lr,
-           tc->opt.schedule == LR_COSINE ? "cosine" : "constant", tc->opt.warmup, tc->opt.beta1, tc->opt.beta2,
-           tc->opt.eps, tc->opt.weight_decay, tc->opt.clip);
-    printf("compute:   %d thread%s, %s; %.3g GFLOP per token; MFU against %.1f GFLOP/s (%s)\n", kernels_threads(),
-           kernels_threads() == 1 ? "" : "s", kernels_blas_info(), flops_tok * 1e-9, peak, peak_src);
-    print_memory();
-    if (ck) printf("resumed:   %s at step %d\n", ckpt_dir(ck), start);
-    if (tc->init_from) printf("init:      %s\n", tc->init_from);
-    fflush(stdout);
-
+int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
+    Trainer *t;
+    if (trainer_open(&t, tc, m, err)) return -1;
+    int start = t->done, rc = -1;
     double t_start = timer_now();
     if (start >= tc->steps) printf("nothing to train: the checkpoint is at step %d and --steps is %d\n", start, tc->steps);
-    // Gradient traffic per step: the bytes dp sent between the points where a
-    // step's reductions are complete (so ZeRO-1/2's parameter allgather,
-    // which runs into the next forward, counts with its own step), less
-    // what evaluations sent.
-    uint64_t sent_mark = bytes_sent(dp);
-    for (int step = start; step < tc->steps; step++) {
-        double t0 = timer_now();
-        if (st.grads) memset(st.grads, 0, st.table.total * sizeof(float));
-        double loss_sum = 0;
-        float dscale = (float)(1.0 / tokens_per_step);
-        for (int k = 0; k < K; k++) {
-            loader_next(ld, inp, tgt);
-            if (zr) zero_microbatch(zr, k, K);
-            if (ddp) ddp_install(ddp, &st, k == K - 1);   // only the last micro-batch synchronises
-            loss_sum += stage_forward(&st, inp, tgt, B, T, dscale);
-            stage_backward(&st, inp, B, T);
-        }
-        if (ddp) ddp_install(ddp, &st, 0);
-        if (dp) {
-            double ls = loss_sum;
-            if ((ddp && ddp_finish(ddp, err)) || (zr && zero_finish(zr, err)) ||
-                comm_allreduce(stats, &ls, &loss_sum, 1, DT_F64, RED_SUM, err))
-                goto done;
-        }
-        uint64_t grad_sent = bytes_sent(dp) - sent_mark;
-        sent_mark += grad_sent;
-        double loss = loss_sum / tokens_per_step, norm;
-        float lr = lr_at(&tc->opt, step);
-        if (zr) {
-            // the global norm from the owned gradient pieces; AdamW on the
-            // owned pieces (then, in stages 1 and 2, the parameters allgathered)
-            double ss = zero_grad_sumsq(zr), ss_all;
-            if (comm_allreduce(stats, &ss, &ss_all, 1, DT_F64, RED_SUM, err)) goto done;
-            norm = sqrt(ss_all);
-            float gscale = (tc->opt.clip > 0 && norm > tc->opt.clip) ? (float)(tc->opt.clip / norm) : 1.0f;
-            if (zero_step(zr, &opt, lr, &tc->opt, gscale, err)) goto done;
-        } else {
-            norm = sqrt(sum_squares(st.grads, st.table.total));
-            float gscale = (tc->opt.clip > 0 && norm > tc->opt.clip) ? (float)(tc->opt.clip / norm) : 1.0f;
-            adamw_step(&opt, &st.table, st.params, st.grads, lr, &tc->opt, gscale);
-        }
-        double dt = timer_now() - t0;
-        if (!isfinite(loss)) {
-            err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
-            goto done;
-        }
-        int last = step + 1 == tc->steps;
-        if ((step + 1) % tc->log_every == 0 || last || step == 0) {
-            double tps = tokens_per_step / dt, mfu = tps * flops_tok / (peak * 1e9 * D);
-            if (tc->progress) printf("\r\033[K");
-            printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%\n", step + 1,
-                   tc->steps, loss, lr, norm, dt * 1e3, tps, 100 * mfu);
-            fflush(stdout);
-            if (log) {
-                fprintf(log, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms\":%.3f,"
-                             "\"tokens_per_s\":%.1f,\"mfu\":%.5f,\"mem_peak_bytes\":%zu,\"mem\":{\"params\":%zu,"
-                             "\"grads\":%zu,\"optim\":%zu,\"acts\":%zu,\"comm\":%zu,\"workspace\":%zu},"
-                             "\"mem_now\":{\"params\":%zu,\"grads\":%zu,\"optim\":%zu,\"acts\":%zu,\"comm\":%zu,"
-                             "\"workspace\":%zu},\"grad_comm_bytes\":%llu}\n",
-                        step + 1, loss, lr, norm, dt * 1e3, tps, mfu, mem_peak_total(), mem_peak(MEM_PARAMS),
-                        mem_peak(MEM_GRADS), mem_peak(MEM_OPTIM), mem_peak(MEM_ACTS), mem_peak(MEM_COMM),
-                        mem_peak(MEM_WORKSPACE), mem_current(MEM_PARAMS), mem_current(MEM_GRADS),
-                        mem_current(MEM_OPTIM), mem_current(MEM_ACTS), mem_current(MEM_COMM),
-                        mem_current(MEM_WORKSPACE), (unsigned long long)grad_sent);
-                fflush(log);
-            }
-        }
-        if (tc->exit_after > 0 && step + 1 == tc->exit_after && !last) {
-            if (tc->ckpt_dir && save_ckpt(tc, step + 1, &st, &opt, ld, zr, stats, rank, D, err)) goto done;
-            printf("stopped:   after step %d of %d (--exit-after); continue with --resume\n", step + 1, tc->steps);
+    while (t->done < tc->steps) {
+        StepMetrics sm;
+        if (trainer_step(t, &sm, err)) goto done;
+        int step = t->done, last = step == tc->steps;
+        if (step % tc->log_every == 0 || last || step == 1) report_step(t->rep, &sm);
+        if (tc->exit_after > 0 && step == tc->exit_after && !last) {
+            if (tc->ckpt_dir && save(t, err)) goto done;
+            printf("stopped:   after step %d of %d (--exit-after); continue with --resume\n", step, tc->steps);
             rc = 0;
             goto done;
         }
-        if (val && tc->eval_every > 0 && (step + 1) % tc->eval_every == 0 && !last) {
-            if (zr && zero_sync_params(zr, err)) goto done;   // what the step sent is counted with it
-            uint64_t b0 = bytes_sent(dp);
-            run_eval(tc, &st, val, step + 1, log);
-            sent_mark += bytes_sent(dp) - b0;   // ZeRO-3 gathers parameters to evaluate
-        }
-        if (tc->progress && !last) progress_bar(step + 1, tc->steps, timer_now() - t_start);
-        if (tc->ckpt_dir && tc->ckpt_every > 0 && (step + 1) % tc->ckpt_every == 0 && !last &&
-            save_ckpt(tc, step + 1, &st, &opt, ld, zr, stats, rank, D, err))
-            goto done;
+        if (t->val && tc->eval_every > 0 && step % tc->eval_every == 0 && !last && evaluate(t, err)) goto done;
+        if (!last) report_progress(t->rep, step, tc->steps, timer_now() - t_start);
+        if (tc->ckpt_dir && tc->ckpt_every > 0 && step % tc->ckpt_every == 0 && !last && save(t, err)) goto done;
     }
     double total = timer_now() - t_start;
-    if (zr && zero_sync_params(zr, err)) goto done;
-    if (val) run_eval(tc, &st, val, tc->steps, log);
-    if (tc->ckpt_dir && start < tc->steps && save_ckpt(tc, tc->steps, &st, &opt, ld, zr, stats, rank, D, err)) goto done;
+    if (dp_sync_params(t->dp, err)) goto done;
+    if (t->val && evaluate(t, err)) goto done;
+    if (tc->ckpt_dir && start < tc->steps && save(t, err)) goto done;
     if (start < tc->steps)
         printf("done:      %d steps in %.1f s, %.0f tokens/s average\n", tc->steps - start, total,
-               tokens_per_step * (tc->steps - start) / total);
-    if (ddp) {
-        const CommStats *cs = comm_stats(dp);
-        double ar = cs->seconds[OP_ALLREDUCE], waited = ddp_wait_seconds(ddp);
-        printf("comm:      gradient allreduce %.2f s in all, %.2f s of it waited for after backward (%.0f%% hidden); "
-               "%.1f MB sent per step per rank\n", ar, waited, ar > 0 ? 100 * (1 - waited / ar) : 100.0,
-               cs->bytes_sent[OP_ALLREDUCE] / 1e6 / (tc->steps - start > 0 ? tc->steps - start : 1));
-    }
-    if (zr) {
-        const CommStats *cs = comm_stats(dp);
-        double t = cs->seconds[OP_REDUCE_SCATTER] + cs->seconds[OP_ALLGATHER], waited = zero_wait_seconds(zr);
-        uint64_t sent = cs->bytes_sent[OP_REDUCE_SCATTER] + cs->bytes_sent[OP_ALLGATHER];
-        printf("comm:      reduce-scatter %.2f s + allgather %.2f s in all, %.2f s of it waited for (%.0f%% hidden); "
-               "%.1f MB sent per step per rank\n", cs->seconds[OP_REDUCE_SCATTER], cs->seconds[OP_ALLGATHER], waited,
-               t > 0 ? 100 * (1 - waited / t) : 100.0, sent / 1e6 / (tc->steps - start > 0 ? tc->steps - start : 1));
-    }
-    print_memory();
+               t->tokens_per_step * (tc->steps - start) / total);
+    char line[1024];
+    dp_summary(t->dp, tc->steps - start, line, sizeof line);
+    if (line[0]) printf("comm:      %s\n", line);
+    report_memory(t->rep);
     rc = 0;
 done:
-    if (log) fclose(log);
-    free(inp);
-    free(tgt);
-    ddp_free(ddp);   // first: they wait for collectives still writing into the stage's buffers
-    zero_free(zr);
-    adamw_free(&opt);
-    stage_free(&st);
-    comm_free(stats);
-    loader_free(ld);
-    loader_free(val);
-    ckpt_close(ck);
-    st_close(&sf);
-    tokenizer_close(&tok);
+    trainer_close(t);
     return rc;
 }

@@ -1,17 +1,28 @@
-// train/trainer — the training loop of one process: data, forward/backward
-// over gradient-accumulation micro-batches, clipping, AdamW, LR schedule,
-// progress, the JSONL metrics log and checkpoints.
+// train/trainer — the training step, written once for every layout, and
+// the run around it.
+//
+// trainer_open sets a run up on its mesh: data, the stage (this rank's part
+// of the model), the data-parallel module (ZeRO 0-3), the optimizer, the
+// starting state (checkpoint, --init-from file or seed), and prints the
+// header. trainer_step is one optimizer step, always the same sequence:
+//
+//   data → micro-batches (forward, backward) → gradient sync → global norm
+//   → clip → loss-scale check → update → parameter sync → metrics
+//
+// train_run is the loop: steps, reports, evaluations and checkpoints.
 #ifndef TSR_TRAIN_TRAINER_H
 #define TSR_TRAIN_TRAINER_H
 
 #include <stdint.h>
 
 #include "core/check.h"
-#include "comm/comm.h"
 #include "data/loader.h"
 #include "model/config.h"
 #include "model/stage.h"
-#include "train/optim.h"
+#include "optim/adamw.h"
+#include "parallel/mesh.h"
+#include "train/report.h"
+#include "train/schedule.h"
 
 typedef struct TrainConfig {
     ModelConfig model;         // vocabulary is replaced by the tokenizer's
@@ -27,16 +38,34 @@ typedef struct TrainConfig {
     int exit_after;            // stop after this step with a checkpoint, as if interrupted (0: run to steps)
     const char *resume;        // checkpoint or run directory to continue from, or NULL
     const char *init_from;     // safetensors file (Hugging Face GPT-2 names) to start from, or NULL
-    int batch, seq, accum, steps;
+    int batch, seq, accum, steps;   // per DP rank: batch sequences of seq tokens, accum micro-batches per step
     int log_every;             // print/log every this many steps (and the last)
     int threads;
     uint64_t seed;
-    OptimConfig opt;
+    LrSchedule lr;
+    AdamWConfig adamw;
+    double clip;               // max global gradient norm; 0 disables clipping
     double peak_gflops;        // MFU denominator; 0 = measure SGEMM at start
     int progress;              // draw a progress bar (stdout is a terminal)
-    double bucket_mb;          // data-parallel gradient bucket size
-    int zero;                  // ZeRO stage: 0, or 1 (optimizer state sharded over dp)
+    double bucket_mb;          // ZeRO-0 gradient bucket size
+    int zero;                  // ZeRO stage 0..3 over the DP group
 } TrainConfig;
+
+typedef struct Trainer Trainer;
+
+// Sets up a run of tc on mesh m (its DP group; tp = pp = 1). m->world NULL
+// is one process. Prints the header on stdout. 0, or -1 with err.
+int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err);
+void trainer_close(Trainer *t);
+// Steps done so far (the checkpoint's step after a resume).
+int trainer_steps_done(const Trainer *t);
+// One optimizer step; fills *m. 0, or -1 with err (a collective failed, or
+// the loss is no longer finite).
+int trainer_step(Trainer *t, StepMetrics *m, Err *err);
+
+// Runs the whole training of tc on m: header, steps, one line per logged
+// step, evaluations, checkpoints and the summary. Returns 0, or -1 with err.
+int train_run(const TrainConfig *tc, Mesh *m, Err *err);
 
 // FLOPs of one training step per token: 6·N + 12·L·T·C (PaLM's convention:
 // N parameters without padding, plus attention's score/value products).
@@ -46,12 +75,5 @@ double train_flops_per_token(const ModelConfig *c, int T);
 // start, at most max_batches batches of the stage's B; 0 = all); the number
 // of tokens scored goes to *ntok.
 double train_evaluate(Stage *st, Loader *val, int max_batches, int64_t *ntok);
-
-// Runs the whole training; prints the header, one line per logged step and
-// a summary to stdout. With dp (a communicator of data-parallel ranks; NULL
-// for one process) every rank trains on its share of each global batch of
-// batch·dp·grad_accum sequences and gradients are averaged across ranks in
-// buckets overlapped with backward. Returns 0, or -1 with err set.
-int train_run(const TrainConfig *tc, Comm *dp, Err *err);
 
 #endif

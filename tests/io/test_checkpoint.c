@@ -8,9 +8,67 @@
 #include "core/alloc.h"
 #include "io/checkpoint.h"
 #include "kernels/matmul.h"
+#include "optim/adamw.h"
 #include "test.h"
 
 static char tmp[] = "/tmp/tsr_ckpt_XXXXXX";
+
+// A slice's parameter table and flat buffers, as a rank holds them.
+typedef struct {
+    ModelConfig cfg;
+    ModelSlice slice;
+    ParamTable table;
+    float *params, *grads;
+} Model;
+
+static int model_init(Model *m, const ModelConfig *c, const ModelSlice *s, Err *e) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *c;
+    m->slice = *s;
+    if (ptable_build(&m->table, c, s, e)) return -1;
+    m->params = mem_alloc(MEM_PARAMS, m->table.total * 4);
+    m->grads = mem_alloc(MEM_GRADS, m->table.total * 4);
+    return 0;
+}
+
+static void model_free(Model *m) {
+    mem_free(m->params);
+    mem_free(m->grads);
+    ptable_free(&m->table);
+}
+
+static const char *const SECTIONS[] = {"", "exp_avg/", "exp_avg_sq/"};
+
+// rank's whole buffers, with the moments when o is given.
+static int write_rank(const char *dir, int64_t step, int rank, const Model *m, const AdamW *o, Err *e) {
+    CkptPiece all = {0, m->table.total, {m->params, o ? o->m : NULL, o ? o->v : NULL}};
+    return ckpt_write_pieces(dir, step, rank, &m->table, SECTIONS, o ? 3 : 1, &all, 1, e);
+}
+
+static int commit(const char *dir, int64_t step, int nfiles, int dp, int zero, const Model *m, const AdamW *o,
+                  const char *train, int keep, Err *e) {
+    char state[64];
+    snprintf(state, sizeof state, "{\"optimizer\":true,\"adam_t\":%lld}", o ? (long long)o->t : 0LL);
+    CkptMeta md = {.step = step, .cfg = &m->cfg, .nfiles = nfiles, .dp = dp, .tp = m->slice.tp_size, .zero = zero,
+                   .state = o ? state : NULL, .train = train};
+    return ckpt_commit(dir, &md, keep, e);
+}
+
+// One process: the whole model (and moments) in one file.
+static int save(const char *dir, int64_t step, const Model *m, const AdamW *o, const char *train, int keep, Err *e) {
+    if (ckpt_begin(dir, step, e) || write_rank(dir, step, 0, m, o, e)) return -1;
+    return commit(dir, step, 1, 1, 0, m, o, train, keep, e);
+}
+
+// The model's parameters and, with o, its moments and step count.
+static int load(Ckpt *ck, Model *m, AdamW *o, Err *e) {
+    if (ckpt_load_params(ck, &m->table, m->params, e)) return -1;
+    if (!o) return 0;
+    if (ckpt_load_range(ck, &m->table, SECTIONS[1], 0, m->table.total, o->m, e) ||
+        ckpt_load_range(ck, &m->table, SECTIONS[2], 0, m->table.total, o->v, e))
+        return -1;
+    return json_int64(json_get(ckpt_meta(ck), "adam_t"), &o->t) ? err_set(e, ERR_USAGE, "no adam_t") : 0;
+}
 
 static ModelConfig tiny(void) {
     Err e;
@@ -25,8 +83,8 @@ static void test_roundtrip(void) {
     Err e;
     ModelConfig c = tiny();
     ModelSlice s = slice_whole(&c);
-    Stage a, b;
-    EXPECT(stage_init(&a, &c, &s, 1, 8, 0, &e) == 0 && stage_init(&b, &c, &s, 1, 8, 0, &e) == 0, "%s", e.msg);
+    Model a, b;
+    EXPECT(model_init(&a, &c, &s, &e) == 0 && model_init(&b, &c, &s, &e) == 0, "%s", e.msg);
     ptable_init(&a.table, a.params, 3);
     AdamW oa, ob;
     adamw_init(&oa, a.table.total, &e);
@@ -35,32 +93,32 @@ static void test_roundtrip(void) {
     oa.t = 17;
     char dir[600];
     snprintf(dir, sizeof dir, "%s/run", tmp);
-    EXPECT(ckpt_save(dir, 5, &a, &oa, "{\"k\":1}", 0, &e) == 0, "%s", e.msg);
+    EXPECT(save(dir, 5, &a, &oa, "{\"k\":1}", 0, &e) == 0, "%s", e.msg);
     Ckpt *ck;
     ModelConfig c2;
     EXPECT(ckpt_open(&ck, dir, &e) == 0, "%s", e.msg);
     if (!ck) return;
-    EXPECT(strstr(ckpt_dir(ck), "step_00000005") && ckpt_step(ck) == 5 && ckpt_has_optimizer(ck), "meta");
+    EXPECT(strstr(ckpt_dir(ck), "step_00000005") && ckpt_step(ck) == 5 && ckpt_has_section(ck, "exp_avg/"), "meta");
     EXPECT(ckpt_config(ck, &c2, &e) == 0 && c2.n_layer == 2 && c2.vocab == 256, "config round trip");
-    EXPECT(ckpt_load(ck, &b, &ob, &e) == 0 && ob.t == 17, "%s", e.msg);
+    EXPECT(load(ck, &b, &ob, &e) == 0 && ob.t == 17, "%s", e.msg);
     EXPECT(memcmp(a.params, b.params, a.table.total * 4) == 0 && memcmp(oa.m, ob.m, a.table.total * 4) == 0 &&
            memcmp(oa.v, ob.v, a.table.total * 4) == 0, "loaded tensors differ");
     EXPECT(ckpt_verify(ck, &e) == 0, "%s", e.msg);
     ckpt_close(ck);
     // --keep 2: only the newest two steps remain.
-    for (int st = 6; st <= 8; st++) EXPECT(ckpt_save(dir, st, &a, NULL, NULL, 2, &e) == 0, "%s", e.msg);
+    for (int st = 6; st <= 8; st++) EXPECT(save(dir, st, &a, NULL, NULL, 2, &e) == 0, "%s", e.msg);
     char p[700];
     snprintf(p, sizeof p, "%s/step_00000006", dir);
     int gone = access(p, F_OK) != 0;
     snprintf(p, sizeof p, "%s/step_00000007", dir);
     EXPECT(gone && access(p, F_OK) == 0, "--keep 2 kept the wrong steps");
-    EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_step(ck) == 8 && !ckpt_has_optimizer(ck), "latest is step 8");
-    EXPECT(ckpt_load(ck, &b, &ob, &e) == -1 && strstr(e.msg, "no optimizer state"), "moments from a params-only checkpoint: %s", e.msg);
+    EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_step(ck) == 8 && !ckpt_has_section(ck, "exp_avg/"), "latest is step 8");
+    EXPECT(load(ck, &b, &ob, &e) == -1 && strstr(e.msg, "exp_avg/") && strstr(e.msg, "missing"), "moments from a params-only checkpoint: %s", e.msg);
     ckpt_close(ck);
     adamw_free(&oa);
     adamw_free(&ob);
-    stage_free(&a);
-    stage_free(&b);
+    model_free(&a);
+    model_free(&b);
 }
 
 // Two tensor-parallel halves saved as two rank files load into the whole
@@ -70,40 +128,40 @@ static void test_slices_across_files(void) {
     Err e;
     ModelConfig c = tiny();
     ModelSlice whole = slice_whole(&c), h0 = {0, c.n_layer, 0, 2, 1}, h1 = {0, c.n_layer, 1, 2, 1};
-    Stage w, a, b, w2;
-    EXPECT(stage_init(&w, &c, &whole, 1, 8, 0, &e) == 0 && stage_init(&a, &c, &h0, 1, 8, 0, &e) == 0 &&
-           stage_init(&b, &c, &h1, 1, 8, 0, &e) == 0 && stage_init(&w2, &c, &whole, 1, 8, 0, &e) == 0, "%s", e.msg);
+    Model w, a, b, w2;
+    EXPECT(model_init(&w, &c, &whole, &e) == 0 && model_init(&a, &c, &h0, &e) == 0 &&
+           model_init(&b, &c, &h1, &e) == 0 && model_init(&w2, &c, &whole, &e) == 0, "%s", e.msg);
     ptable_init(&w.table, w.params, 9);
     ptable_init(&a.table, a.params, 9);
     ptable_init(&b.table, b.params, 9);
     char dir[600];
     snprintf(dir, sizeof dir, "%s/tp", tmp);
-    EXPECT(ckpt_begin(dir, 1, &e) == 0 && ckpt_write_rank(dir, 1, 0, &a, NULL, &e) == 0 &&
-           ckpt_write_rank(dir, 1, 1, &b, NULL, &e) == 0 && ckpt_commit(dir, 1, 2, NULL, &a, NULL, NULL, 0, &e) == 0, "%s", e.msg);
+    EXPECT(ckpt_begin(dir, 1, &e) == 0 && write_rank(dir, 1, 0, &a, NULL, &e) == 0 &&
+           write_rank(dir, 1, 1, &b, NULL, &e) == 0 && commit(dir, 1, 2, 1, 0, &a, NULL, NULL, 0, &e) == 0, "%s", e.msg);
     Ckpt *ck;
     EXPECT(ckpt_open(&ck, dir, &e) == 0, "%s", e.msg);
     if (!ck) return;
-    EXPECT(ckpt_load(ck, &w2, NULL, &e) == 0, "%s", e.msg);
+    EXPECT(load(ck, &w2, NULL, &e) == 0, "%s", e.msg);
     EXPECT(memcmp(w.params, w2.params, w.table.total * 4) == 0, "whole model assembled from two halves differs");
     ckpt_close(ck);
     // and the other way: whole -> a half
     snprintf(dir, sizeof dir, "%s/whole", tmp);
-    EXPECT(ckpt_save(dir, 1, &w, NULL, NULL, 0, &e) == 0, "%s", e.msg);
+    EXPECT(save(dir, 1, &w, NULL, NULL, 0, &e) == 0, "%s", e.msg);
     memset(b.params, 0, b.table.total * 4);
-    EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_load(ck, &b, NULL, &e) == 0, "%s", e.msg);
-    Stage b2;
-    stage_init(&b2, &c, &h1, 1, 8, 0, &e);
+    EXPECT(ckpt_open(&ck, dir, &e) == 0 && load(ck, &b, NULL, &e) == 0, "%s", e.msg);
+    Model b2;
+    model_init(&b2, &c, &h1, &e);
     ptable_init(&b2.table, b2.params, 9);
     EXPECT(memcmp(b.params, b2.params, b.table.total * 4) == 0, "half loaded from the whole model differs");
     ckpt_close(ck);
     // A missing half is an error naming the tensor, not silent zeros.
     snprintf(dir, sizeof dir, "%s/half", tmp);
-    EXPECT(ckpt_begin(dir, 1, &e) == 0 && ckpt_write_rank(dir, 1, 0, &a, NULL, &e) == 0 &&
-           ckpt_commit(dir, 1, 1, NULL, &a, NULL, NULL, 0, &e) == 0, "%s", e.msg);
-    EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_load(ck, &w2, NULL, &e) == -1 && strstr(e.msg, "cover"),
+    EXPECT(ckpt_begin(dir, 1, &e) == 0 && write_rank(dir, 1, 0, &a, NULL, &e) == 0 &&
+           commit(dir, 1, 1, 1, 0, &a, NULL, NULL, 0, &e) == 0, "%s", e.msg);
+    EXPECT(ckpt_open(&ck, dir, &e) == 0 && load(ck, &w2, NULL, &e) == -1 && strstr(e.msg, "cover"),
            "incomplete slices: %s", e.msg);
     ckpt_close(ck);
-    stage_free(&w); stage_free(&a); stage_free(&b); stage_free(&w2); stage_free(&b2);
+    model_free(&w); model_free(&a); model_free(&b); model_free(&w2); model_free(&b2);
 }
 
 // ZeRO pieces: flat ranges that cut tensors mid-row, written by several
@@ -114,10 +172,10 @@ static void test_flat_pieces(void) {
     ModelConfig c = tiny();
     ModelSlice whole = slice_whole(&c), padded = whole, h[2] = {{0, c.n_layer, 0, 2, 1}, {0, c.n_layer, 1, 2, 1}};
     padded.pad_multiple = 3;
-    Stage w, p, w2, half[2];
-    EXPECT(stage_init(&w, &c, &whole, 1, 8, 0, &e) == 0 && stage_init(&p, &c, &padded, 1, 8, 0, &e) == 0 &&
-           stage_init(&w2, &c, &whole, 1, 8, 0, &e) == 0 && stage_init(&half[0], &c, &h[0], 1, 8, 0, &e) == 0 &&
-           stage_init(&half[1], &c, &h[1], 1, 8, 0, &e) == 0, "%s", e.msg);
+    Model w, p, w2, half[2];
+    EXPECT(model_init(&w, &c, &whole, &e) == 0 && model_init(&p, &c, &padded, &e) == 0 &&
+           model_init(&w2, &c, &whole, &e) == 0 && model_init(&half[0], &c, &h[0], &e) == 0 &&
+           model_init(&half[1], &c, &h[1], &e) == 0, "%s", e.msg);
     ptable_init(&w.table, w.params, 11);
     ptable_init(&p.table, p.params, 11);
     AdamW ow, o2;
@@ -132,15 +190,14 @@ static void test_flat_pieces(void) {
         CkptPiece pc[16];
         for (int k = 0; k < p.table.nseg; k++) {
             size_t sk = (p.table.seg[k].hi - p.table.seg[k].lo) / 3, lo = p.table.seg[k].lo + (size_t)r * sk;
-            pc[k] = (CkptPiece){lo, lo + sk, p.params + lo, p.grads + lo, p.params + lo};
+            pc[k] = (CkptPiece){lo, lo + sk, {p.params + lo, p.grads + lo, p.params + lo}};
         }
-        EXPECT(ckpt_write_pieces(dir, 3, r, &p.table, pc, p.table.nseg, 1, &e) == 0, "%s", e.msg);
+        EXPECT(ckpt_write_pieces(dir, 3, r, &p.table, SECTIONS, 3, pc, p.table.nseg, &e) == 0, "%s", e.msg);
     }
     ow.t = 4;
-    CkptLayout lay = {3, 3};
-    EXPECT(ckpt_commit(dir, 3, 3, &lay, &w, &ow, NULL, 0, &e) == 0, "%s", e.msg);
+    EXPECT(commit(dir, 3, 3, 3, 3, &w, &ow, NULL, 0, &e) == 0, "%s", e.msg);
     Ckpt *ck;
-    EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_load(ck, &w2, &o2, &e) == 0, "%s", e.msg);
+    EXPECT(ckpt_open(&ck, dir, &e) == 0 && load(ck, &w2, &o2, &e) == 0, "%s", e.msg);
     int bad = memcmp(w.params, w2.params, w.table.total * 4) != 0;
     for (size_t i = 0; i < w.table.total; i++) bad += o2.m[i] != 0.5f * w.params[i] || o2.v[i] != w.params[i];
     EXPECT(bad == 0 && o2.t == 4, "whole model from ZeRO pieces differs (%d)", bad);
@@ -152,18 +209,18 @@ static void test_flat_pieces(void) {
         ptable_init(&half[hh].table, half[hh].params, 11);
         size_t n = half[hh].table.total, cut[4] = {0, n / 3 + 7, 2 * n / 3 + 1, n};
         for (int q = 0; q < 3; q++) {
-            CkptPiece pc = {cut[q], cut[q + 1], half[hh].params + cut[q], NULL, NULL};
-            EXPECT(ckpt_write_pieces(dir, 1, hh * 3 + q, &half[hh].table, &pc, 1, 0, &e) == 0, "%s", e.msg);
+            CkptPiece pc = {cut[q], cut[q + 1], {half[hh].params + cut[q]}};
+            EXPECT(ckpt_write_pieces(dir, 1, hh * 3 + q, &half[hh].table, SECTIONS, 1, &pc, 1, &e) == 0, "%s", e.msg);
         }
     }
-    EXPECT(ckpt_commit(dir, 1, 6, NULL, &w, NULL, NULL, 0, &e) == 0, "%s", e.msg);
+    EXPECT(commit(dir, 1, 6, 1, 0, &w, NULL, NULL, 0, &e) == 0, "%s", e.msg);
     memset(w2.params, 0, w2.table.total * 4);
-    EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_load(ck, &w2, NULL, &e) == 0, "%s", e.msg);
+    EXPECT(ckpt_open(&ck, dir, &e) == 0 && load(ck, &w2, NULL, &e) == 0, "%s", e.msg);
     EXPECT(memcmp(w.params, w2.params, w.table.total * 4) == 0, "whole model from cut tensor-parallel halves differs");
     ckpt_close(ck);
     adamw_free(&ow);
     adamw_free(&o2);
-    stage_free(&w); stage_free(&p); stage_free(&w2); stage_free(&half[0]); stage_free(&half[1]);
+    model_free(&w); model_free(&p); model_free(&w2); model_free(&half[0]); model_free(&half[1]);
 }
 
 static void write_text(const char *path, const char *s) {
@@ -176,13 +233,13 @@ static void test_corruption(void) {
     Err e;
     ModelConfig c = tiny();
     ModelSlice s = slice_whole(&c);
-    Stage a;
-    stage_init(&a, &c, &s, 1, 8, 0, &e);
+    Model a;
+    model_init(&a, &c, &s, &e);
     ptable_init(&a.table, a.params, 1);
     char dir[600], f[800], cmd[2000];
     snprintf(dir, sizeof dir, "%s/bad", tmp);
     Ckpt *ck = NULL;
-#define FRESH() (snprintf(cmd, sizeof cmd, "rm -rf %s", dir), system(cmd), ckpt_save(dir, 3, &a, NULL, NULL, 0, &e))
+#define FRESH() (snprintf(cmd, sizeof cmd, "rm -rf %s", dir), system(cmd), save(dir, 3, &a, NULL, NULL, 0, &e))
     // truncated rank file
     FRESH();
     snprintf(f, sizeof f, "%s/step_00000003/rank_00000.tsr", dir);
@@ -200,9 +257,9 @@ static void test_corruption(void) {
     fseek(fp, -40, SEEK_END);
     fputc(ch ^ 1, fp);
     fclose(fp);
-    Stage b;
-    stage_init(&b, &c, &s, 1, 8, 0, &e);
-    EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_load(ck, &b, NULL, &e) == -1 && strstr(e.msg, "checksum mismatch"),
+    Model b;
+    model_init(&b, &c, &s, &e);
+    EXPECT(ckpt_open(&ck, dir, &e) == 0 && load(ck, &b, NULL, &e) == -1 && strstr(e.msg, "checksum mismatch"),
            "flipped byte: %s", e.msg);
     ckpt_close(ck);
     // meta.json: wrong version, wrong field types, bad JSON, missing model
@@ -226,8 +283,8 @@ static void test_corruption(void) {
     EXPECT(ckpt_open(&ck, dir, &e) == 0 && ckpt_config(ck, &c2, &e) == -1 && strstr(e.msg, "n_head"), "bad model: %s", e.msg);
     ckpt_close(ck);
     EXPECT(ckpt_open(&ck, "/nonexistent/run", &e) == -1 && strstr(e.msg, "/nonexistent/run"), "missing dir: %s", e.msg);
-    stage_free(&a);
-    stage_free(&b);
+    model_free(&a);
+    model_free(&b);
 }
 
 int main(void) {

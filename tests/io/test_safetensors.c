@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "io/hf_gpt2.h"
+#include "model/stage.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
 #include "test.h"
@@ -78,14 +79,14 @@ static void test_gpt2_roundtrip(void) {
     c.n_layer = 2;
     ModelSlice s = slice_whole(&c);
     Stage a, b;
-    stage_init(&a, &c, &s, 1, 4, 0, &e);
-    stage_init(&b, &c, &s, 1, 4, 0, &e);
+    stage_init(&a, &c, &s, 1, 4, 1, 0, &e);
+    stage_init(&b, &c, &s, 1, 4, 1, 0, &e);
     ptable_init(&a.table, a.params, 4);
     char p1[] = "/tmp/tsr_st1_XXXXXX", p2[] = "/tmp/tsr_st2_XXXXXX";
     int f1 = mkstemp(p1), f2 = mkstemp(p2);
     close(f1);
     close(f2);
-    EXPECT(hf_export(&a, p1, &e) == 0, "%s", e.msg);
+    EXPECT(hf_export(&a.cfg, &a.table, a.params, p1, &e) == 0, "%s", e.msg);
     StFile f;
     EXPECT(st_open(&f, p1, &e) == 0, "%s", e.msg);
     const StTensor *wte = st_find(&f, "transformer.wte.weight"), *qkv = st_find(&f, "transformer.h.1.attn.c_attn.weight");
@@ -98,9 +99,9 @@ static void test_gpt2_roundtrip(void) {
     c2.n_head = 4;
     EXPECT(hf_read_config(&f, &c2, &e) == 0 && c2.n_layer == 2 && c2.vocab == 300 && c2.d_ff == 512 && c2.max_seq == 64,
            "inferred config: %s", e.msg);
-    EXPECT(hf_load(&f, &b, &e) == 0, "%s", e.msg);
+    EXPECT(hf_load(&f, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
     EXPECT(memcmp(a.params, b.params, a.table.total * 4) == 0, "import differs from the exported model");
-    EXPECT(hf_export(&b, p2, &e) == 0, "%s", e.msg);
+    EXPECT(hf_export(&b.cfg, &b.table, b.params, p2, &e) == 0, "%s", e.msg);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "cmp -s %s %s", p1, p2);
     EXPECT(system(cmd) == 0, "export -> import -> export is not byte-identical");

@@ -106,7 +106,7 @@ static void check_model_grad(ModelConfig c, int B, int T) {
     Err e;
     Stage st;
     ModelSlice s = slice_whole(&c);
-    EXPECT(stage_init(&st, &c, &s, B, T, 0, &e) == 0, "%s", e.msg);
+    EXPECT(stage_init(&st, &c, &s, B, T, 1, 0, &e) == 0, "%s", e.msg);
     ptable_init(&st.table, st.params, 5);
     // Larger weights than GPT-2's init so every path carries signal.
     for (size_t i = 0; i < st.table.total; i++) st.params[i] *= 4.0f;
@@ -120,8 +120,8 @@ static void check_model_grad(ModelConfig c, int B, int T) {
     make_batch(tok, tgt, B, T, c.vocab, 77);
     tgt[1] = -1;                                      // a skipped position
     memset(st.grads, 0, st.table.total * 4);
-    double loss = stage_forward(&st, tok, tgt, B, T, 1.0f / (B * T)) / (B * T);
-    stage_backward(&st, tok, B, T);
+    double loss = stage_forward(&st, 0, tok, tgt, B, T, 1.0f / (B * T)) / (B * T);
+    stage_backward(&st, 0, tok, B, T);
     size_t n = st.table.total;
     RefGpt g = {c.n_layer, c.n_head, c.d_model, c.d_ff, c.max_seq, c.vocab, c.vocab_padded};
     double *P = malloc(n * sizeof *P), *u = malloc(n * sizeof *u);
@@ -159,7 +159,7 @@ static void check_model_grad(ModelConfig c, int B, int T) {
 
 // Mean loss of the batch with the current parameters.
 static double loss_of(Stage *st, const int *tok, const int *tgt, int B, int T) {
-    return stage_forward(st, tok, tgt, B, T, 0.0f) / (B * T);
+    return stage_forward(st, 0, tok, tgt, B, T, 0.0f) / (B * T);
 }
 
 static void test_model_gradient(void) {
@@ -173,7 +173,7 @@ static void test_accumulate_and_repeat(void) {
     ModelConfig c = tiny_cfg(2, 2, 16, 32, 12, 50);
     Stage st;
     ModelSlice s = slice_whole(&c);
-    EXPECT(stage_init(&st, &c, &s, 4, 12, 0, &e) == 0, "%s", e.msg);
+    EXPECT(stage_init(&st, &c, &s, 4, 12, 1, 0, &e) == 0, "%s", e.msg);
     ptable_init(&st.table, st.params, 1);
     int tok[48], tgt[48];
     make_batch(tok, tgt, 4, 12, 50, 3);
@@ -181,29 +181,29 @@ static void test_accumulate_and_repeat(void) {
     EXPECT(fabs(l0 - log(50.0)) < 0.05, "initial loss %.4f vs ln V %.4f", l0, log(50.0));
     size_t n = st.table.total;
     float *g1 = malloc(n * 4);
-    stage_forward(&st, tok, tgt, 4, 12, 0.5f);
-    stage_backward(&st, tok, 4, 12);
+    stage_forward(&st, 0, tok, tgt, 4, 12, 0.5f);
+    stage_backward(&st, 0, tok, 4, 12);
     memcpy(g1, st.grads, n * 4);
-    stage_forward(&st, tok, tgt, 4, 12, 0.5f);
-    stage_backward(&st, tok, 4, 12);
+    stage_forward(&st, 0, tok, tgt, 4, 12, 0.5f);
+    stage_backward(&st, 0, tok, 4, 12);
     int bad = 0;
     for (size_t i = 0; i < n; i++) bad += fabsf(st.grads[i] - 2 * g1[i]) > 1e-6f * (1 + fabsf(g1[i]));
     EXPECT(bad == 0, "%d gradients did not accumulate to twice", bad);
     // Repeat: same inputs, same bits.
     memset(st.grads, 0, n * 4);
-    double la = stage_forward(&st, tok, tgt, 4, 12, 0.5f);
-    stage_backward(&st, tok, 4, 12);
+    double la = stage_forward(&st, 0, tok, tgt, 4, 12, 0.5f);
+    stage_backward(&st, 0, tok, 4, 12);
     memcpy(g1, st.grads, n * 4);
     memset(st.grads, 0, n * 4);
-    double lb = stage_forward(&st, tok, tgt, 4, 12, 0.5f);
-    stage_backward(&st, tok, 4, 12);
+    double lb = stage_forward(&st, 0, tok, tgt, 4, 12, 0.5f);
+    stage_backward(&st, 0, tok, 4, 12);
     EXPECT(la == lb && memcmp(g1, st.grads, n * 4) == 0, "forward/backward is not bitwise repeatable");
     // A smaller batch than the capacity equals the same rows run alone.
-    double lsmall = stage_forward(&st, tok, tgt, 2, 12, 0.0f);
+    double lsmall = stage_forward(&st, 0, tok, tgt, 2, 12, 0.0f);
     Stage st2;
-    EXPECT(stage_init(&st2, &c, &s, 2, 12, 0, &e) == 0, "%s", e.msg);
+    EXPECT(stage_init(&st2, &c, &s, 2, 12, 1, 0, &e) == 0, "%s", e.msg);
     memcpy(st2.params, st.params, n * 4);
-    double lsmall2 = stage_forward(&st2, tok, tgt, 2, 12, 0.0f);
+    double lsmall2 = stage_forward(&st2, 0, tok, tgt, 2, 12, 0.0f);
     EXPECT(lsmall == lsmall2, "loss depends on activation capacity: %.9g vs %.9g", lsmall, lsmall2);
     stage_free(&st2);
     free(g1);
@@ -283,19 +283,19 @@ static void test_stage_hooks(void) {
     ModelSlice s = slice_whole(&c);
     s.pad_multiple = 3;
     Stage a, b;
-    EXPECT(stage_init(&a, &c, &s, 2, 12, 0, &e) == 0 && stage_init(&b, &c, &s, 2, 12, STAGE_NO_PARAMS | STAGE_NO_GRADS, &e) == 0,
+    EXPECT(stage_init(&a, &c, &s, 2, 12, 1, 0, &e) == 0 && stage_init(&b, &c, &s, 2, 12, 1, STAGE_NO_PARAMS | STAGE_NO_GRADS, &e) == 0,
            "%s", e.msg);
     EXPECT(b.params == NULL && b.grads == NULL, "STAGE_NO_* still allocated buffers");
     size_t n = a.table.total;
     ptable_init(&a.table, a.params, 2);
     HookLog h = {.st = &b, .pcopy = malloc(n * 4), .gbuf = calloc(n, 4)};
     memcpy(h.pcopy, a.params, n * 4);
-    b.hooks = (StageHooks){&h, log_params, log_params_done, log_grads, log_grads_done};
+    stage_set_hooks(&b, &(StageHooks){&h, log_params, log_params_done, log_grads, log_grads_done, NULL, NULL});
     int tok[24], tgt[24];
     make_batch(tok, tgt, 2, 12, 50, 5);
-    double la = stage_forward(&a, tok, tgt, 2, 12, 0.25f), lb = stage_forward(&b, tok, tgt, 2, 12, 0.25f);
-    stage_backward(&a, tok, 2, 12);
-    stage_backward(&b, tok, 2, 12);
+    double la = stage_forward(&a, 0, tok, tgt, 2, 12, 0.25f), lb = stage_forward(&b, 0, tok, tgt, 2, 12, 0.25f);
+    stage_backward(&a, 0, tok, 2, 12);
+    stage_backward(&b, 0, tok, 2, 12);
     EXPECT(la == lb && memcmp(a.grads, h.gbuf, n * 4) == 0, "hooks change the loss or the gradients");
     int L = c.n_layer, order = h.asked[0] == 1 && h.asked[L + 1] == 1 && h.gdone[0] == 1 && h.gdone[L + 1] == 1;
     for (int l = 1; l <= L; l++) order &= h.asked[l] == 2 && h.gdone[l] == 1;
@@ -312,11 +312,11 @@ static void test_bad_configs(void) {
     Stage st;
     ModelConfig c = tiny_cfg(2, 3, 16, 32, 12, 50);
     ModelSlice s = slice_whole(&c);
-    EXPECT(stage_init(&st, &c, &s, 1, 12, 0, &e) == -1 && strstr(e.msg, "n_head"), "heads not dividing d_model: %s", e.msg);
+    EXPECT(stage_init(&st, &c, &s, 1, 12, 1, 0, &e) == -1 && strstr(e.msg, "n_head"), "heads not dividing d_model: %s", e.msg);
     c = tiny_cfg(2, 2, 16, 32, 12, 50);
-    EXPECT(stage_init(&st, &c, &s, 1, 13, 0, &e) == -1 && strstr(e.msg, "max_seq"), "T above max_seq: %s", e.msg);
+    EXPECT(stage_init(&st, &c, &s, 1, 13, 1, 0, &e) == -1 && strstr(e.msg, "max_seq"), "T above max_seq: %s", e.msg);
     mem_fail_after(2);
-    EXPECT(stage_init(&st, &c, &s, 1, 12, 0, &e) == -1 && strstr(e.msg, "out of memory"), "allocation failure: %s", e.msg);
+    EXPECT(stage_init(&st, &c, &s, 1, 12, 1, 0, &e) == -1 && strstr(e.msg, "out of memory"), "allocation failure: %s", e.msg);
     mem_fail_after(0);
     EXPECT(mem_current(MEM_PARAMS) == 0 && mem_current(MEM_ACTS) == 0, "failed init leaked memory");
     Json *j = json_parse("{\"preset\":\"gpt2-tiny\",\"n_layer\":2,\"bogus\":1}", 44, &e);

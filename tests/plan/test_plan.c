@@ -9,7 +9,7 @@
 #include "kernels/matmul.h"
 #include "model/stage.h"
 #include "plan/plan.h"
-#include "train/optim.h"
+#include "optim/adamw.h"
 #include "test.h"
 
 static PlanCluster cluster(int64_t n) { return (PlanCluster){n, 8, 80, 312, 0.5, 300, 25, 5}; }
@@ -119,7 +119,7 @@ static void check_against_tessera(const char *preset, int vocab, int B, int T) {
     Stage st;
     ModelSlice sl = slice_whole(&mc);
     AdamW opt;
-    EXPECT(stage_init(&st, &mc, &sl, B, T, 0, &e) == 0 && adamw_init(&opt, st.table.total, &e) == 0, "%s", e.msg);
+    EXPECT(stage_init(&st, &mc, &sl, B, T, 1, 0, &e) == 0 && adamw_init(&opt, st.table.total, &e) == 0, "%s", e.msg);
     PlanModel m;
     plan_model_from_config(&m, &mc);
     PlanCluster c = cluster(1);

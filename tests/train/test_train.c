@@ -6,18 +6,19 @@
 #include "core/alloc.h"
 #include "kernels/matmul.h"
 #include "model/stage.h"
-#include "train/optim.h"
+#include "optim/adamw.h"
+#include "train/schedule.h"
 #include "test.h"
 
 static void test_lr_schedule(void) {
-    OptimConfig o = {.lr = 1.0f, .min_lr = 0.1f, .warmup = 10, .steps = 110, .schedule = LR_COSINE};
+    LrSchedule o = {.lr = 1.0, .min_lr = 0.1, .warmup = 10, .steps = 110, .shape = LR_COSINE};
     EXPECT(fabsf(lr_at(&o, 0) - 0.1f) < 1e-7f, "first warmup step %g", lr_at(&o, 0));
     EXPECT(fabsf(lr_at(&o, 9) - 1.0f) < 1e-7f, "end of warmup %g", lr_at(&o, 9));
     EXPECT(fabsf(lr_at(&o, 10) - 1.0f) < 1e-6f, "cosine start %g", lr_at(&o, 10));
     EXPECT(fabsf(lr_at(&o, 60) - 0.55f) < 1e-6f, "cosine midpoint %g", lr_at(&o, 60));
     EXPECT(fabsf(lr_at(&o, 110) - 0.1f) < 1e-6f && fabsf(lr_at(&o, 500) - 0.1f) < 1e-6f, "floor");
     for (int s = 11; s < 110; s++) EXPECT(lr_at(&o, s) <= lr_at(&o, s - 1), "not decreasing at %d", s);
-    o.schedule = LR_CONSTANT;
+    o.shape = LR_CONSTANT;
     EXPECT(lr_at(&o, 50) == 1.0f && lr_at(&o, 4) == 0.5f, "constant with warmup");
 }
 
@@ -34,7 +35,7 @@ static void test_adamw_decay_rules(void) {
     for (size_t i = 0; i < t.total; i++) p[i] = 1.0f;
     AdamW a;
     EXPECT(adamw_init(&a, t.total, &e) == 0, "%s", e.msg);
-    OptimConfig o = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.5f};
+    AdamWConfig o = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.5};
     adamw_step(&a, &t, p, g, 0.1f, &o, 1.0f);   // zero gradient: only decay moves parameters
     for (int k = 0; k < t.n; k++) {
         float want = (t.p[k].flags & PARAM_NO_DECAY) ? 1.0f : 1.0f - 0.1f * 0.5f;

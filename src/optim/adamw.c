@@ -1,20 +1,10 @@
-#include "train/optim.h"
+#include "optim/adamw.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 #include "core/alloc.h"
 #include "kernels/adamw.h"
-
-float lr_at(const OptimConfig *o, int step) {
-    if (step < o->warmup) return o->lr * (float)(step + 1) / (float)o->warmup;
-    if (o->schedule == LR_CONSTANT) return o->lr;
-    int span = o->steps - o->warmup;
-    if (span <= 0) return o->lr;
-    double progress = (double)(step - o->warmup) / span;
-    if (progress > 1.0) progress = 1.0;
-    return (float)(o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(M_PI * progress)));
-}
 
 int adamw_init(AdamW *a, size_t n, Err *err) {
     a->n = n;
@@ -36,17 +26,12 @@ void adamw_free(AdamW *a) {
 
 void adamw_begin_step(AdamW *a) { a->t++; }
 
-void adamw_step_pieces(AdamW *a, const ParamTable *t, const OptPiece *pc, int npc, float lr, const OptimConfig *o,
-                       float grad_scale) {
-    adamw_begin_step(a);
-    adamw_update_pieces(a, t, pc, npc, lr, o, grad_scale);
-}
-
 void adamw_update_pieces(const AdamW *a, const ParamTable *t, const OptPiece *pc, int npc, float lr,
-                         const OptimConfig *o, float grad_scale) {
+                         const AdamWConfig *o, float grad_scale) {
+    float beta1 = (float)o->beta1, beta2 = (float)o->beta2;
     AdamWArgs args = {
-        .lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
-        .bc1 = 1.0f - powf(o->beta1, (float)a->t), .bc2 = 1.0f - powf(o->beta2, (float)a->t),
+        .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = (float)o->eps,
+        .bc1 = 1.0f - powf(beta1, (float)a->t), .bc2 = 1.0f - powf(beta2, (float)a->t),
         .grad_scale = grad_scale,
     };
     // Runs of neighbouring tensors with the same decay setting go in one
@@ -63,7 +48,7 @@ void adamw_update_pieces(const AdamW *a, const ParamTable *t, const OptPiece *pc
             if (r1 > c->hi) r1 = c->hi;
             if (r0 < r1) {
                 size_t i = r0 - c->lo;
-                args.weight_decay = decay ? o->weight_decay : 0.0f;
+                args.weight_decay = decay ? (float)o->weight_decay : 0.0f;
                 adamw_update(c->params + i, c->grads + i, a->m + c->opt_off + i, a->v + c->opt_off + i, r1 - r0, &args);
             }
             k = j;
@@ -71,10 +56,11 @@ void adamw_update_pieces(const AdamW *a, const ParamTable *t, const OptPiece *pc
     }
 }
 
-void adamw_step(AdamW *a, const ParamTable *t, float *params, const float *grads, float lr,
-                const OptimConfig *o, float grad_scale) {
+void adamw_step(AdamW *a, const ParamTable *t, float *params, const float *grads, float lr, const AdamWConfig *o,
+                float grad_scale) {
     OptPiece all = {0, t->total, params, grads, 0};
-    adamw_step_pieces(a, t, &all, 1, lr, o, grad_scale);
+    adamw_begin_step(a);
+    adamw_update_pieces(a, t, &all, 1, lr, o, grad_scale);
 }
 
 double sum_squares(const float *g, size_t n) {

@@ -1,0 +1,39 @@
+#include "model/arch.h"
+
+const Arch *arch_of(const ModelConfig *c) { return c->arch == ARCH_LLAMA ? &arch_llama : &arch_gpt2; }
+
+int64_t arch_dim(const ModelConfig *c, Dim d, int padded) {
+    switch (d) {
+    case DIM_3: return 3;
+    case DIM_C: return c->d_model;
+    case DIM_F: return c->d_ff;
+    case DIM_VP: return padded ? c->vocab_padded : c->vocab;
+    case DIM_S: return c->max_seq;
+    case DIM_KV: return (int64_t)config_kv_heads(c) * (c->d_model / c->n_head);
+    }
+    return 0;
+}
+
+int64_t arch_tensor_numel(const ModelConfig *c, const TensorDesc *t, int tp, int padded) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t x = arch_dim(c, t->dim[d], padded);
+        n *= d == t->shard_dim ? x / tp : x;
+    }
+    return n;
+}
+
+int64_t arch_part_params(const ModelConfig *c, Part p, int tp, int padded) {
+    const Arch *a = arch_of(c);
+    int64_t n = 0;
+    for (int i = 0; i < a->n[p]; i++) n += arch_tensor_numel(c, &a->part[p][i], tp, padded);
+    return n;
+}
+
+int64_t arch_tied_copy(const ModelConfig *c, int tp, int padded) {
+    const Arch *a = arch_of(c);
+    if (!a->tied_head) return 0;
+    for (int i = 0; i < a->n[PART_EMBED]; i++)
+        if (a->part[PART_EMBED][i].role == ROLE_TOK_EMB) return arch_tensor_numel(c, &a->part[PART_EMBED][i], tp, padded);
+    return 0;
+}

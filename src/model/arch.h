@@ -1,0 +1,115 @@
+// model/arch — what an architecture is, described once: its tensors (name,
+// role, shape rule, tensor-parallel shard rule, weight decay, init rule),
+// grouped into the three parts a pipeline stage may hold, and the forward
+// and backward of its block and final norm. model/gpt2.c and
+// model/llama.c each define one Arch; the parameter table (model/params),
+// the generic stage (model/stage), the Hugging Face mappings (io/) and the
+// planner (plan/) all read it, so a model's tensors and its parameter count
+// are written down in one place. Code outside model/ and the Hugging Face
+// mappings finds a tensor by its role, never by its name.
+#ifndef TSR_MODEL_ARCH_H
+#define TSR_MODEL_ARCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/config.h"
+
+// What a tensor is, for the code that must treat some tensors apart (the
+// embeddings' gradient rows, the tied head, the Hugging Face layouts).
+typedef enum {
+    ROLE_TOK_EMB,    // token embedding (Vp, C); also the output head when the arch ties it
+    ROLE_POS_EMB,    // learned position embedding (max_seq, C)
+    ROLE_NORM,       // a norm's gain or bias (C)
+    ROLE_QKV,        // q, k and v stacked on a leading dimension of 3: (3, C, C)
+    ROLE_QKV_BIAS,   // their biases (3, C)
+    ROLE_LINEAR,     // a linear layer's weight, (out, in)
+    ROLE_BIAS,       // a linear layer's bias (out)
+    ROLE_HEAD,       // an untied output head (Vp, C)
+} Role;
+
+// Where a tensor lives: the first stage's embeddings, every block, or the
+// last stage's final norm (and an untied head). A tied token embedding is
+// held by the last stage as well.
+typedef enum { PART_EMBED, PART_BLOCK, PART_FINAL, PART_COUNT } Part;
+
+// Shape rules: each dimension a function of the config.
+typedef enum {
+    DIM_3,     // 3 (q, k, v)
+    DIM_C,     // d_model
+    DIM_F,     // d_ff
+    DIM_VP,    // the vocabulary rows: Vp (V when counting without padding)
+    DIM_S,     // max_seq
+    DIM_KV,    // n_kv_head × head size
+} Dim;
+
+enum { PARAM_NO_DECAY = 1 };                    // TensorDesc.flags
+enum { INIT_NORMAL, INIT_ZERO, INIT_ONE };      // TensorDesc.init
+typedef enum { STD_BASE, STD_RESID } InitStd;   // 0.02, or 0.02/√(2L) for projections into the residual stream
+enum { ARCH_MAX_DIM = 3, ARCH_MAX_TENSORS = 16, ARCH_MAX_BUFS = 16 };
+
+typedef struct TensorDesc {
+    const char *name;    // block tensors: the name after the block prefix
+    Role role;
+    int ndim;
+    Dim dim[ARCH_MAX_DIM];
+    int shard_dim;       // the dimension tensor parallelism splits, -1: every TP rank holds it whole
+    int flags;           // PARAM_NO_DECAY
+    int init;            // INIT_NORMAL (std below), INIT_ZERO, INIT_ONE
+    InitStd std;
+} TensorDesc;
+
+// Sizes a block sees on one rank for one micro-batch (the local slice).
+typedef struct LocalDims {
+    int B, T, N;         // batch, sequence, rows N = B·T
+    int C;               // d_model (the residual stream is never split)
+    int Cl, NHl, Fl;     // this TP rank's attention width, heads, FFN width
+    int Vl, v0;          // its vocabulary rows [v0, v0 + Vl)
+} LocalDims;
+
+// One call of a block's (or the final norm's) forward or backward.
+typedef struct BlockRun {
+    const ModelConfig *cfg;
+    const LocalDims *d;
+    float *const *w;     // its tensors' parameters, in the order of the arch's part table
+    float *const *g;     // their gradients, added into (backward only)
+    float *const *act;   // its saved activations for this micro-batch (block: Arch.act_floats; final: out, mean, rstd)
+    float *const *scr;   // scratch shared by every block (Arch.scratch_floats)
+    const float *x;      // (N,C) input
+    float *tmp;          // (N,C) scratch; the final norm's backward reads d(output) from it
+    float *dres;         // (N,C) backward: in, d(output); out, d(input) (the final norm adds into it)
+} BlockRun;
+
+typedef struct Arch {
+    const char *name;                     // "gpt2"
+    const char *block_prefix;             // printf format of a block tensor's name prefix, given the layer
+    const TensorDesc *part[PART_COUNT];   // the tensors of each part, in flat-buffer order
+    int n[PART_COUNT];
+    int tied_head;                        // the output head is the token embedding
+    int has_train;                        // forward and backward exist (else the arch is described for planning only)
+    // A block's saved activations (nact buffers, act_out its output) and the
+    // scratch its passes share (nscratch buffers), in floats.
+    int nact, act_out, nscratch;
+    size_t (*act_floats)(const LocalDims *d, int i);
+    size_t (*scratch_floats)(const LocalDims *d, int i);
+    void (*block_forward)(const BlockRun *r);
+    void (*block_backward)(const BlockRun *r);
+    void (*final_forward)(const BlockRun *r);
+    void (*final_backward)(const BlockRun *r);
+} Arch;
+
+extern const Arch arch_gpt2, arch_llama;
+
+// The description of c's architecture.
+const Arch *arch_of(const ModelConfig *c);
+// The value of a shape rule; padded = 0 counts V vocabulary rows, else Vp.
+int64_t arch_dim(const ModelConfig *c, Dim d, int padded);
+// Elements of tensor t on one of tp tensor-parallel ranks.
+int64_t arch_tensor_numel(const ModelConfig *c, const TensorDesc *t, int tp, int padded);
+// Parameters of part p (one block for PART_BLOCK) on one of tp ranks.
+int64_t arch_part_params(const ModelConfig *c, Part p, int tp, int padded);
+// The token embedding's elements on one of tp ranks when the last stage
+// holds a copy for the tied head (0 for an untied head).
+int64_t arch_tied_copy(const ModelConfig *c, int tp, int padded);
+
+#endif

@@ -1,0 +1,500 @@
+#include "parallel/dp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/timer.h"
+#include "parallel/embsync.h"
+
+enum { POOL_EMB, POOL_LNF, POOL_BLK0, POOL_BLK1, NPOOL };
+enum { BUF_EMPTY, BUF_PENDING, BUF_READY, BUF_IN_USE };
+
+// A pooled buffer: one segment's parameters (gathered) or gradients (to be
+// reduce-scattered) at a time.
+typedef struct {
+    float *buf;
+    size_t cap;
+    int seg, state;
+    int micro;           // gradients: the micro-batch they are from
+    CommRequest *req;
+} Buf;
+
+// Stage 0: an allreduce bucket, a float range of the gradient buffer.
+typedef struct {
+    size_t lo, hi;
+    CommRequest *req;
+} Bucket;
+
+struct Dp {
+    Comm *c;                 // NULL: one process
+    int zero, rank, d;
+    double bucket_mb;
+    Stage *st;
+    const ParamTable *t;
+    int npc;                 // owned pieces: 1 (stage 0) or one per segment
+    size_t *sk, *soff;       // per segment: piece floats, offset in the shard
+    size_t S;
+    int emb;                 // the embeddings' segment (-1: none)
+    EmbSync *es;             // the embedding lookup's gradient rows
+    int micro, last;         // the current micro-batch; it is the last of the step
+    // stage 0
+    Bucket *b;               // b[0] is the last range of the buffer
+    int nb, next;            // buckets, next to start
+    Bucket embb;             // the embeddings' bucket (hi = 0: none)
+    // stages 1-3
+    float *pshard;           // stage 3: owned parameters
+    float *gshard;           // stages 2, 3: owned gradients
+    Buf pbuf[NPOOL];         // stage 3: gathered parameters
+    Buf gbuf[NPOOL];         // stages 2, 3: gradients being written or reduced
+    CommRequest **rs;        // stage 1: per segment, its in-place reduce-scatter
+    CommRequest **ag;        // stages 1, 2: per segment, the allgather of the updated parameters
+    int failed;
+    Err err;
+    double waited;
+};
+
+unsigned dp_stage_flags(int zero) {
+    return (zero >= 2 ? STAGE_NO_GRADS : 0) | (zero >= 3 ? STAGE_NO_PARAMS : 0);
+}
+
+int dp_pad_multiple(int zero, int ranks) { return zero >= 1 ? ranks : 1; }
+
+static int pool_of(const Dp *d, int k) {
+    const ParamSeg *g = &d->t->seg[k];
+    if (g->layer >= 0) return POOL_BLK0 + (g->layer & 1);
+    return g->part == PART_EMBED ? POOL_EMB : POOL_LNF;
+}
+
+// Keeps the first failure (a collective inside a hook cannot return one);
+// dp_finish and dp_update report it.
+static void keep_failure(Dp *d, const Err *e) {
+    if (d->failed) return;
+    d->failed = 1;
+    d->err = *e;
+}
+
+// Waits for r (the time counts as not hidden).
+static void wait_req(Dp *d, CommRequest **r) {
+    if (!*r) return;
+    double t0 = timer_now();
+    Err e;
+    if (comm_wait(*r, &e)) keep_failure(d, &e);
+    *r = NULL;
+    d->waited += timer_now() - t0;
+}
+
+// 0, or -1 with the first failure of a collective of this module.
+static int status(const Dp *d, Err *err) {
+    if (!d->failed) return 0;
+    if (err) *err = d->err;
+    return -1;
+}
+
+// The owned gradients of segment k's piece (stages 1-3).
+static float *piece_grads(const Dp *d, int k) {
+    if (d->zero >= 2) return d->gshard + d->soff[k];
+    return d->st->grads + d->t->seg[k].lo + (size_t)d->rank * d->sk[k];
+}
+
+// Adds every rank's embedding rows to the part [lo, lo + n) of the
+// embeddings' gradients, whose values are at g.
+static void apply_rows(Dp *d, float *g, size_t lo, size_t n) {
+    Err e;
+    if (embsync_apply(d->es, g, lo, lo + n, &d->waited, &e)) keep_failure(d, &e);
+}
+
+// ---- stage 0: buckets ----
+
+// Starts every bucket whose gradients are final: those at offset >= ready.
+static void start_from(Dp *d, size_t ready) {
+    while (d->next < d->nb && d->b[d->next].lo >= ready) {
+        Bucket *b = &d->b[d->next++];
+        float *g = d->st->grads + b->lo;
+        b->req = comm_iallreduce(d->c, g, g, b->hi - b->lo, DT_F32, RED_SUM);
+    }
+}
+
+static void start_embeddings(Dp *d) {
+    if (d->embb.hi > d->embb.lo && !d->embb.req) {
+        float *g = d->st->grads + d->embb.lo;
+        d->embb.req = comm_iallreduce(d->c, g, g, d->embb.hi - d->embb.lo, DT_F32, RED_SUM);
+    }
+}
+
+// Cuts the gradient buffer into buckets of whole tensors from its end; the
+// embeddings' segment (when it starts the buffer) is a bucket of its own.
+static int make_buckets(Dp *d) {
+    const ParamTable *t = d->t;
+    if (!(d->b = calloc((size_t)t->n + 1, sizeof *d->b))) return -1;
+    size_t base = 0;
+    int first = 0;
+    if (d->emb == 0) {
+        d->embb = (Bucket){0, t->seg[0].hi, NULL};
+        base = t->seg[0].hi;
+        first = t->seg[0].n;
+    }
+    size_t cap = (size_t)(d->bucket_mb * 1048576.0 / sizeof(float));
+    if (cap < 1) cap = 1;
+    size_t hi = t->total;
+    for (int k = t->n - 1; k >= first; k--) {
+        size_t lo = k == first ? base : t->p[k].offset;
+        if (hi - lo >= cap || k == first) {
+            d->b[d->nb++] = (Bucket){lo, hi, NULL};
+            hi = lo;
+        }
+    }
+    return 0;
+}
+
+// ---- stage 3: parameters ----
+
+static void gather_start(Dp *d, int k) {
+    Buf *b = &d->pbuf[pool_of(d, k)];
+    CHECKF(b->state != BUF_IN_USE, "ZeRO-3: segment %d's buffer is still in use", b->seg);
+    wait_req(d, &b->req);   // a prefetch of another segment that was never used
+    b->seg = k;
+    b->state = BUF_PENDING;
+    b->req = comm_iallgather(d->c, d->pshard + d->soff[k], b->buf, d->sk[k], DT_F32);
+}
+
+// Waits for parameter gathers that were prefetched; their data stays usable.
+static void settle_prefetches(Dp *d) {
+    for (int p = 0; p < NPOOL; p++)
+        if (d->pbuf[p].state == BUF_PENDING) {
+            wait_req(d, &d->pbuf[p].req);
+            d->pbuf[p].state = BUF_READY;
+        }
+}
+
+// ---- the stage's hooks ----
+
+static const float *hook_params(void *ctx, int k, int next) {
+    Dp *d = ctx;
+    if (d->zero < 3) {   // the whole parameters, once this segment's allgather after the last update has arrived
+        wait_req(d, &d->ag[k]);
+        return d->st->params + d->t->seg[k].lo;
+    }
+    Buf *b = &d->pbuf[pool_of(d, k)];
+    if (b->seg != k || (b->state != BUF_PENDING && b->state != BUF_READY)) gather_start(d, k);
+    wait_req(d, &b->req);
+    b->state = BUF_IN_USE;
+    if (next >= 0) {
+        Buf *nb = &d->pbuf[pool_of(d, next)];
+        int have = nb->seg == next && (nb->state == BUF_PENDING || nb->state == BUF_READY);
+        if (!have && nb->state != BUF_IN_USE) gather_start(d, next);
+    }
+    return b->buf;
+}
+
+static void hook_params_done(void *ctx, int k) {
+    Dp *d = ctx;
+    Buf *b = &d->pbuf[pool_of(d, k)];
+    if (b->seg == k && b->state == BUF_IN_USE) b->state = BUF_EMPTY;   // gathered again when next needed
+}
+
+// Completes b's reduce-scatter and adds the owned piece into the shard (the
+// first micro-batch of a step copies it).
+static void reduce_finish(Dp *d, Buf *b) {
+    if (b->state != BUF_PENDING) return;
+    wait_req(d, &b->req);
+    int k = b->seg;
+    const float *src = b->buf + (size_t)d->rank * d->sk[k];
+    float *dst = d->gshard + d->soff[k];
+    if (b->micro == 0) memcpy(dst, src, d->sk[k] * sizeof(float));
+    else
+        for (size_t i = 0; i < d->sk[k]; i++) dst[i] += src[i];
+    b->state = BUF_EMPTY;
+    // then this micro-batch's embedding rows
+    if (k == d->emb && d->es) apply_rows(d, dst, d->t->seg[k].lo + (size_t)d->rank * d->sk[k], d->sk[k]);
+}
+
+static float *hook_grads(void *ctx, int k) {
+    Dp *d = ctx;
+    Buf *b = &d->gbuf[pool_of(d, k)];
+    if (b->seg == k && b->state == BUF_IN_USE) return b->buf;
+    reduce_finish(d, b);
+    memset(b->buf, 0, (d->t->seg[k].hi - d->t->seg[k].lo) * sizeof(float));
+    b->seg = k;
+    b->state = BUF_IN_USE;
+    return b->buf;
+}
+
+static void hook_grads_done(void *ctx, int k) {
+    Dp *d = ctx;
+    if (d->zero == 0) {   // the last micro-batch's buckets; the embeddings' right after the output head
+        if (!d->last) return;
+        if (k == d->emb && d->embb.hi > 0) start_embeddings(d);
+        else start_from(d, d->t->seg[k].lo);
+        return;
+    }
+    size_t n = (size_t)d->d * d->sk[k], mine = (size_t)d->rank * d->sk[k];
+    if (d->zero == 1) {   // whole gradients: reduce the last micro-batch's, in place
+        if (d->last) {
+            float *g = d->st->grads + d->t->seg[k].lo;
+            d->rs[k] = comm_ireduce_scatter(d->c, g, g + mine, n, DT_F32, RED_SUM);
+        }
+        return;
+    }
+    Buf *b = &d->gbuf[pool_of(d, k)];
+    CHECK(b->seg == k && b->state == BUF_IN_USE);
+    b->state = BUF_PENDING;
+    b->micro = d->micro;
+    b->req = comm_ireduce_scatter(d->c, b->buf, b->buf + mine, n, DT_F32, RED_SUM);
+}
+
+// The embedding lookup's rows travel separately whenever this micro-batch
+// reduces (stages 0 and 1: the last one; stages 2, 3: every one).
+static int hook_take_rows(void *ctx) {
+    Dp *d = ctx;
+    return d->es && (d->zero >= 2 || d->last);
+}
+
+static void hook_rows(void *ctx, const int *tokens, const float *dres, int B, int T) {
+    Dp *d = ctx;
+    embsync_hook(d->es, tokens, dres, B, T);
+}
+
+// ---- setup ----
+
+int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, Stage *st, Err *err) {
+    *out = NULL;
+    CHECKF(c || zero == 0, "ZeRO-%d needs a communicator", zero);
+    const ParamTable *t = &st->table;
+    Dp *d = calloc(1, sizeof *d);
+    if (!d) return err_set(err, ERR_RUN, "out of memory");
+    d->c = c;
+    d->zero = zero;
+    d->rank = c ? comm_rank(c) : 0;
+    d->d = c ? comm_size(c) : 1;
+    d->bucket_mb = bucket_mb;
+    d->st = st;
+    d->t = t;
+    d->npc = zero ? t->nseg : 1;
+    d->sk = calloc((size_t)t->nseg + 1, sizeof *d->sk);
+    d->soff = calloc((size_t)t->nseg + 1, sizeof *d->soff);
+    d->rs = calloc((size_t)t->nseg + 1, sizeof *d->rs);
+    d->ag = calloc((size_t)t->nseg + 1, sizeof *d->ag);
+    if (!d->sk || !d->soff || !d->rs || !d->ag) goto oom;
+    const ParamInfo *pe = ptable_role(t, ROLE_TOK_EMB);
+    d->emb = pe && pe->part == PART_EMBED ? ptable_seg_of(t, pe->offset) : -1;
+    // the lookup's rows travel whenever gradients are reduced across ranks
+    int reduces = zero >= 1 || d->d > 1;
+    if (d->emb >= 0 && reduces && embsync_init(&d->es, c, st, err)) { dp_free(d); return -1; }
+    for (int k = 0; k < t->nseg; k++) {
+        size_t n = t->seg[k].hi - t->seg[k].lo;
+        size_t per = zero ? (size_t)d->d : 1;
+        CHECKF(n % per == 0, "segment %d (%zu floats) is not padded to %zu ranks", k, n, per);
+        d->sk[k] = n / per;
+        d->soff[k] = zero ? d->S : t->seg[k].lo;
+        d->S += d->sk[k];
+        if (zero >= 2) {
+            int p = pool_of(d, k);
+            if (n > d->gbuf[p].cap) d->gbuf[p].cap = n;
+        }
+    }
+    if (!zero) d->S = t->total;
+    for (int p = 0; p < NPOOL; p++) {
+        d->gbuf[p].seg = d->pbuf[p].seg = -1;
+        if (zero >= 3) d->pbuf[p].cap = d->gbuf[p].cap;
+        if ((d->gbuf[p].cap && !(d->gbuf[p].buf = mem_alloc(MEM_COMM, d->gbuf[p].cap * sizeof(float)))) ||
+            (d->pbuf[p].cap && !(d->pbuf[p].buf = mem_alloc(MEM_COMM, d->pbuf[p].cap * sizeof(float)))))
+            goto oom;
+    }
+    if (zero >= 2 && !(d->gshard = mem_alloc(MEM_GRADS, d->S * sizeof(float)))) goto oom;
+    if (zero >= 3 && !(d->pshard = mem_alloc(MEM_PARAMS, d->S * sizeof(float)))) goto oom;
+    if (zero == 0 && d->d > 1 && make_buckets(d)) goto oom;
+    if (reduces) {
+        StageHooks h = {.ctx = d, .grads_done = hook_grads_done};
+        if (zero >= 1) h.params = hook_params;
+        if (zero >= 2) h.grads = hook_grads;
+        if (zero >= 3) h.params_done = hook_params_done;
+        if (d->es) { h.take_rows = hook_take_rows; h.rows = hook_rows; }
+        stage_set_hooks(st, &h);
+    }
+    *out = d;
+    return 0;
+oom:
+    dp_free(d);
+    return err_set(err, ERR_RUN, "out of memory setting up data parallelism (ZeRO-%d)", zero);
+}
+
+void dp_free(Dp *d) {
+    if (!d) return;
+    // after an error some collectives may still be queued on the stage's buffers
+    if (d->embb.req) wait_req(d, &d->embb.req);
+    for (int i = 0; i < d->nb; i++) wait_req(d, &d->b[i].req);
+    for (int p = 0; p < NPOOL; p++) {
+        wait_req(d, &d->pbuf[p].req);
+        wait_req(d, &d->gbuf[p].req);
+        mem_free(d->pbuf[p].buf);
+        mem_free(d->gbuf[p].buf);
+    }
+    for (int k = 0; d->rs && k < d->t->nseg; k++) wait_req(d, &d->rs[k]);
+    for (int k = 0; d->ag && k < d->t->nseg; k++) wait_req(d, &d->ag[k]);
+    embsync_free(d->es);
+    if (d->st->hooks.ctx == d) stage_set_hooks(d->st, NULL);
+    mem_free(d->pshard);
+    mem_free(d->gshard);
+    free(d->b);
+    free(d->sk);
+    free(d->soff);
+    free(d->rs);
+    free(d->ag);
+    free(d);
+}
+
+// ---- the step ----
+
+void dp_microbatch(Dp *d, int k, int K) {
+    d->micro = k;
+    d->last = k == K - 1;
+}
+
+int dp_finish(Dp *d, Err *err) {
+    if (d->zero == 0) {
+        if (d->d == 1) return 0;
+        start_embeddings(d);
+        start_from(d, 0);
+        wait_req(d, &d->embb.req);
+        for (int i = 0; i < d->nb; i++) wait_req(d, &d->b[i].req);
+        d->next = 0;
+        if (!d->failed && d->es) apply_rows(d, d->st->grads, 0, d->embb.hi);
+        return status(d, err);
+    }
+    for (int k = 0; k < d->t->nseg; k++) wait_req(d, &d->rs[k]);
+    if (d->zero == 1 && d->es) apply_rows(d, piece_grads(d, d->emb), d->t->seg[d->emb].lo + (size_t)d->rank * d->sk[d->emb],
+                                          d->sk[d->emb]);
+    for (int p = 0; p < NPOOL; p++) reduce_finish(d, &d->gbuf[p]);
+    settle_prefetches(d);
+    return status(d, err);
+}
+
+double dp_grad_sumsq(const Dp *d) {
+    if (d->zero == 0) return d->rank == 0 ? sum_squares(d->st->grads, d->t->total) : 0.0;
+    if (d->zero >= 2) return sum_squares(d->gshard, d->S);
+    double s = 0;
+    for (int k = 0; k < d->t->nseg; k++) s += sum_squares(piece_grads(d, k), d->sk[k]);
+    return s;
+}
+
+int dp_npieces(const Dp *d) { return d->npc; }
+size_t dp_shard_floats(const Dp *d) { return d->S; }
+int dp_writes_checkpoint(const Dp *d) { return d->zero >= 1 || d->rank == 0; }
+int dp_checkpoint_files(const Dp *d) { return d->zero >= 1 ? d->d : 1; }
+
+DpPiece dp_piece(Dp *d, int k) {
+    if (d->zero == 0) return (DpPiece){0, d->t->total, 0, d->st->params, d->st->grads};
+    size_t lo = d->t->seg[k].lo + (size_t)d->rank * d->sk[k];
+    float *p = d->zero >= 3 ? d->pshard + d->soff[k] : d->st->params + lo;
+    return (DpPiece){lo, lo + d->sk[k], d->soff[k], p, piece_grads(d, k)};
+}
+
+int dp_update(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scale, Err *err) {
+    adamw_begin_step(opt);
+    for (int k = 0; k < d->npc; k++) {
+        DpPiece p = dp_piece(d, k);
+        OptPiece op = {p.lo, p.hi, p.params, p.grads, p.off};
+        adamw_update_pieces(opt, d->t, &op, 1, lr, o, grad_scale);
+        // every rank gets each updated piece back, in place, as soon as it
+        // is updated; the next forward waits for each segment in turn
+        if (d->zero == 1 || d->zero == 2)
+            d->ag[k] = comm_iallgather(d->c, p.params, d->st->params + d->t->seg[k].lo, d->sk[k], DT_F32);
+    }
+    if (d->zero >= 3) {
+        // gathered copies are stale now; the next forward's first segment
+        // starts gathering at once
+        for (int p = 0; p < NPOOL; p++) d->pbuf[p].state = BUF_EMPTY;
+        if (!d->failed) gather_start(d, 0);
+    }
+    return status(d, err);
+}
+
+int dp_sync_params(Dp *d, Err *err) {
+    if (d->zero == 0) return 0;
+    for (int k = 0; k < d->t->nseg; k++) wait_req(d, &d->ag[k]);
+    settle_prefetches(d);
+    return status(d, err);
+}
+
+// Fills segment k through buf and keeps the owned piece at dst; buf is
+// zeroed before and after (it is scratch that the step expects clean).
+static int fill_piece(Dp *d, int k, float *buf, float *dst, DpFill fill, void *ctx) {
+    size_t n = d->t->seg[k].hi - d->t->seg[k].lo;
+    memset(buf, 0, n * sizeof(float));
+    int rc = fill(ctx, k, buf);
+    if (rc == 0) memcpy(dst, buf + (size_t)d->rank * d->sk[k], d->sk[k] * sizeof(float));
+    memset(buf, 0, n * sizeof(float));
+    return rc;
+}
+
+// Scratch for segment k's whole values: a pooled buffer, or in stage 1 the
+// gradient buffer (zeroed again before every step).
+static float *scratch_of(Dp *d, int k) {
+    return d->zero >= 2 ? d->gbuf[pool_of(d, k)].buf : d->st->grads + d->t->seg[k].lo;
+}
+
+int dp_fill_params(Dp *d, DpFill fill, void *ctx) {
+    int rc = 0;
+    for (int k = 0; k < d->t->nseg && rc == 0; k++)
+        rc = d->zero < 3 ? fill(ctx, k, d->st->params + d->t->seg[k].lo)
+                         : fill_piece(d, k, scratch_of(d, k), d->pshard + d->soff[k], fill, ctx);
+    return rc;
+}
+
+int dp_fill_shard(Dp *d, float *shard, DpFill fill, void *ctx) {
+    int rc = 0;
+    for (int k = 0; k < d->t->nseg && rc == 0; k++)
+        rc = d->zero == 0 ? fill(ctx, k, shard + d->t->seg[k].lo)
+                          : fill_piece(d, k, scratch_of(d, k), shard + d->soff[k], fill, ctx);
+    return rc;
+}
+
+// ---- reporting ----
+
+static size_t pool_bytes(const Dp *d) {
+    size_t b = 0;
+    for (int p = 0; p < NPOOL; p++) b += (d->pbuf[p].cap + d->gbuf[p].cap) * sizeof(float);
+    return b + (d->es ? embsync_bytes(d->es) : 0);
+}
+
+void dp_describe(const Dp *d, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (!d->c) return;
+    if (d->zero == 0) {
+        if (d->d > 1)
+            snprintf(buf, cap, "data parallel over %d ranks (%s backend), gradients in %d buckets of ≤ %g MB, overlapped "
+                     "with backward", d->d, comm_backend(d->c), d->nb + (d->embb.hi > 0), d->bucket_mb);
+        return;
+    }
+    static const char *what[] = {"", "AdamW state sharded; gradients reduce-scattered per layer during the last backward, "
+                                     "updated parameters allgathered during the next forward",
+                                 "AdamW state and gradients sharded; gradients reduce-scattered per layer during every "
+                                 "backward, updated parameters allgathered during the next forward",
+                                 "AdamW state, gradients and parameters sharded; each layer's parameters allgathered "
+                                 "before its forward and its backward (the next one prefetched)"};
+    char b1[32];
+    snprintf(buf, cap, "data parallel over %d ranks (%s backend), ZeRO-%d: %s; shard %zu of %zu floats per rank, "
+             "%d segments, comm buffers %s", d->d, comm_backend(d->c), d->zero, what[d->zero], d->S, d->t->total,
+             d->t->nseg, mem_fmt(pool_bytes(d), b1, sizeof b1));
+}
+
+void dp_summary(const Dp *d, int steps, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (!d->c || (d->zero == 0 && d->d == 1)) return;
+    const CommStats *cs = comm_stats(d->c);
+    int n = steps > 0 ? steps : 1;
+    if (d->zero == 0) {
+        double ar = cs->seconds[OP_ALLREDUCE];
+        snprintf(buf, cap, "gradient allreduce %.2f s in all, %.2f s of it waited for after backward (%.0f%% hidden); "
+                 "%.1f MB sent per step per rank", ar, d->waited, ar > 0 ? 100 * (1 - d->waited / ar) : 100.0,
+                 cs->bytes_sent[OP_ALLREDUCE] / 1e6 / n);
+        return;
+    }
+    double t = cs->seconds[OP_REDUCE_SCATTER] + cs->seconds[OP_ALLGATHER];
+    uint64_t sent = cs->bytes_sent[OP_REDUCE_SCATTER] + cs->bytes_sent[OP_ALLGATHER];
+    snprintf(buf, cap, "reduce-scatter %.2f s + allgather %.2f s in all, %.2f s of it waited for (%.0f%% hidden); "
+             "%.1f MB sent per step per rank", cs->seconds[OP_REDUCE_SCATTER], cs->seconds[OP_ALLGATHER], d->waited,
+             t > 0 ? 100 * (1 - d->waited / t) : 100.0, sent / 1e6 / n);
+}

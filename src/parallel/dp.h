@@ -1,0 +1,113 @@
+// parallel/dp — data parallelism over the mesh's DP group, ZeRO stages 0-3
+// in one code path (Rajbhandari et al. 2020; the sharding unit is FSDP's,
+// and, as in FSDP's NO_SHARD / SHARD_GRAD_OP / FULL_SHARD, the stages
+// differ only in what a rank keeps).
+//
+// A rank "owns" pieces of the flat buffers and updates only those. With
+// ZeRO-0 the owned piece is the whole buffer (every rank holds and updates
+// all of it). With ZeRO ≥ 1 the unit is the parameter table's segment (a
+// transformer block, the embeddings, the final norm), padded to a multiple
+// of the dp size d: rank r owns the contiguous r-th 1/d of every segment,
+// and its shard is its pieces one after another (S = total/d floats), so
+// every segment's reduce-scatter and allgather is an even NCCL-style
+// collective that can start as soon as backward has finished the segment.
+//
+//   stage 0: gradients reduced by allreduce in buckets of about bucket_mb
+//            (whole tensors, from the end of the buffer), each started as
+//            soon as backward has finished writing it, during the last
+//            micro-batch's backward only.
+//   stage 1: the AdamW moments are sharded. Gradients stay whole; during the
+//            last micro-batch's backward each finished segment is
+//            reduce-scattered in place; AdamW updates the owned pieces; the
+//            pieces are allgathered back into the whole parameters, while
+//            the next forward runs (it waits for each segment's in turn).
+//   stage 2: the gradients are sharded too: the stage adds each segment's
+//            gradients into a pooled buffer that is reduce-scattered as soon
+//            as the segment is done (every micro-batch) and added to the
+//            owned gradient shard; the buffer is then reused.
+//   stage 3: the parameters are sharded too: a segment's parameters are
+//            allgathered into a pooled buffer just before its forward and
+//            again before its backward (the next one prefetched while the
+//            current one computes) and dropped after use.
+//
+// In every stage the embeddings' segment is reduced as soon as the output
+// head is done; the embedding lookup's gradient follows as rows
+// (parallel/embsync). Pools (stages 2, 3): one buffer for the embeddings,
+// one for the final norm, two alternating ones for the blocks; MEM_COMM.
+// Shards are MEM_PARAMS / MEM_GRADS.
+//
+// The module installs the stage's hooks once, at dp_init; the trainer
+// calls dp_microbatch before each micro-batch and the rest once per step.
+#ifndef TSR_PARALLEL_DP_H
+#define TSR_PARALLEL_DP_H
+
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "core/check.h"
+#include "model/stage.h"
+#include "optim/adamw.h"
+
+typedef struct Dp Dp;
+
+// What stage_init needs for ZeRO stage `zero` over `ranks` data-parallel
+// ranks: the flags (buffers the hooks replace) and the segment padding.
+unsigned dp_stage_flags(int zero);
+int dp_pad_multiple(int zero, int ranks);
+
+// Data parallelism of stage `zero` (0..3) over c (NULL: one process,
+// stage 0) for st, built as dp_stage_flags and dp_pad_multiple say;
+// installs st's hooks. bucket_mb sizes stage 0's buckets.
+int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, Stage *st, Err *err);
+void dp_free(Dp *d);
+
+// Before micro-batch k (of K)'s forward.
+void dp_microbatch(Dp *d, int k, int K);
+// After the last backward: waits for every gradient reduction; the owned
+// gradients are then final (summed over the DP ranks). 0, or -1 with err
+// (also for a collective that failed inside a hook).
+int dp_finish(Dp *d, Err *err);
+// The sum of squares of the gradients this rank counts, in a fixed order:
+// its owned pieces under ZeRO ≥ 1; under ZeRO-0, where every rank holds
+// every gradient, all of them on DP rank 0 and none elsewhere. Summed over
+// the DP ranks it counts every gradient exactly once.
+double dp_grad_sumsq(const Dp *d);
+// AdamW on the owned pieces (one step); then the parameters are brought
+// back in step: stages 1 and 2 allgather each piece as soon as it is
+// updated (the next forward waits for each segment's in turn), stage 3
+// starts gathering the next forward's first segment. 0, or -1 with err.
+int dp_update(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scale, Err *err);
+// Waits for every parameter allgather in flight: the parameters the stage
+// reads are current afterwards. 0, or -1 with err.
+int dp_sync_params(Dp *d, Err *err);
+
+// The owned pieces: each a flat range [lo, hi) of the buffers, at off in
+// this rank's shard (the AdamW moments), with its parameter and gradient
+// values.
+typedef struct DpPiece {
+    size_t lo, hi, off;
+    float *params;
+    const float *grads;
+} DpPiece;
+int dp_npieces(const Dp *d);
+DpPiece dp_piece(Dp *d, int k);
+size_t dp_shard_floats(const Dp *d);     // S: floats of the AdamW moments on this rank
+int dp_writes_checkpoint(const Dp *d);   // this rank's pieces go into a checkpoint (ZeRO-0: rank 0's only)
+int dp_checkpoint_files(const Dp *d);    // rank files a checkpoint has
+
+// Filling state segment by segment, between steps: fill writes segment k's
+// whole values into buf (laid out as its range [lo, hi)). dp_fill_params
+// fills the parameters the rank keeps (the whole buffer, or stage 3's
+// shard); dp_fill_shard a shard-sized array (the AdamW moments). Both stop
+// at fill's first non-zero return and return it.
+typedef int (*DpFill)(void *ctx, int k, float *buf);
+int dp_fill_params(Dp *d, DpFill fill, void *ctx);
+int dp_fill_shard(Dp *d, float *shard, DpFill fill, void *ctx);
+
+// For the header and the summary: one line describing the layout ("" for
+// one process), and one line of what the gradient collectives cost over
+// `steps` steps ("" for one process).
+void dp_describe(const Dp *d, char *buf, size_t cap);
+void dp_summary(const Dp *d, int steps, char *buf, size_t cap);
+
+#endif

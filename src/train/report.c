@@ -1,0 +1,122 @@
+#include "train/report.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/json.h"
+
+struct Report {
+    FILE *log;
+    int progress;
+};
+
+int report_open(Report **out, const char *log_path, int progress, Err *err) {
+    *out = NULL;
+    Report *r = calloc(1, sizeof *r);
+    if (!r) return err_set(err, ERR_RUN, "out of memory");
+    r->progress = progress;
+    if (log_path && !(r->log = fopen(log_path, "a"))) {
+        free(r);
+        return err_set(err, ERR_USAGE, "--log %s: %s", log_path, strerror(errno));
+    }
+    *out = r;
+    return 0;
+}
+
+void report_close(Report *r) {
+    if (!r) return;
+    if (r->log) fclose(r->log);
+    free(r);
+}
+
+// Clears the progress bar's line before a line of text.
+static void clear_bar(const Report *r) {
+    if (r->progress) printf("\r\033[K");
+}
+
+static void write_record(Report *r, JsonBuf *b) {
+    fputs(b->s, r->log);
+    fputc('\n', r->log);
+    fflush(r->log);
+}
+
+// "name": {params, grads, optim, acts, comm, workspace} of peak or current bytes.
+static void mem_object(JsonBuf *b, const char *name, size_t (*bytes)(MemTag tag)) {
+    static const MemTag tags[] = {MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_WORKSPACE};
+    jb_key(b, name);
+    jb_obj_begin(b);
+    for (size_t i = 0; i < sizeof tags / sizeof *tags; i++) {
+        jb_key(b, mem_tag_name(tags[i]));
+        jb_int(b, (int64_t)bytes(tags[i]));
+    }
+    jb_obj_end(b);
+}
+
+void report_step(Report *r, const StepMetrics *m) {
+    clear_bar(r);
+    printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%\n", m->step, m->steps,
+           m->loss, m->lr, m->grad_norm, m->ms, m->tokens_per_s, 100 * m->mfu);
+    fflush(stdout);
+    if (!r->log) return;
+    JsonBuf b;
+    jb_init(&b);
+    jb_obj_begin(&b);
+    jb_key(&b, "step"); jb_int(&b, m->step);
+    jb_key(&b, "loss"); jb_fixed(&b, m->loss, 6);
+    jb_key(&b, "lr"); jb_numf(&b, m->lr, 6);
+    jb_key(&b, "grad_norm"); jb_numf(&b, m->grad_norm, 6);
+    jb_key(&b, "ms"); jb_fixed(&b, m->ms, 3);
+    jb_key(&b, "tokens_per_s"); jb_fixed(&b, m->tokens_per_s, 1);
+    jb_key(&b, "mfu"); jb_fixed(&b, m->mfu, 5);
+    jb_key(&b, "mem_peak_bytes"); jb_int(&b, (int64_t)mem_peak_total());
+    mem_object(&b, "mem", mem_peak);
+    mem_object(&b, "mem_now", mem_current);
+    jb_key(&b, "grad_comm_bytes"); jb_int(&b, (int64_t)m->grad_comm_bytes);
+    jb_obj_end(&b);
+    write_record(r, &b);
+    jb_free(&b);
+}
+
+void report_eval(Report *r, int step, double loss, int64_t tokens, double seconds) {
+    clear_bar(r);
+    printf("eval  %5d       | val loss %.4f | perplexity %.2f | %lld tokens in %.1f s\n", step, loss, exp(loss),
+           (long long)tokens, seconds);
+    fflush(stdout);
+    if (!r->log) return;
+    JsonBuf b;
+    jb_init(&b);
+    jb_obj_begin(&b);
+    jb_key(&b, "step"); jb_int(&b, step);
+    jb_key(&b, "val_loss"); jb_fixed(&b, loss, 6);
+    jb_key(&b, "val_ppl"); jb_fixed(&b, exp(loss), 4);
+    jb_key(&b, "val_tokens"); jb_int(&b, tokens);
+    jb_obj_end(&b);
+    write_record(r, &b);
+    jb_free(&b);
+}
+
+void report_progress(Report *r, int step, int total, double elapsed) {
+    if (!r->progress) return;
+    int width = 30, fill = (int)((double)step / total * width);
+    double eta = step ? elapsed / step * (total - step) : 0;
+    printf("\r[");
+    for (int i = 0; i < width; i++) putchar(i < fill ? '=' : (i == fill ? '>' : ' '));
+    printf("] %d/%d  ETA %dm%02ds ", step, total, (int)eta / 60, (int)eta % 60);
+    fflush(stdout);
+}
+
+void report_memory(Report *r) {
+    (void)r;
+    char b[32], c[32];
+    printf("memory:    per rank, peak (now): ");
+    for (int t = 0; t < MEM_NTAGS; t++) {
+        if (!mem_peak(t)) continue;
+        printf("%s %s", mem_tag_name(t), mem_fmt(mem_peak(t), b, sizeof b));
+        if (mem_current(t) != mem_peak(t)) printf(" (%s)", mem_fmt(mem_current(t), c, sizeof c));
+        printf(", ");
+    }
+    printf("total %s\n", mem_fmt(mem_peak_total(), b, sizeof b));
+}

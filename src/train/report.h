@@ -1,0 +1,38 @@
+// train/report — what a run shows: the per-step terminal line, the
+// progress bar, evaluations, the memory line, and the JSONL metrics record
+// (one object per logged step and per evaluation, through the JSON writer).
+// Only the rank that prints opens one with a log file.
+#ifndef TSR_TRAIN_REPORT_H
+#define TSR_TRAIN_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/check.h"
+
+// One optimizer step, as measured on this rank after the step.
+typedef struct StepMetrics {
+    int step, steps;              // this step (1-based) of the run's steps
+    double loss;                  // mean over the global batch
+    double lr, grad_norm;         // the rate used; the global norm before clipping
+    double ms, tokens_per_s, mfu;
+    uint64_t grad_comm_bytes;     // bytes the DP group sent for this step's gradients and parameters
+} StepMetrics;
+
+typedef struct Report Report;
+
+// log_path: JSONL appended to (NULL: none); progress: draw a progress bar
+// (stdout is a terminal).
+int report_open(Report **out, const char *log_path, int progress, Err *err);
+void report_close(Report *r);
+// The step's terminal line and JSONL record (with the memory by tag).
+void report_step(Report *r, const StepMetrics *m);
+// An evaluation's line and record.
+void report_eval(Report *r, int step, double loss, int64_t tokens, double seconds);
+// The progress bar after `step` of `total` steps, `elapsed` seconds in.
+void report_progress(Report *r, int step, int total, double elapsed);
+// This rank's bytes by allocator tag: the peaks, and where they differ the
+// current values.
+void report_memory(Report *r);
+
+#endif
