@@ -407,20 +407,16 @@ void jb_int(JsonBuf *b, int64_t v) {
     jb_sep(b);
     jb_puts(b, tmp);
 }
-void jb_numf(JsonBuf *b, double v, int sig) {
-    char tmp[40];
-    jb_sep(b);
-    if (!isfinite(v)) { jb_puts(b, "null"); return; }
-    snprintf(tmp, sizeof tmp, "%.*g", sig, v);
-    jb_puts(b, tmp);
-}
-void jb_fixed(JsonBuf *b, double v, int decimals) {
+// v printed with a "%.*g" or "%.*f" format; non-finite values are null.
+static void put_number(JsonBuf *b, const char *fmt, int prec, double v) {
     char tmp[400];
     jb_sep(b);
     if (!isfinite(v)) { jb_puts(b, "null"); return; }
-    snprintf(tmp, sizeof tmp, "%.*f", decimals, v);
+    snprintf(tmp, sizeof tmp, fmt, prec, v);
     jb_puts(b, tmp);
 }
+void jb_numf(JsonBuf *b, double v, int sig) { put_number(b, "%.*g", sig, v); }
+void jb_fixed(JsonBuf *b, double v, int decimals) { put_number(b, "%.*f", decimals, v); }
 void jb_num(JsonBuf *b, double v) {
     // The shortest of %.15g..%.17g that reads back to the same double.
     char tmp[40];

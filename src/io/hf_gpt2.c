@@ -94,23 +94,43 @@ static const StTensor *find(const StFile *f, const char *name) {
     return t ? t : st_find(f, name);
 }
 
+// The name of GPT-2's tensor with this role (in the block: the first whose
+// leading dimension is dim0), with the block prefix of layer `layer`.
+static const char *gpt2_name(Part part, Role role, int has_dim0, Dim dim0, int layer, char *buf, size_t cap) {
+    const Arch *a = &arch_gpt2;
+    for (int i = 0; i < a->n[part]; i++) {
+        const TensorDesc *d = &a->part[part][i];
+        if (d->role != role || (has_dim0 && d->dim[0] != dim0)) continue;
+        int k = part == PART_BLOCK ? snprintf(buf, cap, a->block_prefix, layer) : 0;
+        snprintf(buf + k, cap - (size_t)k, "%s", d->name);
+        return buf;
+    }
+    CHECKF(0, "GPT-2 has no tensor of role %d in part %d", (int)role, (int)part);
+    return NULL;
+}
+
 int hf_read_config(const StFile *f, ModelConfig *cfg, Err *err) {
-    const StTensor *wte = find(f, "wte.weight"), *wpe = find(f, "wpe.weight"), *fc = find(f, "h.0.mlp.c_fc.weight");
-    if (!wte || wte->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d wte.weight: not a GPT-2 model");
-    if (!wpe || wpe->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d wpe.weight: not a GPT-2 model");
-    if (!fc || fc->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d h.0.mlp.c_fc.weight: not a GPT-2 model");
+    char nt[64], np[64], nf[64], nl[64];
+    gpt2_name(PART_EMBED, ROLE_TOK_EMB, 0, 0, 0, nt, sizeof nt);
+    gpt2_name(PART_EMBED, ROLE_POS_EMB, 0, 0, 0, np, sizeof np);
+    gpt2_name(PART_BLOCK, ROLE_LINEAR, 1, DIM_F, 0, nf, sizeof nf);   // the MLP's first linear: (F, C)
+    const StTensor *wte = find(f, nt), *wpe = find(f, np), *fc = find(f, nf);
+    if (!wte || wte->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d %s: not a GPT-2 model", nt);
+    if (!wpe || wpe->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d %s: not a GPT-2 model", np);
+    if (!fc || fc->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d %s: not a GPT-2 model", nf);
     int L = 0;
-    for (;; L++) {
-        char nm[64];
-        snprintf(nm, sizeof nm, "h.%d.ln_1.weight", L);
-        if (!find(f, nm)) break;
+    for (;; L++) {   // layers: as many as have the block's first tensor
+        int k = snprintf(nl, sizeof nl, arch_gpt2.block_prefix, L);
+        snprintf(nl + k, sizeof nl - (size_t)k, "%s", arch_gpt2.part[PART_BLOCK][0].name);
+        if (!find(f, nl)) break;
     }
     int heads = cfg->n_head;
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->name, sizeof cfg->name, "imported");
+    cfg->arch = ARCH_GPT2;
     cfg->n_layer = L;
     cfg->d_model = (int)wte->shape[1];
-    cfg->d_ff = (int)fc->shape[1];
+    cfg->d_ff = (int)fc->shape[1];   // stored (in, out): Conv1D
     cfg->max_seq = (int)wpe->shape[0];
     cfg->n_head = heads > 0 ? heads : cfg->d_model / 64 > 0 ? cfg->d_model / 64 : 1;
     config_set_vocab(cfg, (int)wte->shape[0]);

@@ -20,6 +20,7 @@ typedef struct {
     float **blk;          // nl × nact: each block's activations (Arch.act_floats)
     float *fin[3];        // final norm: output (N,C), mean (N), rstd (N)
     float *losses;        // (N)
+    float *dres;          // (N,C) gradient of the residual stream: the head's leaves it here for stage_backward
     int rows;             // this backward pass's embedding rows go to the rows hook
 } Slot;
 
@@ -35,7 +36,6 @@ struct StageActs {
     Slot *slot;
     // scratch
     float *tmp;                             // (N,C)
-    float *dres;                            // (N,C) gradient of the residual stream
     float *logits;                          // (head_rows, Vl)
     int head_rows;
     float *scr[ARCH_MAX_BUFS];              // the arch's block scratch
@@ -98,12 +98,13 @@ static size_t layout_acts(StageActs *a, int slots, char *base) {
     return off;
 }
 
-// Lays out the scratch from base; returns bytes.
-static size_t layout_scratch(StageActs *a, char *base) {
+// Lays out the scratch, and each slot's gradient of the residual stream,
+// from base; returns bytes.
+static size_t layout_scratch(StageActs *a, int slots, char *base) {
     size_t off = 0, N = (size_t)a->dim.N, C = (size_t)a->dim.C;
     a->tmp = carve(base, &off, N * C);
     a->logits = carve(base, &off, (size_t)a->head_rows * a->dim.Vl);
-    a->dres = carve(base, &off, N * C);
+    for (int k = 0; k < slots; k++) a->slot[k].dres = carve(base, &off, N * C);
     for (int j = 0; j < a->arch->nscratch; j++) a->scr[j] = carve(base, &off, a->arch->scratch_floats(&a->dim, j));
     return off;
 }
@@ -177,7 +178,7 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     index_tensors(s);
     size_t pbytes = s->table.total * sizeof(float);
     a->act_bytes = layout_acts(a, slots, NULL);
-    a->ws_bytes = layout_scratch(a, NULL);
+    a->ws_bytes = layout_scratch(a, slots, NULL);
     if (!(flags & STAGE_NO_PARAMS)) s->params = mem_alloc(MEM_PARAMS, pbytes);
     if (!(flags & STAGE_NO_GRADS)) s->grads = mem_alloc(MEM_GRADS, pbytes);
     a->act_block = mem_alloc(MEM_ACTS, a->act_bytes);
@@ -191,7 +192,7 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
         return -1;
     }
     layout_acts(a, slots, a->act_block);
-    layout_scratch(a, a->ws_block);
+    layout_scratch(a, slots, a->ws_block);
     return 0;
 }
 
@@ -223,8 +224,8 @@ static float *block_output(Stage *s, Slot *sl, int i) {
 
 float *stage_input(Stage *s, int slot) { return slot_of(s, slot)->x0; }
 float *stage_output(Stage *s, int slot) { return block_output(s, slot_of(s, slot), s->acts->nl - 1); }
-float *stage_grad_output(Stage *s) { return s->acts->dres; }
-float *stage_grad_input(Stage *s) { return s->acts->dres; }
+float *stage_grad_output(Stage *s, int slot) { return slot_of(s, slot)->dres; }
+float *stage_grad_input(Stage *s, int slot) { return slot_of(s, slot)->dres; }
 
 // Points w (and g) at block i's tensors in its segment's buffers.
 static void block_tensors(const Stage *s, int i, const float *params, const float *grads, float **w, float **g) {
@@ -245,7 +246,7 @@ static void final_tensors(const Stage *s, const float *buf, float **w) {
 static BlockRun run_of(Stage *s, const LocalDims *d, Slot *sl, int i, float **w, float **g) {
     StageActs *a = s->acts;
     return (BlockRun){.cfg = &s->cfg, .d = d, .w = w, .g = g, .act = i >= 0 ? sl->blk + i * a->arch->nact : sl->fin,
-                      .scr = a->scr, .x = block_output(s, sl, i - 1), .tmp = a->tmp, .dres = a->dres};
+                      .scr = a->scr, .x = block_output(s, sl, i - 1), .tmp = a->tmp, .dres = sl->dres};
 }
 
 static LocalDims call_dims(const Stage *s, int B, int T) {
@@ -317,7 +318,7 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     for (int n = 0; n < N; n++) sum += sl->losses[n];
     if (dscale != 0.0f) {
         final_tensors(s, seg_grads(s, sf), g);
-        memset(a->dres, 0, (size_t)N * C * sizeof(float));
+        memset(sl->dres, 0, (size_t)N * C * sizeof(float));
         fr.g = g;
         ar->final_backward(&fr);
         seg_grads_done(s, sf);
@@ -344,12 +345,12 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         seg_grads_done(s, sg);
     }
     if (first && sl->rows) {
-        s->hooks.rows(s->hooks.ctx, tokens, a->dres, B, T);
+        s->hooks.rows(s->hooks.ctx, tokens, sl->dres, B, T);
     } else if (first) {
         int se = a->seg_emb;
         float *ge = seg_grads(s, se);
         embedding_backward(at(s, ge, se, a->off_tok), a->off_pos != SIZE_MAX ? at(s, ge, se, a->off_pos) : NULL,
-                           a->dres, tokens, B, T, d.C, d.v0, d.Vl);
+                           sl->dres, tokens, B, T, d.C, d.v0, d.Vl);
         seg_grads_done(s, se);
     }
     sl->rows = 0;

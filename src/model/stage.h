@@ -9,7 +9,8 @@
 // ParamTable) and its activations: `slots` sets of them, each for one
 // micro-batch of at most B×T tokens, so a pipeline schedule can keep
 // several micro-batches in flight (forward of slot i, later backward of
-// slot i). Scratch is shared. The first stage embeds tokens; others read
+// slot i): the saved activations and the gradient flowing back are the
+// slot's; scratch is shared. The first stage embeds tokens; others read
 // stage_input(). The last stage computes the loss (and the output head);
 // others leave stage_output().
 //
@@ -94,18 +95,18 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
 
 // Back-propagates the slot's micro-batch through the blocks (after
 // stage_forward with dscale != 0 on the last stage, or after the caller
-// filled stage_grad_output()), adding into the gradients. On the first
-// stage ends in the embeddings.
+// filled the slot's stage_grad_output()), adding into the gradients. On
+// the first stage ends in the embeddings.
 void stage_backward(Stage *s, int slot, const int *tokens, int B, int T);
 
 // Logits (B,Vl) of position pos of every row, after a forward pass of the
 // slot on the last stage with dscale == 0 and targets == NULL.
 void stage_logits(Stage *s, int slot, int B, int T, int pos, float *logits);
 
-// Pipeline boundaries, (B,T,C) each.
-float *stage_input(Stage *s, int slot);    // input of a non-first stage
-float *stage_output(Stage *s, int slot);   // output of a non-last stage
-float *stage_grad_output(Stage *s);        // gradient arriving at a non-last stage
-float *stage_grad_input(Stage *s);         // gradient leaving the stage's input
+// Pipeline boundaries of a slot's micro-batch, (B,T,C) each.
+float *stage_input(Stage *s, int slot);         // input of a non-first stage
+float *stage_output(Stage *s, int slot);        // output of a non-last stage
+float *stage_grad_output(Stage *s, int slot);   // gradient arriving at a non-last stage
+float *stage_grad_input(Stage *s, int slot);    // gradient leaving the stage's input (after stage_backward)
 
 #endif

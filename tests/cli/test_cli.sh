@@ -187,6 +187,7 @@ if "$BIN" ckpt info "$TMP/full" | grep -q "checksums: all OK"; then ok "ckpt inf
 printf 'not safetensors' >"$TMP/bad.safetensors"
 expect_error "import a malformed file"   2 "bad.safetensors: .*header length" -- import --in "$TMP/bad.safetensors" --out "$TMP/x"
 expect_error "init from a missing file"  2 "\-\-init-from: /nope.safetensors" -- $T --init-from /nope.safetensors
+expect_error "resume from an imported model" 2 "holds no optimizer state" -- $T --steps 3 --resume "$TMP/imp"
 expect_error "ckpt info of a corrupt checkpoint" 2 "checksum mismatch" -- ckpt info "$TMP/r1"
 
 # comm-bench: a table for every op, and its errors.
