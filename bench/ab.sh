@@ -7,8 +7,8 @@
 # binary (median of steps 2-6 of each run, then the median over rounds) and
 # the ratio new/other.
 set -u
+OTHER=$(realpath "${1:?usage: bench/ab.sh OTHER_TESSERA [ROUNDS]}") || exit 2
 cd "$(dirname "$0")/.."
-OTHER=${1:?usage: bench/ab.sh OTHER_TESSERA [ROUNDS]}
 ROUNDS=${2:-3}
 TEXT=${TSR_DATA:-../shared/data}/tinyshakespeare.txt
 layouts=("dp=1, 2 threads|--threads 2"

@@ -11,6 +11,7 @@
 #include "io/hf_gpt2.h"
 #include "core/alloc.h"
 #include "model/params.h"
+#include "optim/adamw.h"
 
 // The whole model's parameter table and its values from a checkpoint.
 static int load_whole(Ckpt *ck, const ModelConfig *mc, ParamTable *t, float **params, Err *err) {
@@ -176,7 +177,7 @@ int cmd_ckpt(int argc, char **argv) {
     if (ckpt_open(&ck, argv[1], &e) || ckpt_config(ck, &mc, &e)) { ckpt_close(ck); return cli_fail("ckpt info", &e); }
     const Json *m = ckpt_meta(ck), *lay = json_get(m, "layout"), *files = json_get(m, "files");
     printf("checkpoint: %s\n", ckpt_dir(ck));
-    printf("step:       %lld%s\n", (long long)ckpt_step(ck), ckpt_has_section(ck, "exp_avg/") ? " (with AdamW state)" : " (parameters only)");
+    printf("step:       %lld%s\n", (long long)ckpt_step(ck), ckpt_has_section(ck, adamw_sections[0]) ? " (with AdamW state)" : " (parameters only)");
     printf("model:      %s — %d layers, %d heads, d_model %d, d_ff %d, max_seq %d, vocab %d\n", mc.name, mc.n_layer,
            mc.n_head, mc.d_model, mc.d_ff, mc.max_seq, mc.vocab);
     int64_t dp = 1, tp = 1, pp = 1, z = 0;

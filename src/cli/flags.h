@@ -8,7 +8,7 @@
 //
 // On the command line "--name=V" gives V. "--name V" gives V when V does not
 // start with "--"; a FLAG_BOOL takes only a following true, false, 1 or 0,
-// and a number flag without a bare value takes V even when it starts with
+// and an int or float flag without a bare value takes V even when it starts with
 // "--" (an odd value is then a parse error naming the flag). A flag left
 // without a value gets its bare value, and without one that is the error
 // "--name: missing value".

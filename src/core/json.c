@@ -431,6 +431,21 @@ void jb_num(JsonBuf *b, double v) {
 void jb_bool(JsonBuf *b, int v) { jb_sep(b); jb_puts(b, v ? "true" : "false"); }
 void jb_null(JsonBuf *b) { jb_sep(b); jb_puts(b, "null"); }
 
+int jb_members(JsonBuf *b, const char *obj) {
+    Err e;
+    size_t n = strlen(obj);
+    Json *j = json_parse(obj, n, &e);
+    int ok = j && j->type == JSON_OBJ;
+    size_t members = ok ? j->len : 0;
+    json_free(j);
+    if (!ok) return -1;
+    if (!members) return 0;
+    const char *lo = strchr(obj, '{') + 1, *hi = strrchr(obj, '}');   // the members lie between
+    jb_sep(b);
+    jb_put(b, lo, (size_t)(hi - lo));
+    return 0;
+}
+
 void jb_raw(JsonBuf *b, const char *json) {
     if (strspn(json, " \t\r\n") != strlen(json)) jb_sep(b);   // white space is no value
     jb_puts(b, json);

@@ -61,6 +61,9 @@ void jb_numf(JsonBuf *b, double v, int sig);   // v with `sig` significant digit
 void jb_fixed(JsonBuf *b, double v, int decimals);   // v with `decimals` digits after the point
 void jb_bool(JsonBuf *b, int v);
 void jb_null(JsonBuf *b);
+// Appends the members of obj (the text of a JSON object) to the object b
+// is writing; -1, writing nothing, when obj is not a JSON object.
+int jb_members(JsonBuf *b, const char *obj);
 // Appends text that is already a JSON value as the next value, or white
 // space (which takes no separator).
 void jb_raw(JsonBuf *b, const char *json);

@@ -100,8 +100,6 @@ static void step_path(char *out, size_t cap, const char *dir, int64_t step, cons
 
 // ---- writing ----
 
-typedef struct { const char *prefix; const float *base; } Section;
-
 int ckpt_begin(const char *dir, int64_t step, Err *err) {
     if (strlen(dir) > 3000) return err_set(err, ERR_USAGE, "--ckpt-dir: path too long");
     if (mkdir(dir, 0755) && errno != EEXIST) return err_set(err, ERR_USAGE, "--ckpt-dir %s: %s", dir, strerror(errno));
@@ -146,6 +144,8 @@ typedef struct { const float *src; size_t n; } Run;
 int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable *t, const char *const *sections,
                       int nsec, const CkptPiece *pc, int npc, Err *err) {
     CHECK(nsec >= 1 && nsec <= CKPT_MAX_SECTIONS);
+    for (int q = 0; q < npc; q++)
+        for (int k = 0; k < nsec; k++) CHECKF(pc[q].data[k], "checkpoint piece %d has no data for section %d", q, k);
     Run *runs = malloc(((size_t)nsec * (size_t)t->n * (size_t)(npc > 0 ? npc : 1) + 1) * sizeof *runs);
     if (!runs) return err_set(err, ERR_RUN, "out of memory");
     int nrun = 0;
@@ -163,7 +163,7 @@ int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable 
                 const ParamInfo *p = &t->p[i];
                 size_t a = p->offset > c->lo ? p->offset : c->lo, z = p->offset + p->numel < c->hi ? p->offset + p->numel : c->hi;
                 if (a >= z) continue;
-                char name[96];
+                char name[160];
                 snprintf(name, sizeof name, "%s%s", sections[k], p->name);
                 const float *src = base + (a - c->lo);
                 index_entry(&idx, name, p, a - p->offset, z - p->offset, data_off, src);
@@ -226,17 +226,6 @@ static void prune(const char *dir, int keep) {
     }
 }
 
-// Appends the members of obj (a JSON object's text) to the object b is writing.
-static void jb_members(JsonBuf *b, const char *obj) {
-    size_t n = strlen(obj);
-    while (n && obj[n - 1] != '}') n--;
-    const char *p = strchr(obj, '{');
-    if (!p || n == 0 || (size_t)(p - obj) + 1 >= n - 1) return;
-    char *inner = strndup(p + 1, n - 1 - (size_t)(p - obj) - 1);
-    if (inner && strspn(inner, " \t\r\n") != strlen(inner)) jb_raw(b, inner);
-    free(inner);
-}
-
 int ckpt_commit(const char *dir, const CkptMeta *md, int keep, Err *err) {
     int64_t step = md->step;
     JsonBuf m;
@@ -260,7 +249,10 @@ int ckpt_commit(const char *dir, const CkptMeta *md, int keep, Err *err) {
         jb_str(&m, f);
     }
     jb_arr_end(&m);
-    if (md->state) jb_members(&m, md->state);
+    if (md->state && jb_members(&m, md->state)) {
+        jb_free(&m);
+        return err_set(err, ERR_RUN, "checkpoint state is not a JSON object");
+    }
     if (md->train) { jb_key(&m, "train"); jb_raw(&m, md->train); }
     jb_obj_end(&m);
     jb_raw(&m, "\n");

@@ -52,6 +52,14 @@ int meta_model(const Json *meta, const char *path, ModelConfig *cfg, Err *err) {
             return err_set(err, ERR_USAGE, "%s: field 'model.%s' is missing or not a positive integer", path, keys[i]);
         *dst[i] = (int)v;
     }
+    const Json *ar = json_get(m, "arch"), *kv = json_get(m, "n_kv_head");
+    if (ar && (ar->type != JSON_STR || (strcmp(ar->text, "gpt2") && strcmp(ar->text, "llama"))))
+        return err_set(err, ERR_USAGE, "%s: field 'model.arch' must be \"gpt2\" or \"llama\"", path);
+    cfg->arch = ar && !strcmp(ar->text, "llama") ? ARCH_LLAMA : ARCH_GPT2;
+    int64_t v;
+    if (kv && (json_int64(kv, &v) || v < 1 || v > (1 << 30)))
+        return err_set(err, ERR_USAGE, "%s: field 'model.n_kv_head' is not a positive integer", path);
+    if (kv) cfg->n_kv_head = (int)v;
     const Json *nm = json_get(m, "name");
     snprintf(cfg->name, sizeof cfg->name, "%s", nm && nm->type == JSON_STR ? nm->text : "custom");
     config_set_vocab(cfg, cfg->vocab);

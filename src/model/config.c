@@ -82,6 +82,7 @@ void config_to_json(const ModelConfig *c, JsonBuf *b) {
     jb_key(b, "name"); jb_str(b, c->name);
     jb_key(b, "n_layer"); jb_int(b, c->n_layer);
     jb_key(b, "n_head"); jb_int(b, c->n_head);
+    if (c->n_kv_head) { jb_key(b, "n_kv_head"); jb_int(b, c->n_kv_head); }
     jb_key(b, "d_model"); jb_int(b, c->d_model);
     jb_key(b, "d_ff"); jb_int(b, c->d_ff);
     jb_key(b, "max_seq"); jb_int(b, c->max_seq);

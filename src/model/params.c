@@ -174,7 +174,7 @@ static void init_tensor(const ParamInfo *p, float *w, uint64_t seed) {
         for (size_t i = 0; i < p->numel; i++)
             w[i] = (float)(p->std * rng_normal(seed, stream, global_index(p, i)));
     }
-    // Rows past init_rows (the vocabulary padding of wte) start at zero,
+    // Rows past init_rows (the padding of DIM_VP, the vocabulary rows) start at zero,
     // so a model's values do not depend on the padding.
     for (int64_t r = 0; r < p->lshape[0]; r++) {
         int64_t gr = r + (p->shard_dim == 0 ? p->shard_off : 0);

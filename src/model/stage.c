@@ -148,6 +148,8 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     if (T > cfg->max_seq)
         return err_set(err, ERR_USAGE, "sequence length %d is above the model's max_seq %d", T, cfg->max_seq);
     if (B < 1 || T < 1 || slots < 1) return err_set(err, ERR_USAGE, "batch, sequence length and slots must be at least 1");
+    if ((int64_t)B * T > (1 << 30))
+        return err_set(err, ERR_USAGE, "batch × sequence length = %lld tokens per micro-batch is above 2^30", (long long)B * T);
     int tp = slice->tp_size;
     if (cfg->n_head % tp) return err_set(err, ERR_USAGE, "tp=%d does not divide n_head=%d", tp, cfg->n_head);
     if (cfg->d_ff % tp) return err_set(err, ERR_USAGE, "tp=%d does not divide d_ff=%d", tp, cfg->d_ff);
@@ -312,8 +314,9 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
             linear_backward(a->tmp + (size_t)r0 * C, dhead, NULL, a->logits, lnf + (size_t)r0 * C, head, nr, C, Vl, 0);
     }
     if (tied) seg_params_done(s, se);
-    // a pipeline's last stage, or a deferred lookup: the embeddings' gradient here is complete
-    if (dscale != 0.0f && se >= 0 && (!first || sl->rows)) seg_grads_done(s, se);
+    // a tied head on a pipeline's last stage, or a deferred lookup: the
+    // embeddings' gradient here is complete
+    if (dscale != 0.0f && tied && se >= 0 && (!first || sl->rows)) seg_grads_done(s, se);
     double sum = 0.0;
     for (int n = 0; n < N; n++) sum += sl->losses[n];
     if (dscale != 0.0f) {
@@ -326,6 +329,10 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     seg_params_done(s, sf);
     return sum;
 }
+
+// The stage's output head is the tied token embedding (its segment's
+// gradient is reported done right after the head).
+static int tied_head_here(const Stage *s) { return s->acts->arch->tied_head && slice_is_last(&s->slice, &s->cfg); }
 
 void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
@@ -345,6 +352,10 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         seg_grads_done(s, sg);
     }
     if (first && sl->rows) {
+        if (!tied_head_here(s)) {   // no head wrote into the embeddings: their (zero) dense part is done now
+            seg_grads(s, a->seg_emb);
+            seg_grads_done(s, a->seg_emb);
+        }
         s->hooks.rows(s->hooks.ctx, tokens, sl->dres, B, T);
     } else if (first) {
         int se = a->seg_emb;

@@ -42,11 +42,12 @@ typedef struct StageActs StageActs;   // internal: activations and scratch
 //   grads(seg): a buffer the stage adds seg's gradients into; asked again
 //     before grads_done, it is the same buffer.
 //   grads_done(seg): seg's gradients of this backward pass are complete.
-//   take_rows(): asked once per backward pass, when the output head starts
-//     it: if true, the first stage's embedding lookup does not add its
+//   take_rows(): asked once per backward pass on the first stage (by the
+//     output head when the stage has it, else at the start of
+//     stage_backward): if true, the embedding lookup does not add its
 //     gradient; rows(tokens, dres, B, T) gets the token ids and the gradient
 //     rows instead (parallel/embsync), and the embeddings' segment counts as
-//     done right after the output head (grads_done).
+//     done before them (right after a tied output head).
 // In a forward pass the embeddings (held for the tied output head) and the
 // final norm are asked for once each; blocks once in forward and once again
 // in backward.

@@ -6,6 +6,24 @@
 #include "core/alloc.h"
 #include "kernels/adamw.h"
 
+const char *const adamw_sections[2] = {"exp_avg/", "exp_avg_sq/"};
+
+char *adamw_state_json(const AdamW *a) {
+    JsonBuf b;
+    jb_init(&b);
+    jb_obj_begin(&b);
+    jb_key(&b, "optimizer"); jb_bool(&b, 1);
+    jb_key(&b, "adam_t"); jb_int(&b, a->t);
+    jb_obj_end(&b);
+    return b.s;
+}
+
+int adamw_state_read(AdamW *a, const Json *meta, const char *dir, Err *err) {
+    if (json_int64(json_get(meta, "adam_t"), &a->t) || a->t < 0)
+        return err_set(err, ERR_USAGE, "%s/meta.json: field 'adam_t' is missing or not a non-negative integer", dir);
+    return 0;
+}
+
 int adamw_init(AdamW *a, size_t n, Err *err) {
     a->n = n;
     a->t = 0;

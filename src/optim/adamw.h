@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "core/check.h"
+#include "core/json.h"
 #include "model/params.h"
 
 // Hyper-parameters as given (double); the update computes in float, as
@@ -50,6 +51,17 @@ void adamw_update_pieces(const AdamW *a, const ParamTable *t, const OptPiece *pc
 // begin + update of the whole buffer as one piece.
 void adamw_step(AdamW *a, const ParamTable *t, float *params, const float *grads, float lr, const AdamWConfig *o,
                 float grad_scale);
+
+// In a checkpoint the moments are two sections beside the parameters
+// (their tensors named "exp_avg/NAME" and "exp_avg_sq/NAME", as PyTorch
+// names them), and the step count is meta.json's "adam_t".
+extern const char *const adamw_sections[2];
+// The state as a JSON object's text for the checkpoint's meta.json
+// ({"optimizer": true, "adam_t": t}); free() it.
+char *adamw_state_json(const AdamW *a);
+// Reads the step count back from a checkpoint's meta.json (dir names it
+// in errors); -1 with err when missing.
+int adamw_state_read(AdamW *a, const Json *meta, const char *dir, Err *err);
 
 // Sum of squares of g (n) in double, in a fixed order (blocks summed in
 // order), so the value does not depend on the thread count.

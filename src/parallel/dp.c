@@ -279,6 +279,8 @@ int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, Stage *st, Err *err) 
     if (!d->sk || !d->soff || !d->rs || !d->ag) goto oom;
     const ParamInfo *pe = ptable_role(t, ROLE_TOK_EMB);
     d->emb = pe && pe->part == PART_EMBED ? ptable_seg_of(t, pe->offset) : -1;
+    // the table puts the embeddings first: stage 0's buckets rely on it
+    CHECKF(d->emb <= 0, "the embeddings are segment %d, not the first", d->emb);
     // the lookup's rows travel whenever gradients are reduced across ranks
     int reduces = zero >= 1 || d->d > 1;
     if (d->emb >= 0 && reduces && embsync_init(&d->es, c, st, err)) { dp_free(d); return -1; }

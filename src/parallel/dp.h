@@ -36,7 +36,8 @@
 // one for the final norm, two alternating ones for the blocks; MEM_COMM.
 // Shards are MEM_PARAMS / MEM_GRADS.
 //
-// The module installs the stage's hooks once, at dp_init; the trainer
+// The module installs the stage's hooks once, at dp_init (none where
+// nothing is reduced: one process, or ZeRO-0 on one rank); the trainer
 // calls dp_microbatch before each micro-batch and the rest once per step.
 #ifndef TSR_PARALLEL_DP_H
 #define TSR_PARALLEL_DP_H

@@ -16,9 +16,6 @@
 #include "kernels/matmul.h"
 #include "parallel/dp.h"
 
-// The optimizer's sections in a checkpoint, beside the parameters ("").
-static const char *const SECTIONS[] = {"", "exp_avg/", "exp_avg_sq/"};
-
 struct Trainer {
     const TrainConfig *tc;
     Mesh *mesh;
@@ -27,7 +24,7 @@ struct Trainer {
                                // group so that its counters hold gradient traffic only
     Tokenizer tok;
     ModelConfig mc;
-    Ckpt *ck;                  // the checkpoint resumed from, until the state is loaded
+    Ckpt *ck;                  // the checkpoint resumed from (NULL: none); the header names it
     StFile sf;
     Loader *ld, *val;
     Stage st;
@@ -83,9 +80,10 @@ static int sum_all(Trainer *t, double *v, int n, Err *err) {
     return 0;
 }
 
-// Agrees on a status across the ranks: -1 if any rank failed; a failed
-// reduction counts as a failure.
-static int agree(Trainer *t, int rc, Err *err) {
+// Agrees on a status across the ranks: -1 if any rank failed (a rank that
+// did not gets err "another rank failed <what>"); a failed reduction counts
+// as a failure.
+static int agree(Trainer *t, int rc, const char *what, Err *err) {
     if (!t->stats) return rc;
     int32_t mine = rc ? 1 : 0, any = 0;
     Err e;
@@ -93,7 +91,7 @@ static int agree(Trainer *t, int rc, Err *err) {
         if (!rc && err) *err = e;
         return -1;
     }
-    if (any && !rc && err) err_set(err, ERR_RUN, "another rank failed to write its part of the checkpoint");
+    if (any && !rc && err) err_set(err, ERR_RUN, "another rank failed %s", what);
     return any ? -1 : 0;
 }
 
@@ -206,7 +204,7 @@ static int open_data(Trainer *t, Err *err) {
 typedef struct {
     const ParamTable *t;
     Ckpt *ck;
-    const char *section;   // of the checkpoint
+    const char *section;   // of the checkpoint ("": the parameters)
     const float *full;     // whole parameters to cut from, or NULL
     uint64_t seed;
     uint32_t crc;          // CRC-32C of the segments so far (of the whole flat buffer at the end)
@@ -236,9 +234,9 @@ static int init_state(Trainer *t, uint32_t *crc, Err *err) {
     const TrainConfig *tc = t->tc;
     const ParamTable *tb = &t->st.table;
     Ckpt *ck = t->ck;
-    if (ck && !ckpt_has_section(ck, SECTIONS[1]))
+    if (ck && !ckpt_has_section(ck, adamw_sections[0]))
         return err_set(err, ERR_USAGE, "%s: holds no optimizer state (an imported model? use --init-from)", ckpt_dir(ck));
-    Fill fl = {.t = tb, .ck = ck, .seed = tc->seed, .section = SECTIONS[0], .err = err};
+    Fill fl = {.t = tb, .ck = ck, .seed = tc->seed, .section = "", .err = err};
     float *whole = NULL;
     int rc = 0;
     if (tc->init_from) {   // the file is read whole once, into the parameters or (ZeRO-3) a scratch buffer
@@ -253,14 +251,13 @@ static int init_state(Trainer *t, uint32_t *crc, Err *err) {
     *crc = fl.crc;
     if (!ck) return 0;
     fl.full = NULL;
-    fl.section = SECTIONS[1];
+    fl.section = adamw_sections[0];
     if (dp_fill_shard(t->dp, t->opt.m, fill_segment, &fl)) return -1;
-    fl.section = SECTIONS[2];
+    fl.section = adamw_sections[1];
     if (dp_fill_shard(t->dp, t->opt.v, fill_segment, &fl)) return -1;
     const Json *meta = ckpt_meta(ck), *ls = json_get(json_get(meta, "train"), "loader");
     int64_t e = 0, p = 0;
-    if (json_int64(json_get(meta, "adam_t"), &t->opt.t) || t->opt.t < 0)
-        return err_set(err, ERR_USAGE, "%s/meta.json: field 'adam_t' is missing or not a non-negative integer", ckpt_dir(ck));
+    if (adamw_state_read(&t->opt, meta, ckpt_dir(ck), err)) return -1;
     if (json_int64(json_get(ls, "epoch"), &e) || json_int64(json_get(ls, "pos"), &p) || e < 0 || p < 0)
         return err_set(err, ERR_USAGE, "%s/meta.json: field 'train.loader' is missing or malformed", ckpt_dir(ck));
     loader_set_state(t->ld, (LoaderState){e, p % loader_samples(t->ld)});
@@ -338,7 +335,10 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     if (adamw_init(&t->opt, dp_shard_floats(t->dp), err)) goto fail;   // the moments of the owned pieces
     if (init_state(t, &crc, err) || check_same_start(t, crc, err)) goto fail;
     if (m->world && comm_split(m->world, 0, comm_rank(m->world), "stats", &t->stats, err)) goto fail;
-    if (report_open(&t->rep, t->rank == 0 ? tc->log_path : NULL, tc->progress, err)) goto fail;
+    // only rank 0 logs: the others must not wait in the first step for a rank that could not open --log
+    if (agree(t, report_open(&t->rep, t->rank == 0 ? tc->log_path : NULL, tc->progress, err), "to start (see its error)",
+              err))
+        goto fail;
     t->inp = malloc((size_t)tc->batch * tc->seq * sizeof *t->inp);
     t->tgt = malloc((size_t)tc->batch * tc->seq * sizeof *t->tgt);
     if (!t->inp || !t->tgt) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
@@ -404,31 +404,27 @@ static int save(Trainer *t, Err *err) {
     double t0 = timer_now();
     int n = dp_npieces(t->dp), rc = 0;
     char *train = train_meta_json(tc, t->done, loader_state(t->ld));
-    JsonBuf state;
-    jb_init(&state);
-    jb_obj_begin(&state);
-    jb_key(&state, "optimizer"); jb_bool(&state, 1);
-    jb_key(&state, "adam_t"); jb_int(&state, t->opt.t);
-    jb_obj_end(&state);
+    char *state = adamw_state_json(&t->opt);
     CkptPiece *pc = calloc((size_t)n + 1, sizeof *pc);
-    if (!pc || !train || !state.s) rc = err_set(err, ERR_RUN, "out of memory");
+    if (!pc || !train || !state) rc = err_set(err, ERR_RUN, "out of memory");
     if (t->rank == 0 && !rc) rc = ckpt_begin(tc->ckpt_dir, t->done, err);
-    rc = agree(t, rc, err);
+    rc = agree(t, rc, "to write its part of the checkpoint", err);
     if (!rc && dp_writes_checkpoint(t->dp)) {
         for (int k = 0; k < n; k++) {
             DpPiece p = dp_piece(t->dp, k);
             pc[k] = (CkptPiece){p.lo, p.hi, {p.params, t->opt.m + p.off, t->opt.v + p.off}};
         }
-        rc = ckpt_write_pieces(tc->ckpt_dir, t->done, t->rank, &t->st.table, SECTIONS, 3, pc, n, err);
+        const char *const sections[3] = {"", adamw_sections[0], adamw_sections[1]};   // parameters, moments
+        rc = ckpt_write_pieces(tc->ckpt_dir, t->done, t->rank, &t->st.table, sections, 3, pc, n, err);
     }
-    rc = agree(t, rc, err);
+    rc = agree(t, rc, "to write its part of the checkpoint", err);
     CkptMeta md = {.step = t->done, .cfg = &t->mc, .nfiles = dp_checkpoint_files(t->dp), .dp = t->D, .tp = 1, .pp = 1,
-                   .zero = tc->zero, .state = state.s, .train = train};
+                   .zero = tc->zero, .state = state, .train = train};
     if (t->rank == 0 && !rc) rc = ckpt_commit(tc->ckpt_dir, &md, tc->keep, err);
-    rc = agree(t, rc, err);
+    rc = agree(t, rc, "to write its part of the checkpoint", err);
     free(pc);
     free(train);
-    jb_free(&state);
+    free(state);
     if (rc == 0) printf("checkpoint: %s/step_%08d (%.2f s)\n", tc->ckpt_dir, t->done, timer_now() - t0);
     return rc;
 }
