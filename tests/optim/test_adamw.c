@@ -10,15 +10,22 @@
 #include "optim/adamw.h"
 #include "test.h"
 
-static void test_adamw_decay_rules(void) {
+// The parameter table of gpt2-tiny with a byte vocabulary and L layers.
+static ParamTable tiny_table(int L) {
     Err e;
     ModelConfig c;
     config_preset(&c, "gpt2-tiny", &e);
     config_set_vocab(&c, 256);
-    c.n_layer = 1;
+    c.n_layer = L;
     ModelSlice s = slice_whole(&c);
     ParamTable t;
-    ptable_build(&t, &c, &s, &e);
+    CHECKF(ptable_build(&t, &c, &s, &e) == 0, "%s", e.msg);
+    return t;
+}
+
+static void test_adamw_decay_rules(void) {
+    Err e;
+    ParamTable t = tiny_table(1);
     float *p = mem_alloc(MEM_PARAMS, t.total * 4), *g = mem_alloc(MEM_GRADS, t.total * 4);
     for (size_t i = 0; i < t.total; i++) p[i] = 1.0f;
     AdamW a;
@@ -54,13 +61,7 @@ static void test_sum_squares(void) {
 // bits of one update of the whole buffer.
 static void test_pieces(void) {
     Err e;
-    ModelConfig c;
-    config_preset(&c, "gpt2-tiny", &e);
-    config_set_vocab(&c, 256);
-    c.n_layer = 2;
-    ModelSlice s = slice_whole(&c);
-    ParamTable t;
-    ptable_build(&t, &c, &s, &e);
+    ParamTable t = tiny_table(2);
     size_t n = t.total;
     float *p1 = malloc(n * 4), *p2 = malloc(n * 4), *g = malloc(n * 4);
     for (size_t i = 0; i < n; i++) { p1[i] = p2[i] = (float)((i % 31) * 0.01); g[i] = (float)((i % 17) * 0.003 - 0.02); }
