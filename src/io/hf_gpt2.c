@@ -45,7 +45,7 @@ static void global_of(const ParamInfo *p, size_t i, int64_t *g) {
 // This mapping is GPT2LMHeadModel's.
 static int check_arch(const ModelConfig *c, Err *err) {
     if (c->arch != ARCH_GPT2)
-        return err_set(err, ERR_USAGE, "the Hugging Face mapping here is GPT-2's; the model is %s", arch_of(c)->name);
+        return err_set(err, ERR_USAGE, "the Hugging Face mapping here is GPT-2's; the model is %s", config_arch_name(c->arch));
     return 0;
 }
 

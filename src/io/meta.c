@@ -53,9 +53,8 @@ int meta_model(const Json *meta, const char *path, ModelConfig *cfg, Err *err) {
         *dst[i] = (int)v;
     }
     const Json *ar = json_get(m, "arch"), *kv = json_get(m, "n_kv_head");
-    if (ar && (ar->type != JSON_STR || (strcmp(ar->text, "gpt2") && strcmp(ar->text, "llama"))))
+    if (ar && (ar->type != JSON_STR || config_arch_parse(ar->text, &cfg->arch)))
         return err_set(err, ERR_USAGE, "%s: field 'model.arch' must be \"gpt2\" or \"llama\"", path);
-    cfg->arch = ar && !strcmp(ar->text, "llama") ? ARCH_LLAMA : ARCH_GPT2;
     int64_t v;
     if (kv && (json_int64(kv, &v) || v < 1 || v > (1 << 30)))
         return err_set(err, ERR_USAGE, "%s: field 'model.n_kv_head' is not a positive integer", path);

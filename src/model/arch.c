@@ -37,3 +37,8 @@ int64_t arch_tied_copy(const ModelConfig *c, int tp, int padded) {
         if (a->part[PART_EMBED][i].role == ROLE_TOK_EMB) return arch_tensor_numel(c, &a->part[PART_EMBED][i], tp, padded);
     return 0;
 }
+
+int64_t config_param_count(const ModelConfig *c, int padded) {
+    return arch_part_params(c, PART_EMBED, 1, padded) + c->n_layer * arch_part_params(c, PART_BLOCK, 1, padded) +
+           arch_part_params(c, PART_FINAL, 1, padded);
+}

@@ -81,7 +81,6 @@ typedef struct BlockRun {
 } BlockRun;
 
 typedef struct Arch {
-    const char *name;                     // "gpt2"
     const char *block_prefix;             // printf format of a block tensor's name prefix, given the layer
     const TensorDesc *part[PART_COUNT];   // the tensors of each part, in flat-buffer order
     int n[PART_COUNT];
@@ -100,8 +99,11 @@ typedef struct Arch {
 
 extern const Arch arch_gpt2, arch_llama;
 
-// The description of c's architecture.
+// The description of c's architecture (config_arch_name names it).
 const Arch *arch_of(const ModelConfig *c);
+// Exact parameter count of the whole model, with V (padded=0) or Vp
+// vocabulary rows: the one count in tessera.
+int64_t config_param_count(const ModelConfig *c, int padded);
 // The value of a shape rule; padded = 0 counts V vocabulary rows, else Vp.
 int64_t arch_dim(const ModelConfig *c, Dim d, int padded);
 // Elements of tensor t on one of tp tensor-parallel ranks.

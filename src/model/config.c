@@ -1,7 +1,5 @@
 #include "model/config.h"
 
-#include "model/arch.h"
-
 #include <stdio.h>
 #include <string.h>
 
@@ -78,7 +76,7 @@ int config_from_json(ModelConfig *c, const Json *j, Err *err) {
 
 void config_to_json(const ModelConfig *c, JsonBuf *b) {
     jb_obj_begin(b);
-    jb_key(b, "arch"); jb_str(b, arch_of(c)->name);
+    jb_key(b, "arch"); jb_str(b, config_arch_name(c->arch));
     jb_key(b, "name"); jb_str(b, c->name);
     jb_key(b, "n_layer"); jb_int(b, c->n_layer);
     jb_key(b, "n_head"); jb_int(b, c->n_head);
@@ -105,9 +103,13 @@ int config_validate(const ModelConfig *c, Err *err) {
     return 0;
 }
 
-int64_t config_param_count(const ModelConfig *c, int padded) {
-    return arch_part_params(c, PART_EMBED, 1, padded) + c->n_layer * arch_part_params(c, PART_BLOCK, 1, padded) +
-           arch_part_params(c, PART_FINAL, 1, padded);
+const char *config_arch_name(ArchId a) { return a == ARCH_LLAMA ? "llama" : "gpt2"; }
+
+int config_arch_parse(const char *name, ArchId *out) {
+    if (!strcmp(name, "gpt2")) *out = ARCH_GPT2;
+    else if (!strcmp(name, "llama")) *out = ARCH_LLAMA;
+    else return -1;
+    return 0;
 }
 
 int config_kv_heads(const ModelConfig *c) { return c->n_kv_head > 0 ? c->n_kv_head : c->n_head; }

@@ -43,9 +43,10 @@ void config_to_json(const ModelConfig *c, JsonBuf *b);
 void config_set_vocab(ModelConfig *c, int vocab);
 // Checks ranges and divisibility; the message names the field.
 int config_validate(const ModelConfig *c, Err *err);
-// Exact parameter count of the whole model, with V (padded=0) or Vp
-// vocabulary rows, from the architecture's description (model/arch).
-int64_t config_param_count(const ModelConfig *c, int padded);
+// The architecture's name ("gpt2", "llama"), and back (0, or -1 for an
+// unknown name).
+const char *config_arch_name(ArchId a);
+int config_arch_parse(const char *name, ArchId *out);
 // Key/value heads: n_kv_head, or n_head when it is 0.
 int config_kv_heads(const ModelConfig *c);
 

@@ -129,7 +129,6 @@ static void final_backward(const BlockRun *r) {
 }
 
 const Arch arch_gpt2 = {
-    .name = "gpt2",
     .block_prefix = "h.%d.",
     .part = {embed, block, final},
     .n = {2, NBLOCK, 2},

@@ -28,7 +28,6 @@ static const TensorDesc final[] = {
 };
 
 const Arch arch_llama = {
-    .name = "llama",
     .block_prefix = "layers.%d.",
     .part = {embed, block, final},
     .n = {1, 9, 2},

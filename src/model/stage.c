@@ -144,7 +144,7 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     const Arch *ar = arch_of(cfg);
     if (!ar->has_train)
         return err_set(err, ERR_USAGE, "the %s architecture is described for planning only: this build cannot train it",
-                       ar->name);
+                       config_arch_name(cfg->arch));
     if (T > cfg->max_seq)
         return err_set(err, ERR_USAGE, "sequence length %d is above the model's max_seq %d", T, cfg->max_seq);
     if (B < 1 || T < 1 || slots < 1) return err_set(err, ERR_USAGE, "batch, sequence length and slots must be at least 1");
