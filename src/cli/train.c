@@ -97,7 +97,8 @@ int cmd_train(int argc, char **argv) {
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "train", &help, &cfg, &e)) return cli_fail("train", &e);
     if (help) {
-        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model on one process (fp32).\n"
+        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model (fp32) on one process, or data parallel\n"
+               "with ZeRO 0-3 on --nproc forked ranks or the ranks mpirun starts.\n"
                "Without --val-data, a --data directory's val_*.bin shards are the validation set.\n\n");
         flags_print(f, nf);
         return 0;
