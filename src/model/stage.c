@@ -245,10 +245,12 @@ static void final_tensors(const Stage *s, const float *buf, float **w) {
     for (int k = 0; k < a->arch->n[PART_FINAL]; k++) w[k] = at(s, buf, a->seg_fin, a->off_fin[k]);
 }
 
+// A pass of block i (i = -1: the final norm, after the last block) of the slot's micro-batch.
 static BlockRun run_of(Stage *s, const LocalDims *d, Slot *sl, int i, float **w, float **g) {
     StageActs *a = s->acts;
     return (BlockRun){.cfg = &s->cfg, .d = d, .w = w, .g = g, .act = i >= 0 ? sl->blk + i * a->arch->nact : sl->fin,
-                      .scr = a->scr, .x = block_output(s, sl, i - 1), .tmp = a->tmp, .dres = sl->dres};
+                      .scr = a->scr, .x = block_output(s, sl, i >= 0 ? i - 1 : a->nl - 1), .tmp = a->tmp,
+                      .dres = sl->dres};
 }
 
 static LocalDims call_dims(const Stage *s, int B, int T) {
@@ -291,7 +293,6 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     if (tied && !pe) pe = seg_params(s, se, -1);
     final_tensors(s, pf, w);
     BlockRun fr = run_of(s, &d, sl, -1, w, NULL);
-    fr.x = block_output(s, sl, nl - 1);
     ar->final_forward(&fr);
     if (!targets) {
         if (tied) seg_params_done(s, se);

@@ -284,19 +284,19 @@ int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, Stage *st, Err *err) 
     // the lookup's rows travel whenever gradients are reduced across ranks
     int reduces = zero >= 1 || d->d > 1;
     if (d->emb >= 0 && reduces && embsync_init(&d->es, c, st, err)) { dp_free(d); return -1; }
-    for (int k = 0; k < t->nseg; k++) {
+    for (int k = 0; k < t->nseg; k++) {   // stage 0's one piece is the whole buffer (S = total)
         size_t n = t->seg[k].hi - t->seg[k].lo;
         size_t per = zero ? (size_t)d->d : 1;
         CHECKF(n % per == 0, "segment %d (%zu floats) is not padded to %zu ranks", k, n, per);
         d->sk[k] = n / per;
-        d->soff[k] = zero ? d->S : t->seg[k].lo;
+        d->soff[k] = d->S;
         d->S += d->sk[k];
         if (zero >= 2) {
             int p = pool_of(d, k);
             if (n > d->gbuf[p].cap) d->gbuf[p].cap = n;
         }
     }
-    if (!zero) d->S = t->total;
+    CHECK(zero || d->S == t->total);
     for (int p = 0; p < NPOOL; p++) {
         d->gbuf[p].seg = d->pbuf[p].seg = -1;
         if (zero >= 3) d->pbuf[p].cap = d->gbuf[p].cap;
