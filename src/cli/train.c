@@ -12,7 +12,7 @@
 #include "parallel/mesh.h"
 #include "train/trainer.h"
 
-typedef struct { const TrainConfig *tc; int dp; } RankArgs;
+typedef struct { const TrainConfig *tc; int dp, tp; } RankArgs;
 
 // Ranks mpirun started on this machine (Open MPI, MPICH and Slurm say so
 // in the environment); 1 when none does.
@@ -25,14 +25,14 @@ static int mpi_local_ranks(void) {
     return 1;
 }
 
-// One rank of the mesh (data parallel only: tp = pp = 1): rank 0 prints,
+// One rank of the mesh (data and tensor parallel: pp = 1): rank 0 prints,
 // the others keep quiet; errors go to stderr with the rank.
 static int train_rank(Comm *world, void *arg) {
     RankArgs *ra = arg;
     Err e = {0};
     Mesh m;
-    if (mesh_init(&m, world, ra->dp, 1, 1, &e)) {
-        fprintf(stderr, "tessera train: rank %d: --dp: %s\n", comm_rank(world), e.msg);
+    if (mesh_init(&m, world, ra->dp, ra->tp, 1, &e)) {
+        fprintf(stderr, "tessera train: rank %d: --dp/--tp: %s\n", comm_rank(world), e.msg);
         return e.code ? e.code : 1;
     }
     int rc = 0;
@@ -45,6 +45,25 @@ static int train_rank(Comm *world, void *arg) {
     return rc;
 }
 
+// The model of the flags splits over tp ranks (exit 2 before any rank
+// starts): heads, FFN width and, under --sp, the sequence. The padded
+// vocabulary divides by construction (model/config pads it per tp).
+static int check_tp(const TrainConfig *tc, int tp, Err *e) {
+    const ModelConfig *c = &tc->model;
+    if (c->n_head % tp) return err_set(e, ERR_USAGE, "--tp %d does not divide the model's %d heads", tp, c->n_head);
+    if (config_kv_heads(c) % tp)
+        return err_set(e, ERR_USAGE, "--tp %d does not divide the model's %d key/value heads", tp, config_kv_heads(c));
+    if (c->d_ff % tp) return err_set(e, ERR_USAGE, "--tp %d does not divide the model's FFN width d_ff %d", tp, c->d_ff);
+    ModelConfig p = *c;
+    config_pad_vocab(&p, c->vocab, tp);
+    if (p.vocab_padded % tp)
+        return err_set(e, ERR_USAGE, "--tp %d does not divide the padded vocabulary %d", tp, p.vocab_padded);
+    if (tc->sp && tc->seq % tp)
+        return err_set(e, ERR_USAGE, "--sp splits each sequence's rows over the ranks: --seq %d is not a multiple of --tp %d",
+                       tc->seq, tp);
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     TrainConfig tc = {
         .tokenizer = "gpt2", .eval_batches = 20, .batch = 8, .accum = 1, .steps = 100, .log_every = 10, .seed = 1337,
@@ -52,7 +71,7 @@ int cmd_train(int argc, char **argv) {
         .clip = 1.0, .bucket_mb = 25,
     };
     const char *model = "gpt2-tiny", *config = NULL, *schedule = "cosine";
-    int nproc = 1, dp = 1;
+    int nproc = 0, dp = 0, tp = 1;
     double comm_timeout = 0;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m", 0, NULL},
@@ -85,8 +104,10 @@ int cmd_train(int argc, char **argv) {
         {"resume", FLAG_STR, &tc.resume, 0, 0, "[PATH]", "continue from a checkpoint or run directory (alone: --ckpt-dir's latest)", 0, "@latest"},
         {"init-from", FLAG_STR, &tc.init_from, 0, 0, "FILE", "start from a safetensors file with Hugging Face GPT-2 names", 0, NULL},
         {"threads", FLAG_INT, &tc.threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores; with --nproc or mpirun, cores / ranks on this machine)", 0, NULL},
-        {"dp", FLAG_INT, &dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default 1)", 0, NULL},
-        {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp); under mpirun leave it out", 0, NULL},
+        {"dp", FLAG_INT, &dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default: ranks / --tp)", 0, NULL},
+        {"tp", FLAG_INT, &tp, 1, 256, "N", "tensor-parallel ranks: each layer's heads, FFN columns and vocabulary split over N neighbouring ranks (default 1)", 0, NULL},
+        {"sp", FLAG_BOOL, &tc.sp, 0, 0, "", "sequence parallelism with --tp: norms and residual stream split by rows, allgather/reduce-scatter instead of allreduce", 0, NULL},
+        {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp × --tp); under mpirun leave it out", 0, NULL},
         {"zero", FLAG_INT, &tc.zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0, NULL},
         {"bucket-mb", FLAG_FLOAT, &tc.bucket_mb, 0.001, 1e6, "MB", "gradient bucket size of --zero 0 (ZeRO reduces layer by layer; default 25)", 0, NULL},
         {"comm-timeout", FLAG_FLOAT, &comm_timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0, NULL},
@@ -98,7 +119,8 @@ int cmd_train(int argc, char **argv) {
     if (flags_parse(f, nf, argc, argv, "train", &help, &cfg, &e)) return cli_fail("train", &e);
     if (help) {
         printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model (fp32) on one process, or data parallel\n"
-               "with ZeRO 0-3 on --nproc forked ranks or the ranks mpirun starts.\n"
+               "with ZeRO 0-3 and tensor parallel (Megatron-style, --tp, --sp) on --nproc forked ranks or the\n"
+               "ranks mpirun starts (rank = dp_rank·tp + tp_rank: tensor-parallel ranks are neighbours).\n"
                "Without --val-data, a --data directory's val_*.bin shards are the validation set.\n\n");
         flags_print(f, nf);
         return 0;
@@ -134,17 +156,21 @@ int cmd_train(int argc, char **argv) {
     int threads_given = tc.threads > 0;
     if (!threads_given) tc.threads = omp_get_num_procs();
     tc.progress = isatty(STDOUT_FILENO);
-    if (comm_mpi_launched() || nproc > 1 || dp > 1 || tc.zero > 0) {   // ZeRO runs over a communicator, even of one rank
-        int world = comm_mpi_launched() ? -1 : nproc;
-        if (world > 0 && dp != nproc) {
-            err_set(&e, ERR_USAGE, "--dp %d with --nproc %d: every forked rank is a data-parallel rank (set both to N)", dp, nproc);
+    if (tc.sp && tp == 1) { err_set(&e, ERR_USAGE, "--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more"); goto out; }
+    if (tp > 1 && check_tp(&tc, tp, &e)) goto out;
+    if (comm_mpi_launched() || nproc > 1 || dp > 1 || tp > 1 || tc.zero > 0) {   // ZeRO runs over a communicator, even of one rank
+        int world = comm_mpi_launched() ? -1 : nproc ? nproc : (dp ? dp : 1) * tp;
+        if (!dp) dp = world > 0 ? world / tp : 1;   // under mpirun the mesh checks the world size
+        if (world > 0 && (int64_t)dp * tp != world) {
+            if (nproc % tp) err_set(&e, ERR_USAGE, "--tp %d does not divide --nproc %d", tp, nproc);
+            else err_set(&e, ERR_USAGE, "--dp %d with --nproc %d: dp × tp = %d × %d ranks must be the ranks started", dp, nproc, dp, tp);
             goto out;
         }
         if (!threads_given) {   // the cores shared by the ranks on this machine
             int local = world > 0 ? world : mpi_local_ranks();
             tc.threads = omp_get_num_procs() / local > 0 ? omp_get_num_procs() / local : 1;
         }
-        RankArgs ra = {&tc, dp};
+        RankArgs ra = {&tc, dp, tp};
         Err le = {0};
         if (comm_run(world > 0 ? world : 1, train_rank, &ra, comm_timeout > 0 ? comm_timeout : comm_timeout_default(), &le)) {
             fprintf(stderr, "tessera train: %s\n", le.msg);

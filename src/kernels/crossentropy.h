@@ -12,4 +12,22 @@
 void crossentropy_forward(float *logits, float *losses, const int *targets, int N, int V, int Vp,
                           float dscale);
 
+// The same loss over a vocabulary slice (model/tp), in three passes around
+// two exchanges the caller makes between them. logits (N,Vl) are one
+// rank's columns [v0, v0+Vl) of the whole logits; the first Vr of them are
+// real tokens (Vr may be 0: a slice of padding only). Rows whose target is
+// −1 are skipped throughout (statistics 0, loss 0, gradient 0).
+// mx (N) = the maximum of the row's real logits (−inf when there are none).
+void crossentropy_local_max(const float *logits, float *mx, const int *targets, int N, int Vr, int Vl);
+// Given mx (N), the maxima over every slice: stats (N,2) = the sum of
+// exp(x − mx) over the real columns, and the target's logit when this
+// slice holds it (else 0). With keep, the real logits become exp(x − mx).
+void crossentropy_local_sum(float *logits, float *stats, const float *mx, const int *targets, int N, int Vr, int Vl,
+                            int v0, int keep);
+// Given stats summed over every slice: losses (N) = mx + log(sum) − x[target];
+// with dscale != 0 (after local_sum with keep) the slice's logits become
+// dscale · (softmax − onehot(target)), padding columns 0.
+void crossentropy_finish(float *logits, float *losses, const float *stats, const float *mx, const int *targets, int N,
+                         int Vr, int Vl, int v0, float dscale);
+
 #endif

@@ -26,6 +26,21 @@ void embedding_forward(float *out, const int *tokens, const float *wte, const fl
     }
 }
 
+void embedding_add_positions(float *out, const float *in, const float *wpe, int Ns, int s0, int T, int C) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < Ns; i++) {
+        float *o = out + (size_t)i * C;
+        const float *x = in + (size_t)i * C;
+        if (wpe) {
+            const float *p = wpe + (size_t)((s0 + i) % T) * C;
+            #pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = x[c] + p[c];
+        } else if (o != x) {
+            memcpy(o, x, (size_t)C * sizeof(float));
+        }
+    }
+}
+
 void embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
                         int B, int T, int C, int v0, int Vl) {
     // Split channels into blocks; a thread owns a block of every row, so the

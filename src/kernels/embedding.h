@@ -10,6 +10,12 @@
 void embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
                        int B, int T, int C, int v0, int Vl);
 
+// out (Ns,C) = in (Ns,C) + wpe[(s0 + i) mod T] for each row i, rows s0.. of
+// the (B,T) micro-batch (wpe NULL: a copy). The position half of the
+// lookup, after a vocabulary-parallel token lookup has been summed over its
+// ranks; out may be in.
+void embedding_add_positions(float *out, const float *in, const float *wpe, int Ns, int s0, int T, int C);
+
 // dwte (Vl,C) += dout rows by token, dwpe (T,C) += dout summed over the batch
 // (either may be NULL). Each output row is accumulated in (b,t) order,
 // independent of the thread count.

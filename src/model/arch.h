@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "model/config.h"
+#include "model/tp.h"
 
 // What a tensor is, for the code that must treat some tensors apart (the
 // embeddings' gradient rows, the tied head, the Hugging Face layouts).
@@ -62,22 +63,30 @@ typedef struct TensorDesc {
 // Sizes a block sees on one rank for one micro-batch (the local slice).
 typedef struct LocalDims {
     int B, T, N;         // batch, sequence, rows N = B·T
-    int C;               // d_model (the residual stream is never split)
+    int C;               // d_model (the residual stream is never split by width)
     int Cl, NHl, Fl;     // this TP rank's attention width, heads, FFN width
     int Vl, v0;          // its vocabulary rows [v0, v0 + Vl)
+    int Ns, s0;          // its rows of the residual stream [s0, s0 + Ns): all N, or under
+                         // sequence parallelism the N/tp from s0 = tp_rank·Ns
+    int sp;              // sequence parallel
 } LocalDims;
 
-// One call of a block's (or the final norm's) forward or backward.
+// One call of a block's (or the final norm's) forward or backward. The
+// residual stream (x, dres, the final norm's input) is the rank's Ns rows;
+// a block enters its tensor-parallel regions with tp_gather and leaves them
+// with tp_reduce (model/tp), which are no-ops for one rank.
 typedef struct BlockRun {
     const ModelConfig *cfg;
     const LocalDims *d;
+    Tp *tp;              // the TP group, NULL for one rank
     float *const *w;     // its tensors' parameters, in the order of the arch's part table
     float *const *g;     // their gradients, added into (backward only)
-    float *const *act;   // its saved activations for this micro-batch (block: Arch.act_floats; final: out, mean, rstd)
+    float *const *act;   // its saved activations for this micro-batch (block: Arch.act_floats; final: out (N,C)
+                         // gathered, mean (Ns), rstd (Ns))
     float *const *scr;   // scratch shared by every block (Arch.scratch_floats)
-    const float *x;      // (N,C) input
-    float *tmp;          // (N,C) scratch; the final norm's backward reads d(output) from it
-    float *dres;         // (N,C) backward: in, d(output); out, d(input) (the final norm adds into it)
+    const float *x;      // (Ns,C) input
+    float *tmp;          // (N,C) scratch; the final norm's backward reads d(output), partial over TP, from it
+    float *dres;         // (Ns,C) backward: in, d(output); out, d(input) (the final norm adds into it)
 } BlockRun;
 
 typedef struct Arch {

@@ -15,9 +15,12 @@ static const Preset presets[] = {
 
 const char *config_preset_list(void) { return "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m"; }
 
-void config_set_vocab(ModelConfig *c, int vocab) {
+void config_set_vocab(ModelConfig *c, int vocab) { config_pad_vocab(c, vocab, 1); }
+
+void config_pad_vocab(ModelConfig *c, int vocab, int tp) {
+    int m = VOCAB_PAD * (tp > 0 ? tp : 1);
     c->vocab = vocab;
-    c->vocab_padded = (vocab + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD;
+    c->vocab_padded = (int)(((int64_t)vocab + m - 1) / m * m);
 }
 
 int config_preset(ModelConfig *c, const char *name, Err *err) {

@@ -11,7 +11,7 @@
 #include "core/check.h"
 #include "core/json.h"
 
-enum { VOCAB_PAD = 128 };   // Vp is V rounded up to a multiple of this
+enum { VOCAB_PAD = 128 };   // Vp is V rounded up to a multiple of this times the tensor-parallel size
 
 typedef enum { ARCH_GPT2, ARCH_LLAMA } ArchId;   // model/arch describes each
 
@@ -39,8 +39,15 @@ const char *config_preset_list(void);
 // Unknown keys are errors.
 int config_from_json(ModelConfig *c, const Json *j, Err *err);
 void config_to_json(const ModelConfig *c, JsonBuf *b);
-// Sets V and Vp.
+// Sets V and Vp (padded for one tensor-parallel rank).
 void config_set_vocab(ModelConfig *c, int vocab);
+// Sets V and Vp padded as Megatron-LM pads it for tp tensor-parallel ranks:
+// V rounded up to a multiple of VOCAB_PAD·tp, so every rank holds an equal
+// slice of whole 128-row blocks. The padding rows start at zero and never
+// receive a gradient (no token selects them, the loss masks their logits),
+// so they stay zero: the padding changes no number, and a checkpoint moves
+// between tensor-parallel sizes by its first V rows.
+void config_pad_vocab(ModelConfig *c, int vocab, int tp);
 // Checks ranges and divisibility; the message names the field.
 int config_validate(const ModelConfig *c, Err *err);
 // The architecture's name ("gpt2", "llama"), and back (0, or -1 for an

@@ -6,6 +6,7 @@
 // "transformer.".
 #include <omp.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
@@ -44,15 +45,18 @@ static const TensorDesc final[] = {
 };
 
 // Saved activations of one block for the backward pass (BlockRun.act).
+// Ns rows are the rank's rows of the residual stream (all N without
+// sequence parallelism); the norms' outputs are kept gathered, all N rows,
+// as the column-parallel linears read them.
 enum {
-    A_LN1, A_LN1_MEAN, A_LN1_RSTD,   // (N,C), (N), (N)
+    A_LN1, A_LN1_MEAN, A_LN1_RSTD,   // (N,C), (Ns), (Ns)
     A_QKV,                           // (N,3·Cl)
     A_ATTY,                          // (N,Cl)
     A_LSE,                           // (B,NHl,T)
-    A_RES2,                          // (N,C) residual after attention
-    A_LN2, A_LN2_MEAN, A_LN2_RSTD,   // (N,C), (N), (N)
+    A_RES2,                          // (Ns,C) residual after attention
+    A_LN2, A_LN2_MEAN, A_LN2_RSTD,   // (N,C), (Ns), (Ns)
     A_FCH, A_FCH_GELU,               // (N,Fl)
-    A_RES3,                          // (N,C) block output
+    A_RES3,                          // (Ns,C) block output
     NACT
 };
 // Scratch shared by the blocks (BlockRun.scr).
@@ -60,14 +64,17 @@ enum {
     S_DFCH,   // (N,Fl)
     S_DQKV,   // (N,3·Cl)
     S_ATT,    // the attention kernel's per-thread scratch
+    S_DY,     // sequence parallel: (N,C) the gradient at a row-parallel output, gathered; else none
+    S_NORMG,  // sequence parallel: (4,C) the norms' partial gain and bias gradients; else none
     NSCR
 };
 
 static size_t act_floats(const LocalDims *d, int i) {
-    size_t N = (size_t)d->N;
+    size_t N = (size_t)d->N, Ns = (size_t)d->Ns;
     switch (i) {
-    case A_LN1: case A_RES2: case A_LN2: case A_RES3: return N * d->C;
-    case A_LN1_MEAN: case A_LN1_RSTD: case A_LN2_MEAN: case A_LN2_RSTD: return N;
+    case A_LN1: case A_LN2: return N * d->C;
+    case A_RES2: case A_RES3: return Ns * d->C;
+    case A_LN1_MEAN: case A_LN1_RSTD: case A_LN2_MEAN: case A_LN2_RSTD: return Ns;
     case A_QKV: return N * 3 * d->Cl;
     case A_ATTY: return N * d->Cl;
     case A_LSE: return N * d->NHl;
@@ -81,51 +88,100 @@ static size_t scratch_floats(const LocalDims *d, int i) {
     case S_DFCH: return (size_t)d->N * d->Fl;
     case S_DQKV: return (size_t)d->N * 3 * d->Cl;
     case S_ATT: return attention_scratch_floats(d->T, omp_get_max_threads());
+    case S_DY: return d->sp ? (size_t)d->N * d->C : 0;
+    case S_NORMG: return d->sp ? 4 * (size_t)d->C : 0;
     }
     return 0;
 }
 
+// This rank's rows of a gathered (N,C) buffer.
+static float *own_rows(const LocalDims *d, float *full) { return full + (size_t)d->s0 * d->C; }
+
 static void block_forward(const BlockRun *r) {
     float *const *w = r->w, *const *a = r->act;
     const LocalDims *d = r->d;
-    int N = d->N, C = d->C;
-    layernorm_forward(a[A_LN1], a[A_LN1_MEAN], a[A_LN1_RSTD], r->x, w[LN1_W], w[LN1_B], N, C);
-    linear_forward(a[A_QKV], a[A_LN1], w[QKV_W], w[QKV_B], N, C, 3 * d->Cl);
+    int N = d->N, Ns = d->Ns, C = d->C;
+    // attention: res2 = x + attn(ln1(x)·Wqkv + bqkv)·Wo + bo, heads split over TP
+    layernorm_forward(own_rows(d, a[A_LN1]), a[A_LN1_MEAN], a[A_LN1_RSTD], r->x, w[LN1_W], w[LN1_B], Ns, C);
+    tp_gather(r->tp, a[A_LN1], N, C);
+    linear_forward(a[A_QKV], a[A_LN1], w[QKV_W], w[QKV_B], N, C, 3 * d->Cl);   // column parallel
     attention_forward(a[A_ATTY], a[A_LSE], a[A_QKV], r->scr[S_ATT], d->B, d->T, d->Cl, d->NHl);
-    linear_forward(r->tmp, a[A_ATTY], w[ATT_W], NULL, N, d->Cl, C);
-    residual_forward(a[A_RES2], r->x, r->tmp, w[ATT_B], N, C);
-    layernorm_forward(a[A_LN2], a[A_LN2_MEAN], a[A_LN2_RSTD], a[A_RES2], w[LN2_W], w[LN2_B], N, C);
-    linear_forward(a[A_FCH], a[A_LN2], w[FC_W], w[FC_B], N, C, d->Fl);
+    linear_forward(r->tmp, a[A_ATTY], w[ATT_W], NULL, N, d->Cl, C);            // row parallel: partial sums
+    residual_forward(a[A_RES2], r->x, tp_reduce(r->tp, r->tmp, N, C), w[ATT_B], Ns, C);
+    // MLP: res3 = res2 + gelu(ln2(res2)·Wfc + bfc)·Wp + bp, columns split over TP
+    layernorm_forward(own_rows(d, a[A_LN2]), a[A_LN2_MEAN], a[A_LN2_RSTD], a[A_RES2], w[LN2_W], w[LN2_B], Ns, C);
+    tp_gather(r->tp, a[A_LN2], N, C);
+    linear_forward(a[A_FCH], a[A_LN2], w[FC_W], w[FC_B], N, C, d->Fl);         // column parallel
     gelu_forward(a[A_FCH_GELU], a[A_FCH], (size_t)N * d->Fl);
-    linear_forward(r->tmp, a[A_FCH_GELU], w[PROJ_W], NULL, N, d->Fl, C);
-    residual_forward(a[A_RES3], a[A_RES2], r->tmp, w[PROJ_B], N, C);
+    linear_forward(r->tmp, a[A_FCH_GELU], w[PROJ_W], NULL, N, d->Fl, C);       // row parallel: partial sums
+    residual_forward(a[A_RES3], a[A_RES2], tp_reduce(r->tp, r->tmp, N, C), w[PROJ_B], Ns, C);
+}
+
+// The gradient arriving at a row-parallel linear's output, all N rows: the
+// rank's dres, gathered under sequence parallelism.
+static const float *rows_of_dres(const BlockRun *r) {
+    const LocalDims *d = r->d;
+    if (!d->sp) return r->dres;
+    float *dy = r->scr[S_DY];
+    memcpy(own_rows(d, dy), r->dres, (size_t)d->Ns * d->C * sizeof(float));
+    tp_gather(r->tp, dy, d->N, d->C);
+    return dy;
+}
+
+// Under sequence parallelism a norm sees only the rank's rows, so its gain
+// and bias gradients are partial: the backward passes gather them in
+// scratch (n norms, gain and bias each) and this sums them over the TP
+// ranks and adds them to the gradients `which` names (Megatron-LM sums
+// them the same way, once per step).
+static void norm_grads_done(const BlockRun *r, int n, const int *which) {
+    if (!r->d->sp) return;
+    size_t C = (size_t)r->d->C;
+    float *s = r->scr[S_NORMG];
+    tp_sum(r->tp, s, 2 * (size_t)n * C);
+    for (int k = 0; k < 2 * n; k++)
+        for (size_t c = 0; c < C; c++) r->g[which[k]][c] += s[(size_t)k * C + c];
 }
 
 // dres holds d(block output) and leaves with d(block input).
 static void block_backward(const BlockRun *r) {
     float *const *w = r->w, *const *g = r->g, *const *a = r->act;
     const LocalDims *d = r->d;
-    int N = d->N, C = d->C;
+    int N = d->N, Ns = d->Ns, C = d->C, sp = d->sp;
     float *dfch = r->scr[S_DFCH], *dqkv = r->scr[S_DQKV], *dbtc = r->tmp;
+    static const int norms[4] = {LN2_W, LN2_B, LN1_W, LN1_B};
+    if (sp) memset(r->scr[S_NORMG], 0, 4 * (size_t)C * sizeof(float));
+    float *gn[4];
+    for (int k = 0; k < 4; k++) gn[k] = sp ? r->scr[S_NORMG] + (size_t)k * C : g[norms[k]];
     // MLP: res3 = res2 + gelu(ln2(res2)·Wfc + bfc)·Wp + bp
-    linear_backward(dfch, g[PROJ_W], g[PROJ_B], r->dres, a[A_FCH_GELU], w[PROJ_W], N, d->Fl, C, 0);
+    linear_backward(dfch, g[PROJ_W], g[PROJ_B], rows_of_dres(r), a[A_FCH_GELU], w[PROJ_W], N, d->Fl, C, 0);
     gelu_backward(dfch, a[A_FCH], dfch, (size_t)N * d->Fl);
-    linear_backward(dbtc, g[FC_W], g[FC_B], dfch, a[A_LN2], w[FC_W], N, C, d->Fl, 0);
-    layernorm_backward(r->dres, g[LN2_W], g[LN2_B], dbtc, a[A_RES2], w[LN2_W], a[A_LN2_MEAN], a[A_LN2_RSTD], N, C);
+    linear_backward(dbtc, g[FC_W], g[FC_B], dfch, a[A_LN2], w[FC_W], N, C, d->Fl, 0);   // partial over TP
+    layernorm_backward(r->dres, gn[0], gn[1], tp_reduce(r->tp, dbtc, N, C), a[A_RES2], w[LN2_W], a[A_LN2_MEAN],
+                       a[A_LN2_RSTD], Ns, C);
     // Attention: res2 = x + attn(ln1(x)·Wqkv + bqkv)·Wo + bo
-    linear_backward(dbtc, g[ATT_W], g[ATT_B], r->dres, a[A_ATTY], w[ATT_W], N, d->Cl, C, 0);
+    linear_backward(dbtc, g[ATT_W], g[ATT_B], rows_of_dres(r), a[A_ATTY], w[ATT_W], N, d->Cl, C, 0);
     attention_backward(dqkv, dbtc, a[A_QKV], a[A_ATTY], a[A_LSE], r->scr[S_ATT], d->B, d->T, d->Cl, d->NHl);
-    linear_backward(dbtc, g[QKV_W], g[QKV_B], dqkv, a[A_LN1], w[QKV_W], N, C, 3 * d->Cl, 0);
-    layernorm_backward(r->dres, g[LN1_W], g[LN1_B], dbtc, r->x, w[LN1_W], a[A_LN1_MEAN], a[A_LN1_RSTD], N, C);
+    linear_backward(dbtc, g[QKV_W], g[QKV_B], dqkv, a[A_LN1], w[QKV_W], N, C, 3 * d->Cl, 0);   // partial over TP
+    layernorm_backward(r->dres, gn[2], gn[3], tp_reduce(r->tp, dbtc, N, C), r->x, w[LN1_W], a[A_LN1_MEAN],
+                       a[A_LN1_RSTD], Ns, C);
+    norm_grads_done(r, 2, norms);
 }
 
 static void final_forward(const BlockRun *r) {
-    layernorm_forward(r->act[0], r->act[1], r->act[2], r->x, r->w[LNF_W], r->w[LNF_B], r->d->N, r->d->C);
+    const LocalDims *d = r->d;
+    layernorm_forward(own_rows(d, r->act[0]), r->act[1], r->act[2], r->x, r->w[LNF_W], r->w[LNF_B], d->Ns, d->C);
+    tp_gather(r->tp, r->act[0], d->N, d->C);   // the vocabulary-parallel head reads every row
 }
 
+// tmp holds d(output), partial sums over the vocabulary slices.
 static void final_backward(const BlockRun *r) {
-    layernorm_backward(r->dres, r->g[LNF_W], r->g[LNF_B], r->tmp, r->x, r->w[LNF_W], r->act[1], r->act[2], r->d->N,
-                       r->d->C);
+    const LocalDims *d = r->d;
+    static const int norms[2] = {LNF_W, LNF_B};
+    if (d->sp) memset(r->scr[S_NORMG], 0, 2 * (size_t)d->C * sizeof(float));
+    float *gw = d->sp ? r->scr[S_NORMG] : r->g[LNF_W], *gb = d->sp ? r->scr[S_NORMG] + d->C : r->g[LNF_B];
+    layernorm_backward(r->dres, gw, gb, tp_reduce(r->tp, r->tmp, d->N, d->C), r->x, r->w[LNF_W], r->act[1], r->act[2],
+                       d->Ns, d->C);
+    norm_grads_done(r, 1, norms);
 }
 
 const Arch arch_gpt2 = {

@@ -7,7 +7,7 @@
 
 #include "core/rng.h"
 
-ModelSlice slice_whole(const ModelConfig *c) { return (ModelSlice){0, c->n_layer, 0, 1, 1}; }
+ModelSlice slice_whole(const ModelConfig *c) { return (ModelSlice){0, c->n_layer, 0, 1, 1, 0}; }
 int slice_is_first(const ModelSlice *s) { return s->layer_begin == 0; }
 int slice_is_last(const ModelSlice *s, const ModelConfig *c) { return s->layer_end == c->n_layer; }
 

@@ -26,6 +26,7 @@ typedef struct ModelSlice {
     int layer_begin, layer_end;
     int tp_rank, tp_size;
     int pad_multiple;   // each segment is padded to a multiple of this many floats (ZeRO shards); 0 or 1: none
+    int sp;             // sequence parallel (tp_size > 1): the residual stream's rows are split over the TP ranks too
 } ModelSlice;
 
 ModelSlice slice_whole(const ModelConfig *c);

@@ -9,6 +9,7 @@
 #include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
+#include "model/tp.h"
 
 // The output head runs over at most this many logits at once (rows × Vl),
 // so the (B·T, Vl) logits matrix never exists whole.
@@ -16,17 +17,18 @@ enum { HEAD_CHUNK_FLOATS = 16 << 20 };
 
 // One micro-batch's saved activations.
 typedef struct {
-    float *x0;            // (N,C) stage input / embeddings
+    float *x0;            // (Ns,C) stage input / embeddings (the rank's rows of the residual stream)
     float **blk;          // nl × nact: each block's activations (Arch.act_floats)
-    float *fin[3];        // final norm: output (N,C), mean (N), rstd (N)
+    float *fin[3];        // final norm: output (N,C) gathered, mean (Ns), rstd (Ns)
     float *losses;        // (N)
-    float *dres;          // (N,C) gradient of the residual stream: the head's leaves it here for stage_backward
+    float *dres;          // (Ns,C) gradient of the residual stream: the head's leaves it here for stage_backward
     int rows;             // this backward pass's embedding rows go to the rows hook
 } Slot;
 
 struct StageActs {
     const Arch *arch;
     LocalDims dim;                          // capacity (B, T, N = B·T) and the local slice
+    Tp *tp;                                 // the TP group (NULL: one rank)
     int nl;                                 // blocks on this stage
     size_t (*blk_off)[ARCH_MAX_TENSORS];    // flat-buffer offset of each block tensor
     int *blk_seg;                           // each block's segment
@@ -35,7 +37,7 @@ struct StageActs {
     size_t off_fin[ARCH_MAX_TENSORS];
     Slot *slot;
     // scratch
-    float *tmp;                             // (N,C)
+    float *tmp;                             // (N,C): partial sums over TP, gathered rows
     float *logits;                          // (head_rows, Vl)
     int head_rows;
     float *scr[ARCH_MAX_BUFS];              // the arch's block scratch
@@ -84,15 +86,15 @@ static float *carve(char *base, size_t *off, size_t n) {
 // Lays out every slot's activations from base; returns bytes.
 static size_t layout_acts(StageActs *a, int slots, char *base) {
     const Arch *ar = a->arch;
-    size_t off = 0, N = (size_t)a->dim.N, C = (size_t)a->dim.C;
+    size_t off = 0, N = (size_t)a->dim.N, Ns = (size_t)a->dim.Ns, C = (size_t)a->dim.C;
     for (int k = 0; k < slots; k++) {
         Slot *sl = &a->slot[k];
-        sl->x0 = carve(base, &off, N * C);
+        sl->x0 = carve(base, &off, Ns * C);
         for (int i = 0; i < a->nl; i++)
             for (int j = 0; j < ar->nact; j++) sl->blk[i * ar->nact + j] = carve(base, &off, ar->act_floats(&a->dim, j));
         sl->fin[0] = carve(base, &off, N * C);
-        sl->fin[1] = carve(base, &off, N);
-        sl->fin[2] = carve(base, &off, N);
+        sl->fin[1] = carve(base, &off, Ns);
+        sl->fin[2] = carve(base, &off, Ns);
         sl->losses = carve(base, &off, N);
     }
     return off;
@@ -104,7 +106,7 @@ static size_t layout_scratch(StageActs *a, int slots, char *base) {
     size_t off = 0, N = (size_t)a->dim.N, C = (size_t)a->dim.C;
     a->tmp = carve(base, &off, N * C);
     a->logits = carve(base, &off, (size_t)a->head_rows * a->dim.Vl);
-    for (int k = 0; k < slots; k++) a->slot[k].dres = carve(base, &off, N * C);
+    for (int k = 0; k < slots; k++) a->slot[k].dres = carve(base, &off, (size_t)a->dim.Ns * C);
     for (int j = 0; j < a->arch->nscratch; j++) a->scr[j] = carve(base, &off, a->arch->scratch_floats(&a->dim, j));
     return off;
 }
@@ -154,6 +156,9 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     if (cfg->n_head % tp) return err_set(err, ERR_USAGE, "tp=%d does not divide n_head=%d", tp, cfg->n_head);
     if (cfg->d_ff % tp) return err_set(err, ERR_USAGE, "tp=%d does not divide d_ff=%d", tp, cfg->d_ff);
     if (cfg->vocab_padded % tp) return err_set(err, ERR_USAGE, "tp=%d does not divide the padded vocabulary %d", tp, cfg->vocab_padded);
+    if (slice->sp && T % tp)
+        return err_set(err, ERR_USAGE, "sequence parallelism splits every micro-batch's rows over tp=%d ranks: the sequence "
+                       "length %d must be a multiple of it", tp, T);
     s->cfg = *cfg;
     s->slice = *slice;
     s->B = B;
@@ -168,6 +173,9 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     a->dim = (LocalDims){.B = B, .T = T, .N = B * T, .C = cfg->d_model, .Cl = cfg->d_model / tp,
                          .NHl = cfg->n_head / tp, .Fl = cfg->d_ff / tp, .Vl = cfg->vocab_padded / tp};
     a->dim.v0 = a->dim.Vl * slice->tp_rank;
+    a->dim.sp = slice->sp && tp > 1;
+    a->dim.Ns = a->dim.sp ? a->dim.N / tp : a->dim.N;
+    a->dim.s0 = a->dim.sp ? a->dim.Ns * slice->tp_rank : 0;
     a->head_rows = (int)(HEAD_CHUNK_FLOATS / (size_t)a->dim.Vl);
     if (a->head_rows < 64) a->head_rows = 64;
     if (a->head_rows > a->dim.N) a->head_rows = a->dim.N;
@@ -200,6 +208,7 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
 
 void stage_free(Stage *s) {
     if (s->acts) {
+        tp_free(s->acts->tp);
         mem_free(s->acts->act_block);
         mem_free(s->acts->ws_block);
         for (int k = 0; s->acts->slot && k < s->slots; k++) free(s->acts->slot[k].blk);
@@ -248,7 +257,7 @@ static void final_tensors(const Stage *s, const float *buf, float **w) {
 // A pass of block i (i = -1: the final norm, after the last block) of the slot's micro-batch.
 static BlockRun run_of(Stage *s, const LocalDims *d, Slot *sl, int i, float **w, float **g) {
     StageActs *a = s->acts;
-    return (BlockRun){.cfg = &s->cfg, .d = d, .w = w, .g = g, .act = i >= 0 ? sl->blk + i * a->arch->nact : sl->fin,
+    return (BlockRun){.cfg = &s->cfg, .d = d, .tp = a->tp, .w = w, .g = g, .act = i >= 0 ? sl->blk + i * a->arch->nact : sl->fin,
                       .scr = a->scr, .x = block_output(s, sl, i >= 0 ? i - 1 : a->nl - 1), .tmp = a->tmp,
                       .dres = sl->dres};
 }
@@ -258,11 +267,25 @@ static LocalDims call_dims(const Stage *s, int B, int T) {
     d.B = B;
     d.T = T;
     d.N = B * T;
+    d.Ns = d.sp ? d.N / s->slice.tp_size : d.N;
+    d.s0 = d.sp ? d.Ns * s->slice.tp_rank : 0;
     return d;
 }
 
+int stage_set_tp(Stage *s, Comm *c, Err *err) {
+    CHECKF(comm_size(c) == s->slice.tp_size && comm_rank(c) == s->slice.tp_rank,
+           "the TP group (rank %d of %d) is not the slice's (%d of %d)", comm_rank(c), comm_size(c), s->slice.tp_rank,
+           s->slice.tp_size);
+    CHECK(!s->acts->tp);
+    if (s->slice.tp_size == 1) return 0;
+    return tp_init(&s->acts->tp, c, s->acts->dim.sp, s->acts->head_rows, err);
+}
+
+int stage_tp_status(const Stage *s, Err *err) { return tp_status(s->acts->tp, err); }
+
 double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale) {
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
+    CHECKF(s->slice.tp_size == 1 || s->acts->tp, "a tensor-parallel stage runs after stage_set_tp");
     StageActs *a = s->acts;
     const Arch *ar = a->arch;
     Slot *sl = slot_of(s, slot);
@@ -275,8 +298,13 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     if (first) {
         // a tied embedding stays at hand for the output head
         pe = seg_params(s, se, nl ? a->blk_seg[0] : after_blocks);
-        embedding_forward(sl->x0, tokens, at(s, pe, se, a->off_tok),
-                          a->off_pos != SIZE_MAX ? at(s, pe, se, a->off_pos) : NULL, B, T, C, d.v0, d.Vl);
+        const float *wte = at(s, pe, se, a->off_tok), *wpe = a->off_pos != SIZE_MAX ? at(s, pe, se, a->off_pos) : NULL;
+        if (!a->tp) {
+            embedding_forward(sl->x0, tokens, wte, wpe, B, T, C, d.v0, d.Vl);
+        } else {   // vocabulary parallel: this rank's rows of the table (zero for other tokens), summed over TP
+            embedding_forward(a->tmp, tokens, wte, NULL, B, T, C, d.v0, d.Vl);
+            embedding_add_positions(sl->x0, tp_reduce(a->tp, a->tmp, N, C), wpe, d.Ns, d.s0, T, C);
+        }
         if (!last || !tied) seg_params_done(s, se);
     }
     for (int i = 0; i < nl; i++) {
@@ -310,7 +338,7 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int nr = N - r0 < a->head_rows ? N - r0 : a->head_rows;
         linear_forward(a->logits, lnf + (size_t)r0 * C, head, NULL, nr, C, Vl);
-        crossentropy_forward(a->logits, sl->losses + r0, targets + r0, nr, V, Vl, dscale);
+        tp_crossentropy(a->tp, a->logits, sl->losses + r0, targets + r0, nr, V, Vl, d.v0, dscale);
         if (dscale != 0.0f)
             linear_backward(a->tmp + (size_t)r0 * C, dhead, NULL, a->logits, lnf + (size_t)r0 * C, head, nr, C, Vl, 0);
     }
@@ -322,7 +350,7 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     for (int n = 0; n < N; n++) sum += sl->losses[n];
     if (dscale != 0.0f) {
         final_tensors(s, seg_grads(s, sf), g);
-        memset(sl->dres, 0, (size_t)N * C * sizeof(float));
+        memset(sl->dres, 0, (size_t)d.Ns * C * sizeof(float));
         fr.g = g;
         ar->final_backward(&fr);
         seg_grads_done(s, sf);
@@ -352,17 +380,24 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         seg_params_done(s, sg);
         seg_grads_done(s, sg);
     }
+    // the embeddings' gradient rows, all N of them (gathered under sequence parallelism)
+    const float *dx = sl->dres;
+    if (first && d.sp) {
+        memcpy(a->tmp + (size_t)d.s0 * d.C, sl->dres, (size_t)d.Ns * d.C * sizeof(float));
+        tp_gather(a->tp, a->tmp, d.N, d.C);
+        dx = a->tmp;
+    }
     if (first && sl->rows) {
         if (!tied_head_here(s)) {   // no head wrote into the embeddings: their (zero) dense part is done now
             seg_grads(s, a->seg_emb);
             seg_grads_done(s, a->seg_emb);
         }
-        s->hooks.rows(s->hooks.ctx, tokens, sl->dres, B, T);
+        s->hooks.rows(s->hooks.ctx, tokens, dx, B, T);
     } else if (first) {
         int se = a->seg_emb;
         float *ge = seg_grads(s, se);
-        embedding_backward(at(s, ge, se, a->off_tok), a->off_pos != SIZE_MAX ? at(s, ge, se, a->off_pos) : NULL,
-                           sl->dres, tokens, B, T, d.C, d.v0, d.Vl);
+        embedding_backward(at(s, ge, se, a->off_tok), a->off_pos != SIZE_MAX ? at(s, ge, se, a->off_pos) : NULL, dx,
+                           tokens, B, T, d.C, d.v0, d.Vl);
         seg_grads_done(s, se);
     }
     sl->rows = 0;

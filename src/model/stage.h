@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "core/check.h"
 #include "model/arch.h"
 #include "model/config.h"
@@ -86,6 +87,16 @@ void stage_free(Stage *s);
 // Installs the hooks (NULL: none; the flat buffers are used).
 void stage_set_hooks(Stage *s, const StageHooks *h);
 
+// The tensor-parallel group of a slice with tp_size > 1 (c's size and this
+// rank's place in it are the slice's), set once before the first pass:
+// blocks, embeddings and the loss then exchange over it (model/tp).
+// With tp_size 1 it does nothing. 0, or -1 with err (out of memory).
+int stage_set_tp(Stage *s, Comm *c, Err *err);
+// 0, or -1 with the first tensor-parallel collective that failed (the
+// passes go on, their numbers meaningless, so that every rank reaches the
+// check).
+int stage_tp_status(const Stage *s, Err *err);
+
 // Runs the stage forward on B×T tokens (B ≤ s->B, T ≤ s->T), keeping the
 // activations in `slot`. tokens (B,T) are read by the first stage (and for
 // position ids), targets (B,T) by the last, where -1 skips a position. On
@@ -100,11 +111,13 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
 // the first stage ends in the embeddings.
 void stage_backward(Stage *s, int slot, const int *tokens, int B, int T);
 
-// Logits (B,Vl) of position pos of every row, after a forward pass of the
-// slot on the last stage with dscale == 0 and targets == NULL.
+// Logits (B,Vl) of position pos of every row — this rank's vocabulary
+// slice [v0, v0 + Vl) — after a forward pass of the slot on the last stage
+// with dscale == 0 and targets == NULL.
 void stage_logits(Stage *s, int slot, int B, int T, int pos, float *logits);
 
-// Pipeline boundaries of a slot's micro-batch, (B,T,C) each.
+// Pipeline boundaries of a slot's micro-batch, (B,T,C) each — under
+// sequence parallelism the rank's rows of it, (B·T/tp, C).
 float *stage_input(Stage *s, int slot);         // input of a non-first stage
 float *stage_output(Stage *s, int slot);        // output of a non-last stage
 float *stage_grad_output(Stage *s, int slot);   // gradient arriving at a non-last stage

@@ -373,8 +373,30 @@ int dp_finish(Dp *d, Err *err) {
     return status(d, err);
 }
 
+// The sum of squares of the gradients g of the flat range [lo, hi) that
+// belong to tensors split over TP: every TP rank holds the replicated ones
+// alike, and only TP rank 0 counts those.
+static double split_sumsq(const Dp *d, const float *g, size_t lo, size_t hi) {
+    double s = 0;
+    for (int i = 0; i < d->t->n; i++) {
+        const ParamInfo *p = &d->t->p[i];
+        size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (p->shard_dim >= 0 && a < b) s += sum_squares(g + (a - lo), b - a);
+    }
+    return s;
+}
+
 double dp_grad_sumsq(const Dp *d) {
-    if (d->zero == 0) return d->rank == 0 ? sum_squares(d->st->grads, d->t->total) : 0.0;
+    if (d->zero == 0 && d->rank != 0) return 0.0;
+    if (d->st->slice.tp_rank > 0) {
+        double s = 0;
+        for (int k = 0; k < d->npc; k++) {
+            DpPiece p = dp_piece((Dp *)d, k);
+            s += split_sumsq(d, p.grads, p.lo, p.hi);
+        }
+        return s;
+    }
+    if (d->zero == 0) return sum_squares(d->st->grads, d->t->total);
     if (d->zero >= 2) return sum_squares(d->gshard, d->S);
     double s = 0;
     for (int k = 0; k < d->t->nseg; k++) s += sum_squares(piece_grads(d, k), d->sk[k]);

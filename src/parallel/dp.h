@@ -70,8 +70,10 @@ void dp_microbatch(Dp *d, int k, int K);
 int dp_finish(Dp *d, Err *err);
 // The sum of squares of the gradients this rank counts, in a fixed order:
 // its owned pieces under ZeRO ≥ 1; under ZeRO-0, where every rank holds
-// every gradient, all of them on DP rank 0 and none elsewhere. Summed over
-// the DP ranks it counts every gradient exactly once.
+// every gradient, all of them on DP rank 0 and none elsewhere. On a TP
+// rank other than 0 only the tensors split over TP count (the replicated
+// ones are the same on every TP rank). Summed over the DP and TP ranks it
+// counts every gradient exactly once.
 double dp_grad_sumsq(const Dp *d);
 // AdamW on the owned pieces (one step); then the parameters are brought
 // back in step: stages 1 and 2 allgather each piece as soon as it is

@@ -75,6 +75,8 @@ void report_step(Report *r, const StepMetrics *m) {
     mem_object(&b, "mem", mem_peak);
     mem_object(&b, "mem_now", mem_current);
     jb_key(&b, "grad_comm_bytes"); jb_int(&b, (int64_t)m->grad_comm_bytes);
+    jb_key(&b, "tp_comm_bytes"); jb_int(&b, (int64_t)m->tp_comm_bytes);
+    jb_key(&b, "tp_comm_ms"); jb_fixed(&b, m->tp_comm_ms, 3);
     jb_obj_end(&b);
     write_record(r, &b);
     jb_free(&b);

@@ -17,6 +17,8 @@ typedef struct StepMetrics {
     double lr, grad_norm;         // the rate used; the global norm before clipping
     double ms, tokens_per_s, mfu;
     uint64_t grad_comm_bytes;     // bytes the DP group sent for this step's gradients and parameters
+    uint64_t tp_comm_bytes;       // bytes the TP group sent in this step (activations, loss statistics)
+    double tp_comm_ms;            // time spent in the TP group's collectives in this step
 } StepMetrics;
 
 typedef struct Report Report;

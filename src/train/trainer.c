@@ -20,6 +20,7 @@ struct Trainer {
     const TrainConfig *tc;
     Mesh *mesh;
     int rank, D;               // DP rank and size
+    int first;                 // world rank 0: it prints, logs and commits checkpoints
     Comm *stats;               // loss, norm and checkpoint agreement (NULL: one process), apart from the DP
                                // group so that its counters hold gradient traffic only
     Tokenizer tok;
@@ -37,6 +38,15 @@ struct Trainer {
     const char *peak_src;
     uint64_t sent_mark;        // DP bytes sent up to the end of the last step's reductions
 };
+
+// Seconds c has spent in collectives (0 without c).
+static double comm_seconds(Comm *c) {
+    double s = 0;
+    if (!c) return 0;
+    const CommStats *cs = comm_stats(c);
+    for (int o = 0; o < OP_COUNT; o++) s += cs->seconds[o];
+    return s;
+}
 
 double train_flops_per_token(const ModelConfig *c, int T) {
     return 6.0 * (double)config_param_count(c, 0) + 12.0 * c->n_layer * (double)T * c->d_model;
@@ -101,7 +111,8 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     const TrainConfig *tc = t->tc;
     Stage *st = &t->st;
     int B = tc->batch, T = tc->seq, K = tc->accum, step = t->done;
-    double t0 = timer_now();
+    double t0 = timer_now(), tp_s0 = comm_seconds(t->mesh->tpg);
+    uint64_t tp_b0 = bytes_sent(t->mesh->tpg);
 
     // data → micro-batches: forward and backward, gradients accumulating
     if (st->grads) memset(st->grads, 0, st->table.total * sizeof(float));
@@ -114,12 +125,13 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
         stage_backward(st, 0, t->inp, B, T);
     }
     // gradient sync: the owned gradients are final
-    if (dp_finish(t->dp, err)) return -1;
+    if (stage_tp_status(st, err) || dp_finish(t->dp, err)) return -1;
     uint64_t grad_sent = bytes_sent(t->mesh->dpg) - t->sent_mark;
     t->sent_mark += grad_sent;
 
-    // the global loss and gradient norm, every gradient counted once
-    double g[2] = {loss_sum, dp_grad_sumsq(t->dp)};
+    // the global loss and gradient norm, every gradient counted once (every
+    // TP rank computed the same loss: the first one counts it)
+    double g[2] = {t->mesh->tp_rank == 0 ? loss_sum : 0.0, dp_grad_sumsq(t->dp)};
     if (sum_all(t, g, 2, err)) return -1;
     double loss = g[0] / t->tokens_per_step, norm = sqrt(g[1]);
 
@@ -135,8 +147,10 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     t->done = step + 1;
     double tps = t->tokens_per_step / dt;
     *m = (StepMetrics){.step = step + 1, .steps = tc->steps, .loss = loss, .lr = lr, .grad_norm = norm,
-                       .ms = dt * 1e3, .tokens_per_s = tps, .mfu = tps * t->flops_tok / (t->peak * 1e9 * t->D),
-                       .grad_comm_bytes = grad_sent};
+                       .ms = dt * 1e3, .tokens_per_s = tps,
+                       .mfu = tps * t->flops_tok / (t->peak * 1e9 * t->D * t->mesh->tp),
+                       .grad_comm_bytes = grad_sent, .tp_comm_bytes = bytes_sent(t->mesh->tpg) - tp_b0,
+                       .tp_comm_ms = (comm_seconds(t->mesh->tpg) - tp_s0) * 1e3};
     if (!isfinite(loss)) return err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
     return 0;
 }
@@ -172,6 +186,7 @@ static int choose_model(Trainer *t, Err *err) {
     if (mc->vocab != t->tok.vocab)
         return err_set(err, ERR_USAGE, "the model's vocabulary (%d) does not match --tokenizer %s (%d)", mc->vocab,
                        t->tok.name, t->tok.vocab);
+    config_pad_vocab(mc, mc->vocab, t->mesh->tp);   // Megatron's padding: every TP rank an equal slice
     if (config_validate(mc, err)) return -1;
     if (tc->seq > mc->max_seq)
         return err_set(err, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, mc->max_seq);
@@ -287,7 +302,11 @@ static void print_header(Trainer *t) {
     int64_t np = config_param_count(mc, 0);
     printf("model:     %s — %d layers, %d heads, d_model %d, d_ff %d, max_seq %d, vocab %d (padded %d)\n", mc->name,
            mc->n_layer, mc->n_head, mc->d_model, mc->d_ff, mc->max_seq, mc->vocab, mc->vocab_padded);
-    printf("params:    %.2fM (%lld; %zu with vocabulary padding)\n", np / 1e6, (long long)np, t->st.table.total);
+    if (t->mesh->tp > 1)
+        printf("params:    %.2fM (%lld; %zu per tensor-parallel rank with vocabulary padding)\n", np / 1e6, (long long)np,
+               t->st.table.total);
+    else
+        printf("params:    %.2fM (%lld; %zu with vocabulary padding)\n", np / 1e6, (long long)np, t->st.table.total);
     printf("data:      %s — %d file%s, %lld tokens (%s tokenizer), %lld sequences of %d+1 per epoch\n", tc->data,
            loader_sources(t->ld), loader_sources(t->ld) == 1 ? "" : "s", (long long)loader_tokens(t->ld), tc->tokenizer,
            (long long)loader_samples(t->ld), tc->seq);
@@ -300,6 +319,10 @@ static void print_header(Trainer *t) {
     char line[1024];
     dp_describe(t->dp, line, sizeof line);
     if (line[0]) printf("parallel:  %s\n", line);
+    if (t->mesh->tp > 1)
+        printf("tensor:    %d-way tensor parallel (%s backend): heads, FFN columns and vocabulary rows split over the "
+               "ranks (Megatron column/row layers, vocabulary-parallel embedding and loss)%s\n", t->mesh->tp,
+               comm_backend(t->mesh->tpg), tc->sp ? "; sequence parallel: norms and residual stream split by rows" : "");
     printf("optimizer: AdamW lr %g → %g (%s, warmup %d), betas %g/%g, eps %g, weight decay %g, clip %g\n",
            (float)tc->lr.lr, (float)(tc->lr.shape == LR_COSINE ? tc->lr.min_lr : tc->lr.lr),
            tc->lr.shape == LR_COSINE ? "cosine" : "constant", tc->lr.warmup, (float)tc->adamw.beta1,
@@ -314,7 +337,7 @@ static void print_header(Trainer *t) {
 
 int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     *out = NULL;
-    CHECKF(m->tp == 1 && m->pp == 1, "the trainer runs data parallel only (tp=%d pp=%d)", m->tp, m->pp);
+    CHECKF(m->pp == 1, "the trainer runs data and tensor parallel (pp=%d)", m->pp);
     if (tc->zero && !m->dpg)
         return err_set(err, ERR_USAGE, "--zero %d needs a communicator (tessera train starts one)", tc->zero);
     Trainer *t = calloc(1, sizeof *t);
@@ -323,20 +346,25 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     t->mesh = m;
     t->rank = m->dpg ? comm_rank(m->dpg) : 0;
     t->D = m->dpg ? comm_size(m->dpg) : 1;
+    t->first = m->rank == 0;
     if (tokenizer_open(&t->tok, tc->tokenizer, err)) { free(t); return -1; }
     uint32_t crc = 0;
     if (choose_model(t, err)) goto fail;
     if (tc->threads > 0) kernels_set_threads(tc->threads);
     if (open_data(t, err)) goto fail;
     ModelSlice slice = slice_whole(&t->mc);
+    slice.tp_rank = m->tp_rank;
+    slice.tp_size = m->tp;
+    slice.sp = tc->sp;
     slice.pad_multiple = dp_pad_multiple(tc->zero, t->D);   // ZeRO: every segment splits into D equal pieces
     if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, 1, dp_stage_flags(tc->zero), err)) goto fail;
+    if (m->tpg && stage_set_tp(&t->st, m->tpg, err)) goto fail;
     if (dp_init(&t->dp, m->dpg, tc->zero, tc->bucket_mb, &t->st, err)) goto fail;
     if (adamw_init(&t->opt, dp_shard_floats(t->dp), err)) goto fail;   // the moments of the owned pieces
     if (init_state(t, &crc, err) || check_same_start(t, crc, err)) goto fail;
     if (m->world && comm_split(m->world, 0, comm_rank(m->world), "stats", &t->stats, err)) goto fail;
     // only rank 0 logs: the others must not wait in the first step for a rank that could not open --log
-    if (agree(t, report_open(&t->rep, t->rank == 0 ? tc->log_path : NULL, tc->progress, err), "to start (see its error)",
+    if (agree(t, report_open(&t->rep, t->first ? tc->log_path : NULL, tc->progress, err), "to start (see its error)",
               err))
         goto fail;
     t->inp = malloc((size_t)tc->batch * tc->seq * sizeof *t->inp);
@@ -407,7 +435,7 @@ static int save(Trainer *t, Err *err) {
     char *state = adamw_state_json(&t->opt);
     CkptPiece *pc = calloc((size_t)n + 1, sizeof *pc);
     if (!pc || !train || !state) rc = err_set(err, ERR_RUN, "out of memory");
-    if (t->rank == 0 && !rc) rc = ckpt_begin(tc->ckpt_dir, t->done, err);
+    if (t->first && !rc) rc = ckpt_begin(tc->ckpt_dir, t->done, err);
     rc = agree(t, rc, "to write its part of the checkpoint", err);
     if (!rc && dp_writes_checkpoint(t->dp)) {
         for (int k = 0; k < n; k++) {
@@ -415,12 +443,15 @@ static int save(Trainer *t, Err *err) {
             pc[k] = (CkptPiece){p.lo, p.hi, {p.params, t->opt.m + p.off, t->opt.v + p.off}};
         }
         const char *const sections[3] = {"", adamw_sections[0], adamw_sections[1]};   // parameters, moments
-        rc = ckpt_write_pieces(tc->ckpt_dir, t->done, t->rank, &t->st.table, sections, 3, pc, n, err);
+        // files per TP rank: its DP ranks' (ZeRO) or its first DP rank's
+        int file = t->mesh->tp_rank * dp_checkpoint_files(t->dp) + (dp_checkpoint_files(t->dp) > 1 ? t->rank : 0);
+        rc = ckpt_write_pieces(tc->ckpt_dir, t->done, file, &t->st.table, sections, 3, pc, n, err);
     }
     rc = agree(t, rc, "to write its part of the checkpoint", err);
-    CkptMeta md = {.step = t->done, .cfg = &t->mc, .nfiles = dp_checkpoint_files(t->dp), .dp = t->D, .tp = 1, .pp = 1,
+    CkptMeta md = {.step = t->done, .cfg = &t->mc, .nfiles = dp_checkpoint_files(t->dp) * t->mesh->tp, .dp = t->D,
+                   .tp = t->mesh->tp, .pp = 1,
                    .zero = tc->zero, .state = state, .train = train};
-    if (t->rank == 0 && !rc) rc = ckpt_commit(tc->ckpt_dir, &md, tc->keep, err);
+    if (t->first && !rc) rc = ckpt_commit(tc->ckpt_dir, &md, tc->keep, err);
     rc = agree(t, rc, "to write its part of the checkpoint", err);
     free(pc);
     free(train);
@@ -472,6 +503,14 @@ int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
     char line[1024];
     dp_summary(t->dp, tc->steps - start, line, sizeof line);
     if (line[0]) printf("comm:      %s\n", line);
+    if (t->mesh->tp > 1 && start < tc->steps) {
+        const CommStats *cs = comm_stats(t->mesh->tpg);
+        double tps = comm_seconds(t->mesh->tpg);
+        printf("comm:      tensor-parallel collectives %.2f s in all (%.0f%% of the run, evaluations included); "
+               "%.1f MB sent per rank, %llu calls\n", tps, total > 0 ? 100 * tps / total : 0.0,
+               bytes_sent(t->mesh->tpg) / 1e6, (unsigned long long)(cs->calls[OP_ALLREDUCE] +
+               cs->calls[OP_ALLGATHER] + cs->calls[OP_REDUCE_SCATTER]));
+    }
     report_memory(t->rep);
     rc = 0;
 done:

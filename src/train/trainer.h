@@ -49,12 +49,13 @@ typedef struct TrainConfig {
     int progress;              // draw a progress bar (stdout is a terminal)
     double bucket_mb;          // ZeRO-0 gradient bucket size
     int zero;                  // ZeRO stage 0..3 over the DP group
+    int sp;                    // sequence parallelism over the TP group
 } TrainConfig;
 
 typedef struct Trainer Trainer;
 
-// Sets up a run of tc on mesh m (its DP group; tp = pp = 1). m->world NULL
-// is one process. Prints the header on stdout. 0, or -1 with err.
+// Sets up a run of tc on mesh m (its DP and TP groups; pp = 1). m->world
+// NULL is one process. Prints the header on stdout. 0, or -1 with err.
 int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err);
 void trainer_close(Trainer *t);
 // Steps done so far (the checkpoint's step after a resume).

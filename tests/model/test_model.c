@@ -74,7 +74,7 @@ static void test_init(void) {
     const ParamInfo *g = ptable_find(&t, "ln_f.weight");
     EXPECT(a[g->offset] == 1.0f && a[g->offset + 15] == 1.0f, "norm gains start at one");
     // A tensor-parallel slice draws exactly the global elements it holds.
-    ModelSlice s2 = {0, 2, 1, 2, 1};
+    ModelSlice s2 = {0, 2, 1, 2, 1, 0};
     ParamTable t2;
     EXPECT(ptable_build(&t2, &c, &s2, &e) == 0, "%s", e.msg);
     float *h = mem_alloc(MEM_PARAMS, t2.total * 4);
@@ -351,7 +351,7 @@ static void test_arch_description(void) {
     EXPECT(ptable_build(&t, &c, &s, &e) == 0 && (int64_t)t.total == config_param_count(&c, 1), "whole table %zu vs %lld",
            t.total, (long long)config_param_count(&c, 1));
     ptable_free(&t);
-    ModelSlice h = {0, c.n_layer, 1, 2, 1};
+    ModelSlice h = {0, c.n_layer, 1, 2, 1, 0};
     EXPECT(ptable_build(&t, &c, &h, &e) == 0, "%s", e.msg);
     int64_t want = arch_part_params(&c, PART_EMBED, 2, 1) + c.n_layer * arch_part_params(&c, PART_BLOCK, 2, 1) +
                    arch_part_params(&c, PART_FINAL, 2, 1);
