@@ -79,9 +79,11 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
                                     "one allgather",
                                     "(d−1)/d × (2 × parameter bytes − embeddings/head + gradient bytes) per micro-batch: "
                                     "parameters gathered for forward and backward (≈1.5× DDP)"};
-        printf("  = bubble: compute × (pp−1)/micro-batches; dp: %s;\n    tp: 4 allreduces of s·b·h per layer"
-               " and micro-batch, 2(t−1)/t each; pp: 2·s·b·h per micro-batch per boundary; latency α per message\n",
-               dpw[l->zero]);
+        printf("  = bubble: compute × (pp−1)/micro-batches; dp: %s;\n    tp: per micro-batch 4 allreduces of s·b·h per layer"
+               " (2(t−1)/t each; with --sp a reduce-scatter and an allgather, (t−1)/t each) + 1 for the\n"
+               "    vocabulary-parallel embedding + 1 for the output head + (t−1)·3·s·b floats of loss statistics%s;\n"
+               "    pp: 2·s·b·h per micro-batch per boundary; latency α per message (%.0f tensor-parallel messages per step)\n",
+               dpw[l->zero], l->sp ? " + the norms' gradient sums (4h per layer, 2h final)" : "", r->tp_messages);
     }
     printf("speed      %.4g tokens/s, MFU %.1f%%\n", r->tokens_per_s, 100 * r->mfu);
     if (j->tokens > 0)

@@ -20,9 +20,9 @@
 
 enum {
     MAX_RANKS = 256,
-    SLOT = 1 << 20,        // staging bytes per rank
+    SLOT = COMM_PIECE_BYTES,   // staging bytes per rank
     P2P = 256 << 10,       // mailbox bytes per ordered pair
-    SMALL = 16 << 10,      // allreduce pieces up to this many bytes skip the split
+    SMALL = COMM_SMALL_BYTES,  // allreduce pieces up to this many bytes skip the split
     SEG_BYTES = 1 << 30,   // virtual size of the segment (pages appear when touched)
 };
 
@@ -222,7 +222,7 @@ static int l_allreduce(void *be, const OpDesc *d, const void *in, void *out, uin
         if (m * es <= SMALL || n == 1) {
             for (int r = 0; r < n; r++) srcs[r] = slot(l, r);
             comm_reduce((char *)out + off * es, srcs, n, m, d->dtype, d->redop);
-            *sent += (uint64_t)(n - 1) * m * es;   // every peer reads my piece
+            *sent += comm_allreduce_sent(m, es, n, l->me);   // every peer reads my piece
             *recv += (uint64_t)(n - 1) * m * es;
         } else {
             size_t lo = m * (size_t)l->me / (size_t)n, hi = m * (size_t)(l->me + 1) / (size_t)n;
@@ -230,8 +230,7 @@ static int l_allreduce(void *be, const OpDesc *d, const void *in, void *out, uin
             comm_reduce(slot(l, n) + lo * es, srcs, n, hi - lo, d->dtype, d->redop);
             if (barrier(l, err)) return -1;
             memcpy((char *)out + off * es, slot(l, n), m * es);
-            // reduce-scatter then allgather: (n−1)/n of the piece each way, twice
-            *sent += 2 * (uint64_t)(m - (hi - lo)) * es;
+            *sent += comm_allreduce_sent(m, es, n, l->me);   // (n−1)/n of the piece each way, twice
             *recv += 2 * (uint64_t)(m - (hi - lo)) * es;
         }
     }

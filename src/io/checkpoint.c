@@ -536,18 +536,35 @@ static int64_t copy_overlap(const Entry *e, const ParamInfo *p, float *dst) {
     return copied;
 }
 
+// Elements of p's slice in global rows [0, rows) of dimension 0.
+static int64_t slice_elems_below(const ParamInfo *p, int64_t rows) {
+    int64_t r0 = p->shard_dim == 0 ? p->shard_off : 0, n = rows - r0;
+    if (n <= 0) return 0;
+    if (n > p->lshape[0]) n = p->lshape[0];
+    return n * (int64_t)(p->numel / (size_t)p->lshape[0]);
+}
+
 // Assembles tensor `name` (p's slice) into dst from every file's slices.
+// A vocabulary tensor may have another number of padding rows in the files
+// (another tensor-parallel size pads it otherwise): its real rows are
+// read, its padding rows are zero.
 static int assemble(Ckpt *c, const char *name, const ParamInfo *p, float *dst, Err *err) {
-    int64_t covered = 0;
-    int used[64], nused = 0;
+    int64_t covered = 0, rows = p->shape[0];
+    int used[64], nused = 0, zeroed = 0;
     for (int i = 0; i < c->n; i++) {
         Entry *e = &c->e[i];
         if (strcmp(e->t.name, name)) continue;
         int same = e->t.ndim == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++) same = e->t.shape[d] == p->shape[d];
+        for (int d = 0; same && d < p->ndim; d++)
+            same = e->t.shape[d] == p->shape[d] || (d == 0 && p->vocab_rows && e->t.shape[0] >= p->init_rows);
         if (!same)
             return err_set(err, ERR_USAGE, "%s: tensor %s has a different shape than this model's", c->files[e->t.file].path,
                            name);
+        if (e->t.shape[0] != p->shape[0] && !zeroed) {   // padding rows of its own
+            memset(dst, 0, p->numel * sizeof(float));
+            zeroed = 1;
+            rows = e->t.shape[0] < p->shape[0] ? e->t.shape[0] : p->shape[0];
+        }
         // A replicated tensor appears in several files: use each slice once.
         int dup = 0;
         for (int k = 0; k < nused && !dup; k++) {
@@ -561,9 +578,10 @@ static int assemble(Ckpt *c, const char *name, const ParamInfo *p, float *dst, E
         if (nused < 64) used[nused++] = i;
     }
     if (covered == 0 && nused == 0) return err_set(err, ERR_USAGE, "%s: tensor %s is missing", c->dir, name);
-    if ((size_t)covered != p->numel)
-        return err_set(err, ERR_USAGE, "%s: tensor %s: the files cover %lld of the %zu elements this layout needs", c->dir,
-                       name, (long long)covered, p->numel);
+    int64_t need = slice_elems_below(p, rows);
+    if (covered != need)
+        return err_set(err, ERR_USAGE, "%s: tensor %s: the files cover %lld of the %lld elements this layout needs", c->dir,
+                       name, (long long)covered, (long long)need);
     return 0;
 }
 

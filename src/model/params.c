@@ -54,6 +54,7 @@ static int add(Builder *bd, const char *name, Part part, int desc, const TensorD
     // Vocabulary rows past V (the padding) start at zero, so a model's
     // values do not depend on the padding.
     p->init_rows = d->dim[0] == DIM_VP ? c->vocab : p->shape[0];
+    p->vocab_rows = d->dim[0] == DIM_VP;
     size_t pm = bd->s->pad_multiple > 1 ? (size_t)bd->s->pad_multiple : 1;
     if (t->n && (t->p[t->n - 1].layer != layer || t->p[t->n - 1].part != part))
         t->total = (t->total + pm - 1) / pm * pm;   // a new segment

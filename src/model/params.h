@@ -52,6 +52,8 @@ typedef struct ParamInfo {
     int init;                        // INIT_NORMAL (std), INIT_ZERO, INIT_ONE
     float std;
     int64_t init_rows;               // global rows (dim 0) drawn at init; later rows start at 0
+    int vocab_rows;                  // dim 0 is the padded vocabulary: rows from init_rows (V) on are padding,
+                                     // zero always, and their number depends on the tensor-parallel size
 } ParamInfo;
 
 // A segment: the tensors of one part — one transformer block, the

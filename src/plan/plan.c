@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "model/arch.h"
 
 // Models tessera plans but has no training preset for: {name, arch, L, NH,
@@ -117,6 +118,30 @@ double plan_act_layer(const PlanModel *m, const PlanJob *j, const PlanLayout *l)
     return tokens * per_token;
 }
 
+void plan_tp_comm(const PlanModel *m, const PlanJob *j, const PlanLayout *l, double *bytes, double *messages) {
+    *bytes = *messages = 0;
+    int n = l->tp;
+    if (n == 1) return;
+    // per micro-batch, on the busiest stage: its layers, and with pp = 1
+    // both the embeddings and the head; else the larger of the two ends
+    double layers = (double)(m->L / l->pp), N = (double)j->seq * (double)j->micro_batch;
+    size_t act = (size_t)(N * (double)m->h);   // floats of one exchange (fp32)
+    double ends = l->pp == 1 ? 2 : 1, ce = (double)(n - 1) * 3 * N * 4;   // loss statistics: allgathers of N and 2N
+    double per;
+    if (!l->sp) {
+        per = (4 * layers + ends) * (double)comm_allreduce_sent(act, 4, n, 0) + ce;
+        *messages = ((4 * layers + ends) * 2 + 2) * (n - 1);
+    } else {
+        double half = (double)(n - 1) * (double)(act / (size_t)n) * 4;   // a reduce-scatter or an allgather
+        per = (4 * layers + ends) * 2 * half + ce + layers * (double)comm_allreduce_sent(4 * (size_t)m->h, 4, n, 0) +
+              (double)comm_allreduce_sent(2 * (size_t)m->h, 4, n, 0);
+        *messages = ((4 * layers + ends) * 2 + 2 + 2 * (layers + 1)) * (n - 1);
+    }
+    double M = (double)(j->global_batch / ((int64_t)l->dp * j->micro_batch));
+    *bytes = M * per;
+    *messages *= M;
+}
+
 void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r) {
     memset(r, 0, sizeof *r);
     double t = l->tp, d = l->dp, p = l->pp;
@@ -125,7 +150,9 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     // embeddings (with pp=1 also the last stage's final norm and head; a
     // tied head is the first stage's embedding, held by the last stage too
     // when pp > 1), every count from the architecture's tensor table
-    const ModelConfig *mc = &m->cfg;
+    ModelConfig padded = m->cfg;   // the vocabulary padded for tp ranks, as the trainer pads it
+    config_pad_vocab(&padded, (int)m->V, l->tp);
+    const ModelConfig *mc = &padded;
     int64_t layers = m->L / l->pp, layer = arch_part_params(mc, PART_BLOCK, l->tp, 1);
     int64_t emb = arch_part_params(mc, PART_EMBED, l->tp, 1);
     int64_t last = (l->pp > 1 ? arch_tied_copy(mc, l->tp, 1) : 0) + arch_part_params(mc, PART_FINAL, l->tp, 1);
@@ -190,14 +217,14 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     // and the gradient row of each of the micro-batch's s·b tokens.
     if (d > 1) {
         double rows = (double)j->seq * j->micro_batch, syncs = l->zero >= 2 ? M : 1;
-        r->bytes_dp += syncs * (d - 1) * rows * (4 + (mixed && !l->reduce_fp32 ? 2 : 4) * (double)m->h / l->tp);
+        r->bytes_dp += syncs * (d - 1) * rows * (4 + (mixed && !l->reduce_fp32 ? 2 : 4) * (double)m->h);
     }
     r->t_dp = r->bytes_dp / bw_dp + (d > 1 ? 2 * (d - 1) * alpha : 0);
     // overlapped with the backward pass (two thirds of compute)
     r->t_dp_exposed = r->t_dp > 2.0 / 3 * r->t_compute ? r->t_dp - 2.0 / 3 * r->t_compute : 0;
     double act_msg = sbh * e;
-    r->bytes_tp = t > 1 ? 4.0 * layers * r->micro_batches * 2 * (t - 1) / t * act_msg : 0;
-    r->t_tp = r->bytes_tp / (c->bw_intra * 1e9) + (t > 1 ? 4.0 * layers * r->micro_batches * 2 * (t - 1) * alpha : 0);
+    plan_tp_comm(m, j, l, &r->bytes_tp, &r->tp_messages);
+    r->t_tp = r->bytes_tp / (c->bw_intra * 1e9) + r->tp_messages * alpha;
     double bw_pp = ((int64_t)l->tp * l->dp * l->pp <= c->per_node ? c->bw_intra : c->bw_inter) * 1e9;
     r->bytes_pp = p > 1 ? 2.0 * r->micro_batches * act_msg / (l->sp ? t : 1) : 0;
     r->t_pp = r->bytes_pp / bw_pp + (p > 1 ? 2.0 * r->micro_batches * alpha : 0);

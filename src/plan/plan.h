@@ -16,8 +16,11 @@
 //   s·b·h·(34 + 5·a·s/h) for 16-bit Megatron layers given for comparison.
 // - Communication: ring allreduce 2(n−1)/n of the bytes per device,
 //   reduce-scatter and allgather (n−1)/n, ZeRO-3 1.5× the data-parallel
-//   volume, tensor parallel 4 allreduces of s·b·h per layer and micro-batch,
-//   pipeline 2·s·b·h per stage boundary and micro-batch.
+//   volume, tensor parallel 4 allreduces of s·b·h per layer and micro-batch
+//   (plus the embedding's, the head's and the loss statistics:
+//   plan_tp_comm), pipeline 2·s·b·h per stage boundary and micro-batch.
+// - The vocabulary is padded as the trainer pads it: to a multiple of
+//   128·tp (Megatron-LM).
 #ifndef TSR_PLAN_PLAN_H
 #define TSR_PLAN_PLAN_H
 
@@ -38,7 +41,7 @@ typedef struct PlanModel {
     ModelConfig cfg;
     PlanArch arch;
     int64_t L, h, a, kv, f, V, s;   // layers, width, heads, kv heads, FFN, vocabulary, positions
-    int64_t vpad;                   // vocabulary rows tessera allocates (V padded to 128)
+    int64_t vpad;                   // vocabulary rows tessera allocates at tp = 1 (V padded to 128; 128·tp for tp ranks)
 } PlanModel;
 
 typedef struct PlanCluster {
@@ -74,6 +77,7 @@ typedef struct PlanResult {
     double flops_token, hw_flops_token;
     double t_compute, t_bubble, t_dp, t_dp_exposed, t_tp, t_pp, t_step;
     double bytes_dp, bytes_tp, bytes_pp;   // per device per step
+    double tp_messages;             // tensor-parallel collectives per step, each a step of latency per peer
     double tokens_per_s, mfu, days, device_hours, megatron_days;
     int fits;
 } PlanResult;
@@ -91,6 +95,16 @@ int64_t plan_params(const PlanModel *m);
 int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, Err *err);
 // Evaluates a checked layout.
 void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r);
+
+// Bytes one device sends in the tensor-parallel group per step, and the
+// messages they take, as tessera's layers exchange them (model/tp) and its
+// shared-memory backend counts them (comm_allreduce_sent): per layer and
+// micro-batch 4 allreduces of s·b·h floats (2 forward, 2 backward), plus
+// one each for the vocabulary-parallel embedding and the output head, and
+// the loss statistics (allgathers of 3 floats per token); under sequence
+// parallelism each allreduce is a reduce-scatter and an allgather, and the
+// norms' gradients (4h per layer, 2h for the final norm) are summed.
+void plan_tp_comm(const PlanModel *m, const PlanJob *j, const PlanLayout *l, double *bytes, double *messages);
 
 // Activation bytes one layer keeps for backward per micro-batch of b·s tokens
 // on one device (see plan.c for the derivation).
