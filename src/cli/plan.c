@@ -153,12 +153,13 @@ static void tutorial(const PlanModel *m) {
 
 int cmd_plan(int argc, char **argv) {
     const char *model = "gpt2-124m", *schedule = "1f1b", *recompute = "none", *precision = "bf16", *reduce = "fp32",
-               *attention = "fused", *why_not = NULL;
+               *attention = "fused", *why_not = NULL, *config = NULL;
     int64_t devices = 8, per_node = 8, seq = 0, gbatch = 512, mbatch = 1, vocab = 0;
     double mem = 80, tflops = 312, mfu = 0.5, bw_intra = 300, bw_inter = 25, alpha = 5, tokens = 0;
     int dp = 0, tp = 0, pp = 0, zero = -1, sp = 0, json = 0, explain = 0, top = 5, tut = 0;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "model (default gpt2-124m); see the list below", 0, NULL},
+        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {n_layer, n_head, d_model, d_ff, max_seq, vocab} (as tessera train's)", 0, NULL},
         {"vocab", FLAG_U64, &vocab, 2, 1 << 24, "V", "override the model's vocabulary (e.g. 256 for --tokenizer byte)", 0, NULL},
         {"devices", FLAG_U64, &devices, 1, 1e7, "N", "devices in the cluster (default 8)", 0, NULL},
         {"devices-per-node", FLAG_U64, &per_node, 1, 1e4, "N", "devices per node (default 8)", 0, NULL},
@@ -189,18 +190,31 @@ int cmd_plan(int argc, char **argv) {
         {"tutorial", FLAG_BOOL, &tut, 0, 0, "", "the tutorial's GPT-3 numbers, checked", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
-    Json *unused = NULL;
+    Json *cfg = NULL;
     Err e = {0};
-    if (flags_parse(f, nf, argc, argv, "plan", &help, &unused, &e)) return cli_fail("plan", &e);
+    if (flags_parse(f, nf, argc, argv, "plan", &help, &cfg, &e)) { json_free(cfg); return cli_fail("plan", &e); }
     if (help) {
-        printf("usage: tessera plan --model PRESET [cluster] [job] [layout]\n\n"
+        json_free(cfg);
+        printf("usage: tessera plan --model PRESET | --config FILE.json [cluster] [job] [layout]\n\n"
                "Predicts memory per device, FLOPs, communication, step time and training time; with a layout\n"
                "(--dp/--tp/--pp) for that layout, without one the best layouts. Presets: %s.\n\n", plan_preset_list());
         flags_print(f, nf);
         return 0;
     }
     PlanModel m;
-    if (plan_model_preset(&m, model, &e)) return cli_fail("plan", &e);
+    const Json *jm = cfg ? json_get(cfg, "model") : NULL;
+    int model_on_argv = 0;   // --model on the command line wins over the config file
+    for (int i = 0; i < argc; i++) model_on_argv |= !strncmp(argv[i], "--model", 7);
+    if (jm && jm->type == JSON_OBJ && !model_on_argv) {
+        ModelConfig mc;
+        int bad = config_from_json(&mc, jm, &e);
+        json_free(cfg);
+        if (bad) { err_prefix(&e, "--config: model"); return cli_fail("plan", &e); }
+        plan_model_from_config(&m, &mc);
+    } else {
+        json_free(cfg);
+        if (plan_model_preset(&m, model, &e)) return cli_fail("plan", &e);
+    }
     if (vocab) plan_model_set_vocab(&m, vocab);
     if (tut) { tutorial(&m); return 0; }
     PlanCluster c = {devices, per_node, mem, tflops, mfu, bw_intra, bw_inter, alpha};

@@ -48,6 +48,21 @@ for cfg in "2 0 1" "2 1 1" "2 2 2" "2 3 1" "4 3 2" "4 2 1"; do
 done
 if [ $mpi_bad -eq 0 ]; then pass=$((pass + 1)); echo "ok   dp=2,4 × ZeRO 0-3 under mpirun: checkpoints identical to forked ranks"
 else fail=$((fail + 1)); echo "FAIL data-parallel training under mpirun differs from forked ranks"; fi
+# Tensor parallelism (and sequence parallelism, and TP × DP under ZeRO-1)
+# under mpirun: the same bits as with forked ranks.
+tp_bad=0
+for cfg in "2 2 1 0 1 --sp" "4 2 2 1 2" "4 4 1 0 1 --sp"; do
+  read -r n tp dp z k sp <<<"$cfg"
+  L=("${R[@]}" --tp $tp --dp $dp --zero $z --grad-accum $k --batch $((8 / dp / k)) $sp)
+  timeout 120 "${MPIRUN[@]}" -np $n ./tessera "${L[@]}" --ckpt-dir "$TMP/mpitp$n$tp$z" >"$TMP/mpi.out" 2>&1 ||
+    { tp_bad=1; echo "     mpirun tp=$tp dp=$dp: $(tail -1 "$TMP/mpi.out")"; continue; }
+  ./tessera "${L[@]}" --nproc $n --ckpt-dir "$TMP/loctp$n$tp$z" >/dev/null 2>&1
+  for f in "$TMP/loctp$n$tp$z/step_00000008"/rank_*.tsr; do
+    cmp -s "$f" "$TMP/mpitp$n$tp$z/step_00000008/$(basename "$f")" || { tp_bad=1; echo "     tp=$tp dp=$dp: $(basename "$f") differs"; }
+  done
+done
+if [ $tp_bad -eq 0 ]; then pass=$((pass + 1)); echo "ok   tp=2 --sp, dp=2 × tp=2 ZeRO-1, tp=4 --sp under mpirun: checkpoints identical to forked ranks"
+else fail=$((fail + 1)); echo "FAIL tensor-parallel training under mpirun differs from forked ranks"; fi
 rm -rf "$TMP"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
