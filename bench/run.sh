@@ -67,8 +67,10 @@ dpbench() {   # label, then tessera train flags
   ./tessera train --model gpt2-124m --data "$TEXT" --batch 4 --seq 64 --steps 6 --log-every 1 --log "$log" "$@" >"$log.out" 2>&1
   local ms; ms=$(grep -o '"ms":[0-9.]*' "$log" | tail -5 | cut -d: -f2 | sort -n | sed -n 3p)
   local tok; tok=$(grep -o '"tokens_per_s":[0-9.]*' "$log" | tail -5 | cut -d: -f2 | sort -n | sed -n 3p)
-  printf '%-34s %9.1f ms/step %9.1f tokens/s   %s\n' "$label" "$ms" "$tok" "$(grep '^comm:' "$log.out" | cut -c12-)"
-  echo "$tok" >"$log.tok"; DP_TOK=$tok
+  local tpms; tpms=$(grep -o '"tp_comm_ms":[0-9.]*' "$log" | tail -5 | cut -d: -f2 | sort -n | sed -n 3p)
+  local mfu; mfu=$(grep -o '"mfu":[0-9.]*' "$log" | tail -5 | cut -d: -f2 | sort -n | sed -n 3p)
+  printf '%-34s %9.1f ms/step %9.1f tokens/s   %s\n' "$label" "$ms" "$tok" "$(grep '^comm:' "$log.out" | head -1 | cut -c12-)"
+  echo "$tok" >"$log.tok"; DP_TOK=$tok; DP_MS=$ms; TP_MS=$tpms; DP_MFU=$mfu
   rm -f "$log" "$log.out" "$log.tok"
 }
 dpbench "dp=1, 2 threads" --threads 2; base=$DP_TOK
@@ -77,3 +79,27 @@ for z in 1 2 3; do
   dpbench "dp=2 (1 thread each), ZeRO-$z" --nproc 2 --dp 2 --zero $z
   awk -v a="$DP_TOK" -v b="$base" 'BEGIN { printf "%-34s scaling %.2fx\n", "", a / b }'
 done
+
+echo
+echo "Tensor parallel, gpt2-124m, B=4 T=64 (the same micro-batch as each dp rank's), 6 steps (median of steps 2-6):"
+dpbench "dp=1, 2 threads" --threads 2; one=$DP_TOK; one_mfu=$DP_MFU
+dpbench "dp=2 (1 thread each), ZeRO-0" --nproc 2 --dp 2; dp2=$DP_TOK
+dpbench "tp=2 (1 thread each)" --nproc 2 --tp 2; tp2=$DP_TOK; tp_ms=$DP_MS; tp_comm=$TP_MS
+awk -v t="$tp2" -v d="$dp2" -v o="$one" -v c="$tp_comm" -v m="$tp_ms" 'BEGIN {
+  printf "%-34s %.2fx the dp=2 throughput (goal >= 0.85), %.2fx the 2-thread process; TP collectives %.1f ms/step = %.1f%% of the step\n",
+         "", t / d, t / o, c, 100 * c / m }'
+# The planner's step time for this layout on this machine: a device is one
+# core (its SGEMM ceiling), achieving the fraction of it the 2-thread process
+# achieves at this shape; the TP bandwidth is comm-bench's at one exchange
+# (4·64·768 floats), the latency its 8-byte time.
+sg1=$($B/sgemm 1)
+cb=$(./tessera comm-bench --nproc 2 --op allreduce --min-bytes 8 --max-bytes 1M --iters 20 2>/dev/null)
+bw=$(echo "$cb" | awk '$1 == 1048576 { print $5 }'); lat=$(echo "$cb" | awk '$1 == 8 { print $3 }')
+pl=$(./tessera plan --model gpt2-124m --devices 2 --devices-per-node 2 --dp 1 --tp 2 --precision fp32 --global-batch 4 \
+     --micro-batch 4 --seq 64 --device-tflops "$(awk -v g="$sg1" 'BEGIN { print g / 1000 }')" --mfu "$one_mfu" \
+     --bw-intra "$bw" --alpha-us "$lat" --json)
+pstep=$(echo "$pl" | sed 's/.*"step_seconds":\([0-9.e+-]*\).*/\1/'); ptp=$(echo "$pl" | sed 's/.*"comm_seconds":{[^}]*"tp":\([0-9.e+-]*\).*/\1/')
+awk -v p="$pstep" -v t="$ptp" -v m="$tp_ms" -v g="$sg1" -v f="$one_mfu" -v b="$bw" -v a="$lat" 'BEGIN {
+  printf "%-34s tessera plan: step %.1f ms (TP comm %.1f ms) with --device-tflops %.4f (1-core SGEMM) --mfu %.3f --bw-intra %s --alpha-us %s;\n", "",
+         p * 1e3, t * 1e3, g / 1000, f, b, a
+  printf "%-34s measured %.1f ms: predicted/measured %.2f (goal within 25%%)\n", "", m, p * 1e3 / m }'

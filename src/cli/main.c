@@ -9,7 +9,7 @@ static const char *usage =
     "\n"
     "commands:\n"
     "  prepare     tokenize text files into token shards\n"
-    "  train       train a model on shards or a text file (fp32; data parallel and ZeRO 1-3 with --nproc/--dp/--zero or mpirun)\n"
+    "  train       train a model on shards or a text file (fp32; data and tensor parallel, ZeRO 1-3: --nproc/--dp/--tp/--sp/--zero or mpirun)\n"
     "  eval        validation loss and perplexity of a checkpoint\n"
     "  sample      generate text from a checkpoint\n"
     "  tokenize    text on stdin to token ids and back (--decode)\n"
@@ -24,6 +24,7 @@ static const char *usage =
     "  tessera train --model gpt2-tiny --data data/shakespeare --steps 300 --ckpt-dir runs/tiny\n"
     "  tessera sample --ckpt runs/tiny --prompt \"ROMEO:\" --tokens 200\n"
     "  tessera train --model gpt2-tiny --data data/shakespeare --nproc 2 --dp 2 --zero 3\n"
+    "  tessera train --model gpt2-tiny --data data/shakespeare --nproc 4 --dp 2 --tp 2 --sp\n"
     "  tessera plan --model llama2-70b --devices 64 --global-batch 1024 --tokens 2e12\n"
     "\n"
     "exit status: 0 success, 1 failure while running, 2 bad usage or input\n";
