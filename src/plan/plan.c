@@ -105,13 +105,15 @@ double plan_act_layer(const PlanModel *m, const PlanJob *j, const PlanLayout *l)
     // inputs to its nonlinearity (GPT: fc output and GELU output, 2f;
     // SwiGLU: gate, up and their product, 3f), and the layer output (h).
     // Tensors inside the tensor-parallel region are divided by tp; the
-    // h-wide ones too under sequence parallelism. With a naive attention the
+    // residual stream's (and the norms' statistics) too under sequence
+    // parallelism, while the norms' outputs are kept gathered, every row,
+    // for the column-parallel weight gradients. With a naive attention the
     // a·s probabilities per token are kept as well (the s² term).
     double h = (double)m->h, hs = h / (double)m->a, t = l->tp, sp = l->sp ? t : 1;
     double e = l->precision == PREC_FP32 ? 4 : 2, stats = m->arch == PLAN_GPT ? 2 : 1;
     double inside = (h + 2 * m->kv * hs) + h + (m->arch == PLAN_GPT ? 2 : 3) * (double)m->f;
-    double outside = 4 * h;   // norm output ×2, residual, layer output
-    double per_token = e * (inside / t + outside / sp) + 4 * (2 * stats / sp + (double)m->a / t);
+    double norms = 2 * h, residual = 2 * h;   // the two norms' outputs; the residual after attention and the layer output
+    double per_token = e * (inside / t + norms + residual / sp) + 4 * (2 * stats / sp + (double)m->a / t);
     if (!l->fused_attention) per_token += e * (double)m->a * (double)j->seq / t;
     double tokens = (double)j->seq * (double)j->micro_batch;
     if (l->recompute == RECOMPUTE_FULL) return tokens * e * h / sp;   // only the layer input
@@ -181,7 +183,7 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
         none.recompute = RECOMPUTE_NONE;
         r->acts += plan_act_layer(m, j, &none);
     }
-    r->acts += 2 * sbh * 4 / (l->sp ? t : 1);   // stage input and final norm output (fp32)
+    r->acts += sbh * 4 / (l->sp ? t : 1) + sbh * 4;   // stage input (rows split under SP) and final norm output (gathered), fp32
     double grad_bytes = (mixed && !l->reduce_fp32 ? 2 : 4) * psi;
     r->comm_buf = l->dp > 1 ? (l->zero == 3 ? 2 * (double)layer * e : 2 * 25e6) : 0;
     r->total = r->model_states + r->acts + r->comm_buf;
