@@ -31,7 +31,13 @@ static int train_rank(Comm *world, void *arg) {
     RankArgs *ra = arg;
     Err e = {0};
     Mesh m;
-    if (mesh_init(&m, world, ra->dp, ra->tp, 1, &e)) {
+    int dp = ra->dp ? ra->dp : comm_size(world) / ra->tp;   // under mpirun: the ranks started / tp
+    if (ra->tp > 1 && !strcmp(comm_backend(world), "mpi") && !comm_mpi_thread_multiple()) {
+        fprintf(stderr, "tessera train: rank %d: --tp under mpirun needs an MPI library that grants MPI_THREAD_MULTIPLE "
+                "(tensor-parallel collectives run beside the data-parallel group's)\n", comm_rank(world));
+        return ERR_USAGE;
+    }
+    if (mesh_init(&m, world, dp, ra->tp, 1, &e)) {
         fprintf(stderr, "tessera train: rank %d: --dp/--tp: %s\n", comm_rank(world), e.msg);
         return e.code ? e.code : 1;
     }
@@ -157,10 +163,11 @@ int cmd_train(int argc, char **argv) {
     if (!threads_given) tc.threads = omp_get_num_procs();
     tc.progress = isatty(STDOUT_FILENO);
     if (tc.sp && tp == 1) { err_set(&e, ERR_USAGE, "--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more"); goto out; }
-    if (tp > 1 && check_tp(&tc, tp, &e)) goto out;
+    // the model of the flags; a checkpoint's or file's is checked by every rank as it starts
+    if (tp > 1 && !tc.resume && !tc.init_from && check_tp(&tc, tp, &e)) goto out;
     if (comm_mpi_launched() || nproc > 1 || dp > 1 || tp > 1 || tc.zero > 0) {   // ZeRO runs over a communicator, even of one rank
         int world = comm_mpi_launched() ? -1 : nproc ? nproc : (dp ? dp : 1) * tp;
-        if (!dp) dp = world > 0 ? world / tp : 1;   // under mpirun the mesh checks the world size
+        if (!dp && world > 0) dp = world / tp;   // under mpirun the rank takes the world size / tp
         if (world > 0 && (int64_t)dp * tp != world) {
             if (nproc % tp) err_set(&e, ERR_USAGE, "--tp %d does not divide --nproc %d", tp, nproc);
             else err_set(&e, ERR_USAGE, "--dp %d with --nproc %d: dp × tp = %d × %d ranks must be the ranks started", dp, nproc, dp, tp);

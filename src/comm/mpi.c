@@ -19,7 +19,10 @@ int comm_mpi_world(Comm **out, double timeout, Err *err) {
     *out = NULL;
     return err_set(err, ERR_USAGE, "started under MPI, but this tessera was built without MPI (install libopenmpi-dev, rebuild)");
 }
+int comm_mpi_thread_multiple(void) { return thread_multiple; }
+
 void comm_mpi_finalize(void) {}
+int comm_mpi_thread_multiple(void) { return 0; }
 
 #else
 #include <mpi.h>
@@ -32,9 +35,22 @@ void comm_mpi_finalize(void) {}
 #include "core/timer.h"
 
 // The watchdog: MPI calls cannot time out by themselves, so a thread checks
-// the call in flight and ends the job when it has waited too long.
-static _Atomic long long inflight_us;    // start of the MPI call in flight, 0 when none
-static const OpDesc *_Atomic inflight_op;
+// the calls in flight and ends the job when one has waited too long. Each
+// thread that calls MPI (the main thread, a communicator's progress thread)
+// has a slot of its own: calls on different communicators may overlap
+// (MPI_THREAD_MULTIPLE), e.g. a tensor-parallel collective on the main
+// thread while the data-parallel group reduces gradients on its thread.
+enum { WATCH_SLOTS = 16 };
+static _Atomic long long inflight_us[WATCH_SLOTS];    // start of the slot's MPI call in flight, 0 when none
+static const OpDesc *_Atomic inflight_op[WATCH_SLOTS];
+static _Atomic int watch_next;
+static _Thread_local int watch_slot = -1;
+static int thread_multiple;               // MPI granted MPI_THREAD_MULTIPLE
+
+static int my_slot(void) {
+    if (watch_slot < 0) watch_slot = atomic_fetch_add(&watch_next, 1) % WATCH_SLOTS;
+    return watch_slot;
+}
 static double watchdog_timeout;
 static pthread_t watchdog;
 static _Atomic int watchdog_stop;
@@ -46,9 +62,10 @@ static void *watchdog_main(void *arg) {
     (void)arg;
     while (!atomic_load(&watchdog_stop)) {
         usleep(100000);
-        long long t0 = atomic_load(&inflight_us);
-        if (t0 && (now_us() - t0) * 1e-6 > watchdog_timeout) {
-            const OpDesc *d = atomic_load(&inflight_op);
+        for (int k = 0; k < WATCH_SLOTS; k++) {
+            long long t0 = atomic_load(&inflight_us[k]);
+            if (!t0 || (now_us() - t0) * 1e-6 <= watchdog_timeout) continue;
+            const OpDesc *d = atomic_load(&inflight_op[k]);
             int me = -1;
             MPI_Comm_rank(MPI_COMM_WORLD, &me);
             fprintf(stderr, "tessera: MPI rank %d: %s (seq %llu) timed out after %.0f s; ending the job\n", me,
@@ -59,9 +76,10 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
-#define GUARDED(d, call) (atomic_store(&inflight_op, (d)), atomic_store(&inflight_us, now_us()), \
-                          guard_rc = (call), atomic_store(&inflight_us, 0LL), guard_rc)
-static _Thread_local int guard_rc;
+#define GUARDED(d, call) (guard_slot = my_slot(), atomic_store(&inflight_op[guard_slot], (d)), \
+                          atomic_store(&inflight_us[guard_slot], now_us()), guard_rc = (call), \
+                          atomic_store(&inflight_us[guard_slot], 0LL), guard_rc)
+static _Thread_local int guard_rc, guard_slot;
 
 typedef struct {
     MPI_Comm comm;
@@ -235,8 +253,10 @@ static const CommBackendOps MPI_OPS = {
 int comm_mpi_world(Comm **out, double timeout, Err *err) {
     int provided, inited;
     MPI_Initialized(&inited);
-    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return err_set(err, ERR_RUN, "MPI_Init_thread failed");
+    if (inited) MPI_Query_thread(&provided);
+    thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     watchdog_timeout = timeout;
     if (!watchdog_started && pthread_create(&watchdog, NULL, watchdog_main, NULL) == 0) watchdog_started = 1;
@@ -244,6 +264,8 @@ int comm_mpi_world(Comm **out, double timeout, Err *err) {
     *out = comm_wrap(&MPI_OPS, m, m->me, m->n, "world", timeout);
     return 0;
 }
+
+int comm_mpi_thread_multiple(void) { return thread_multiple; }
 
 void comm_mpi_finalize(void) {
     if (watchdog_started) {

@@ -13,8 +13,15 @@
 
 // 1 when the environment says this process is an MPI rank.
 int comm_mpi_launched(void);
-// Initialises MPI (thread level serialized) and returns the world communicator.
+// Initialises MPI (asking for MPI_THREAD_MULTIPLE) and returns the world
+// communicator.
 int comm_mpi_world(Comm **out, double timeout, Err *err);
+// 1 when MPI granted MPI_THREAD_MULTIPLE: collectives on different
+// communicators may run at once from different threads (each
+// communicator's own calls are serialized by comm/). Without it only one
+// communicator may be busy at a time: no tensor parallelism next to the
+// data-parallel group's background reductions.
+int comm_mpi_thread_multiple(void);
 // Finalises MPI after the last communicator is freed.
 void comm_mpi_finalize(void);
 

@@ -176,9 +176,7 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     a->dim.sp = slice->sp && tp > 1;
     a->dim.Ns = a->dim.sp ? a->dim.N / tp : a->dim.N;
     a->dim.s0 = a->dim.sp ? a->dim.Ns * slice->tp_rank : 0;
-    a->head_rows = (int)(HEAD_CHUNK_FLOATS / (size_t)a->dim.Vl);
-    if (a->head_rows < 64) a->head_rows = 64;
-    if (a->head_rows > a->dim.N) a->head_rows = a->dim.N;
+    a->head_rows = stage_head_rows(a->dim.Vl, a->dim.N);
     a->blk_off = calloc((size_t)a->nl + 1, sizeof *a->blk_off);
     a->blk_seg = calloc((size_t)a->nl + 1, sizeof *a->blk_seg);
     a->slot = calloc((size_t)slots, sizeof *a->slot);
@@ -270,6 +268,12 @@ static LocalDims call_dims(const Stage *s, int B, int T) {
     d.Ns = d.sp ? d.N / s->slice.tp_size : d.N;
     d.s0 = d.sp ? d.Ns * s->slice.tp_rank : 0;
     return d;
+}
+
+int stage_head_rows(int Vl, int N) {
+    int rows = (int)(HEAD_CHUNK_FLOATS / (size_t)Vl);
+    if (rows < 64) rows = 64;
+    return rows < N ? rows : N;
 }
 
 int stage_set_tp(Stage *s, Comm *c, Err *err) {

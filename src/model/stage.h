@@ -92,6 +92,10 @@ void stage_set_hooks(Stage *s, const StageHooks *h);
 // blocks, embeddings and the loss then exchange over it (model/tp).
 // With tp_size 1 it does nothing. 0, or -1 with err (out of memory).
 int stage_set_tp(Stage *s, Comm *c, Err *err);
+// Rows the output head takes at once (its logits chunk) for Vl vocabulary
+// rows and N rows per micro-batch; the vocabulary-parallel loss exchanges
+// its statistics once per chunk.
+int stage_head_rows(int Vl, int N);
 // 0, or -1 with the first tensor-parallel collective that failed (the
 // passes go on, their numbers meaningless, so that every rank reaches the
 // check).

@@ -21,7 +21,8 @@
 // parallelism (2 allreduces forward, 2 backward) and 8 with it (4
 // allgathers, 4 reduce-scatters), of N·C floats each. Under sequence
 // parallelism the norms run on a rank's own rows, so their gains' and
-// biases' gradients are partial: tp_sum adds them over the ranks.
+// biases' gradients are partial: tp_sum adds them over the ranks, one more
+// (small) allreduce per layer.
 //
 // The vocabulary-parallel loss exchanges two small per-row statistics (the
 // maximum logit, then the sum of exponentials and the target's logit) and

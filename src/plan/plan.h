@@ -104,6 +104,8 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
 // the loss statistics (allgathers of 3 floats per token); under sequence
 // parallelism each allreduce is a reduce-scatter and an allgather, and the
 // norms' gradients (4h per layer, 2h for the final norm) are summed.
+// Bytes as TP rank 0 counts them (another rank may differ by a few bytes
+// when a large allreduce's pieces do not split evenly over tp).
 void plan_tp_comm(const PlanModel *m, const PlanJob *j, const PlanLayout *l, double *bytes, double *messages);
 
 // Activation bytes one layer keeps for backward per micro-batch of b·s tokens

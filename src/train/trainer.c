@@ -125,7 +125,7 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
         stage_backward(st, 0, t->inp, B, T);
     }
     // gradient sync: the owned gradients are final
-    if (stage_tp_status(st, err) || dp_finish(t->dp, err)) return -1;
+    if (dp_finish(t->dp, err) || stage_tp_status(st, err)) return -1;
     uint64_t grad_sent = bytes_sent(t->mesh->dpg) - t->sent_mark;
     t->sent_mark += grad_sent;
 
@@ -424,9 +424,11 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls) {
 }
 
 // Saves a checkpoint of the current step; every rank calls it. Each rank
-// that owns distinct pieces (every rank under ZeRO, rank 0 otherwise)
-// writes its parameters and moments into its own file; rank 0 creates the
-// step first and commits it once all have written. Any failure fails all.
+// that owns distinct pieces (every rank under ZeRO, DP rank 0 otherwise)
+// writes its parameters and moments — its TP slice's — into its own file,
+// number tp_rank·(files per TP rank) + its DP file; world rank 0 creates
+// the step first and commits it once all have written. Any failure fails
+// all.
 static int save(Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
     double t0 = timer_now();
@@ -467,6 +469,7 @@ static int evaluate(Trainer *t, Err *err) {
     uint64_t b0 = bytes_sent(t->mesh->dpg);
     int64_t n;
     double t0 = timer_now(), loss = train_evaluate(&t->st, t->val, t->tc->eval_batches, &n);
+    if (stage_tp_status(&t->st, err)) return -1;
     report_eval(t->rep, t->done, loss, n, timer_now() - t0);
     t->sent_mark += bytes_sent(t->mesh->dpg) - b0;
     return 0;
