@@ -35,16 +35,24 @@ else fail=$((fail + 1)); echo "FAIL killed MPI rank: exit $rc after ${el}s"; fi
 DATA=${TSR_DATA:-../shared/data}/tinyshakespeare.txt
 TMP=$(mktemp -d)
 R=(train --data "$DATA" --tokenizer byte --steps 8 --log-every 100 --seed 21 --lr 1e-3 --warmup 2)
+# mpirun_matches NAME RANKS FLAGS...: the run under mpirun leaves the same
+# checkpoint bits as with forked ranks (0), or says what differs (1).
+mpirun_matches() {
+  local name=$1 n=$2
+  shift 2
+  timeout 120 "${MPIRUN[@]}" -np "$n" ./tessera "${R[@]}" "$@" --ckpt-dir "$TMP/mpi_$name" >"$TMP/mpi.out" 2>&1 ||
+    { echo "     mpirun $name: $(tail -1 "$TMP/mpi.out")"; return 1; }
+  ./tessera "${R[@]}" "$@" --nproc "$n" --ckpt-dir "$TMP/loc_$name" >/dev/null 2>&1
+  local f rc=0
+  for f in "$TMP/loc_$name/step_00000008"/rank_*.tsr; do
+    cmp -s "$f" "$TMP/mpi_$name/step_00000008/$(basename "$f")" || { rc=1; echo "     $name: $(basename "$f") differs"; }
+  done
+  return $rc
+}
 mpi_bad=0
 for cfg in "2 0 1" "2 1 1" "2 2 2" "2 3 1" "4 3 2" "4 2 1"; do
   read -r n z k <<<"$cfg"
-  L=("${R[@]}" --dp $n --zero $z --grad-accum $k --batch $((8 / n / k)))
-  timeout 120 "${MPIRUN[@]}" -np $n ./tessera "${L[@]}" --ckpt-dir "$TMP/mpi$n$z$k" >"$TMP/mpi.out" 2>&1 ||
-    { mpi_bad=1; echo "     mpirun dp=$n zero=$z: $(tail -1 "$TMP/mpi.out")"; continue; }
-  ./tessera "${L[@]}" --nproc $n --ckpt-dir "$TMP/loc$n$z$k" >/dev/null 2>&1
-  for f in "$TMP/loc$n$z$k/step_00000008"/rank_*.tsr; do
-    cmp -s "$f" "$TMP/mpi$n$z$k/step_00000008/$(basename "$f")" || { mpi_bad=1; echo "     dp=$n zero=$z accum=$k: $(basename "$f") differs"; }
-  done
+  mpirun_matches "dp${n}z${z}k$k" $n --dp $n --zero $z --grad-accum $k --batch $((8 / n / k)) || mpi_bad=1
 done
 if [ $mpi_bad -eq 0 ]; then pass=$((pass + 1)); echo "ok   dp=2,4 × ZeRO 0-3 under mpirun: checkpoints identical to forked ranks"
 else fail=$((fail + 1)); echo "FAIL data-parallel training under mpirun differs from forked ranks"; fi
@@ -53,13 +61,7 @@ else fail=$((fail + 1)); echo "FAIL data-parallel training under mpirun differs 
 tp_bad=0
 for cfg in "2 2 1 0 1 --sp" "4 2 2 1 2" "4 4 1 0 1 --sp"; do
   read -r n tp dp z k sp <<<"$cfg"
-  L=("${R[@]}" --tp $tp --dp $dp --zero $z --grad-accum $k --batch $((8 / dp / k)) $sp)
-  timeout 120 "${MPIRUN[@]}" -np $n ./tessera "${L[@]}" --ckpt-dir "$TMP/mpitp$n$tp$z" >"$TMP/mpi.out" 2>&1 ||
-    { tp_bad=1; echo "     mpirun tp=$tp dp=$dp: $(tail -1 "$TMP/mpi.out")"; continue; }
-  ./tessera "${L[@]}" --nproc $n --ckpt-dir "$TMP/loctp$n$tp$z" >/dev/null 2>&1
-  for f in "$TMP/loctp$n$tp$z/step_00000008"/rank_*.tsr; do
-    cmp -s "$f" "$TMP/mpitp$n$tp$z/step_00000008/$(basename "$f")" || { tp_bad=1; echo "     tp=$tp dp=$dp: $(basename "$f") differs"; }
-  done
+  mpirun_matches "tp${tp}dp${dp}z$z" $n --tp $tp --dp $dp --zero $z --grad-accum $k --batch $((8 / dp / k)) $sp || tp_bad=1
 done
 if [ $tp_bad -eq 0 ]; then pass=$((pass + 1)); echo "ok   tp=2 --sp, dp=2 × tp=2 ZeRO-1, tp=4 --sp under mpirun: checkpoints identical to forked ranks"
 else fail=$((fail + 1)); echo "FAIL tensor-parallel training under mpirun differs from forked ranks"; fi
