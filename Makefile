@@ -66,7 +66,7 @@ endif
 TEST_BIN := $(filter-out $(BUILD)/tests/comm/test_comm_mpi,$(TEST_SRC:%.c=$(BUILD)/%))
 TEST_BUILD := $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all test demo bench clean features check-asan fuzz
+.PHONY: all test test-run demo bench clean features check-asan fuzz
 all: features tessera
 
 features:
@@ -98,7 +98,7 @@ $(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h tests/ref.h
 # The parsers' tests again under AddressSanitizer and UBSan (part of make test).
 ASAN_DIR   := $(BUILD)/asan
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-ASAN_TESTS := tests/core/test_core tests/io/test_safetensors tests/io/test_checkpoint tests/data/test_bpe tests/data/test_loader
+ASAN_TESTS := tests/core/test_core tests/kernels/test_vmath tests/io/test_safetensors tests/io/test_checkpoint tests/data/test_bpe tests/data/test_loader
 ASAN_BIN   := $(ASAN_TESTS:%=$(ASAN_DIR)/%)
 ASAN_OBJ   := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o)
 $(ASAN_DIR)/src/%.o: src/%.c | features
@@ -116,8 +116,14 @@ $(ASAN_DIR)/tests/%: tests/%.c $(ASAN_DIR)/libtessera.a tests/test.h tests/ref.h
 check-asan: tessera $(ASAN_BIN)
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh $(ASAN_BIN)
 
-test: tessera $(TEST_BUILD) $(ASAN_BIN)
-	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_same_model.sh $(ASAN_BIN) $(MPI_TESTS)
+# `make test` sets the machine up first (as `make demo` does), then builds
+# and runs in a fresh make that probes the installed libraries.
+test:
+	@bash scripts/deps.sh
+	@$(MAKE) --no-print-directory test-run
+
+test-run: tessera $(TEST_BUILD) $(ASAN_BIN)
+	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_hardening.sh tests/cli/test_same_model.sh $(ASAN_BIN) $(MPI_TESTS)
 
 # libFuzzer targets for the safetensors and meta.json readers (clang), each
 # run for FUZZ_SECONDS from the seed corpus in fuzz/corpus.

@@ -10,6 +10,7 @@
 #include "io/checkpoint.h"
 #include "io/hf_gpt2.h"
 #include "core/alloc.h"
+#include "data/tokenizer.h"
 #include "model/params.h"
 #include "optim/adamw.h"
 
@@ -77,6 +78,10 @@ int cmd_import(int argc, char **argv) {
         return 0;
     }
     if (!in || !out) { err_set(&e, ERR_USAGE, "%s is required", !in ? "--in FILE" : "--out DIR"); return cli_fail("import", &e); }
+    if (tokenizer_vocab_of(tokenizer) < 0) {
+        err_set(&e, ERR_USAGE, "--tokenizer: expected gpt2 or byte, got '%s'", tokenizer);
+        return cli_fail("import", &e);
+    }
     StFile sf = {0};
     ModelConfig mc = {0};
     ParamTable t = {0};
@@ -89,6 +94,11 @@ int cmd_import(int argc, char **argv) {
     }
     if (st_open(&sf, in, &e)) goto fail;
     if (hf_read_config(&sf, &mc, &e)) { err_prefix(&e, in); goto fail; }
+    if (mc.vocab != tokenizer_vocab_of(tokenizer)) {
+        err_set(&e, ERR_USAGE, "%s: its vocabulary has %d tokens, --tokenizer %s has %d", in, mc.vocab, tokenizer,
+                tokenizer_vocab_of(tokenizer));
+        goto fail;
+    }
     sl = slice_whole(&mc);
     if (ptable_build(&t, &mc, &sl, &e)) goto fail;
     if (!(params = mem_alloc(MEM_PARAMS, t.total * sizeof(float)))) { err_set(&e, ERR_RUN, "out of memory"); goto fail; }

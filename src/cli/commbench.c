@@ -21,11 +21,13 @@ typedef struct {
     int iters, warmup;
 } Bench;
 
-// "8", "64K", "1M", "2G" -> bytes; 0 on error.
+enum { MAX_MESSAGE = 1 << 30 };   // the largest message comm-bench sends (two buffers of it per rank)
+
+// "8", "64K", "1M", "1G" -> bytes; 0 on error or above MAX_MESSAGE.
 static size_t parse_size(const char *s) {
     char *end;
     double v = strtod(s, &end);
-    if (end == s || v < 0) return 0;
+    if (end == s || !(v >= 1) || v > MAX_MESSAGE) return 0;
     double mul = 1;
     switch (toupper((unsigned char)*end)) {
     case 0: break;
@@ -35,7 +37,7 @@ static size_t parse_size(const char *s) {
     default: return 0;
     }
     if (toupper((unsigned char)*end) == 'B') end++;
-    return *end ? 0 : (size_t)(v * mul);
+    return *end || v * mul > MAX_MESSAGE ? 0 : (size_t)(v * mul);
 }
 
 static int bench_main(Comm *c, void *arg) {
@@ -123,9 +125,12 @@ int cmd_comm_bench(int argc, char **argv) {
     }
     b.min_bytes = parse_size(min_s);
     b.max_bytes = parse_size(max_s);
-    if (!b.min_bytes) { err_set(&e, ERR_USAGE, "--min-bytes: expected a size like 8, 64K or 1M, got '%s'", min_s); return cli_fail("comm-bench", &e); }
+    if (!b.min_bytes) {
+        err_set(&e, ERR_USAGE, "--min-bytes: expected a size from 1 to 1G like 8, 64K or 1M, got '%s'", min_s);
+        return cli_fail("comm-bench", &e);
+    }
     if (!b.max_bytes || b.max_bytes < b.min_bytes) {
-        err_set(&e, ERR_USAGE, "--max-bytes: expected a size at least --min-bytes, got '%s'", max_s);
+        err_set(&e, ERR_USAGE, "--max-bytes: expected a size from --min-bytes to 1G, got '%s'", max_s);
         return cli_fail("comm-bench", &e);
     }
     if (comm_run(nproc, bench_main, &b, timeout > 0 ? timeout : comm_timeout_default(), &e)) return cli_fail("comm-bench", &e);

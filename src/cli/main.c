@@ -1,4 +1,5 @@
 // tessera — train GPT-2 style language models in C.
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,6 +31,10 @@ static const char *usage =
     "exit status: 0 success, 1 failure while running, 2 bad usage or input\n";
 
 int main(int argc, char **argv) {
+    // A write past `ulimit -f` fails with EFBIG, which the writers report
+    // (naming the file, removing their temporaries) instead of the process
+    // dying silently.
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

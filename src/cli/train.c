@@ -1,14 +1,17 @@
 // tessera train — flags to a TrainConfig, then train/.
+#include <errno.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/flags.h"
 #include "comm/mpi.h"
 #include "comm/run.h"
+#include "io/checkpoint.h"
 #include "parallel/mesh.h"
 #include "train/trainer.h"
 
@@ -68,6 +71,39 @@ static int check_tp(const TrainConfig *tc, int tp, Err *e) {
         return err_set(e, ERR_USAGE, "--sp splits each sequence's rows over the ranks: --seq %d is not a multiple of --tp %d",
                        tc->seq, tp);
     return 0;
+}
+
+// A path flag names something that exists (a glob is left to the loader).
+static int path_exists(const char *flag, const char *path, Err *e) {
+    struct stat sb;
+    if (!path || strpbrk(path, "*?[") || stat(path, &sb) == 0) return 0;
+    return err_set(e, ERR_USAGE, "%s %s: %s", flag, path, strerror(errno));
+}
+
+// The data paths exist and the sequence fits the flags' model (a
+// checkpoint's or file's model is checked as the run starts).
+static int check_inputs(const TrainConfig *tc, Err *e) {
+    if (path_exists("--data", tc->data, e) || path_exists("--val-data", tc->val_data, e) ||
+        path_exists("--resume", tc->resume, e) || path_exists("--init-from", tc->init_from, e))
+        return -1;
+    if (!tc->resume && !tc->init_from && tc->seq > tc->model.max_seq)
+        return err_set(e, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, tc->model.max_seq);
+    return 0;
+}
+
+// The forked ranks' communicators — the world, the statistics' copy of
+// it, and the mesh's TP and DP groups (pp = 1: one rank each) — fit in the
+// local backend's shared-memory segment (exit 2 before forking).
+static int local_room(int n, int dp, int tp, Err *e) {
+    size_t need = 2 * comm_local_area_bytes(n) + (size_t)dp * comm_local_area_bytes(tp) +
+                  (size_t)tp * comm_local_area_bytes(dp) + (size_t)n * comm_local_area_bytes(1);
+    if (need <= comm_local_segment_bytes()) return 0;
+    int most = n;
+    while (most > 1 && 3 * comm_local_area_bytes(most) + 2 * (size_t)most * comm_local_area_bytes(1) > comm_local_segment_bytes())
+        most--;
+    return err_set(e, ERR_USAGE, "--nproc %d: the ranks' shared-memory communicators need %zu MiB, more than the %zu MiB "
+                   "segment (at most %d data-parallel ranks on one machine; start more with mpirun)", n, need >> 20,
+                   comm_local_segment_bytes() >> 20, most);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -159,6 +195,12 @@ int cmd_train(int argc, char **argv) {
         tc.resume = tc.ckpt_dir;
     }
     if (tc.resume && tc.init_from) { err_set(&e, ERR_USAGE, "--resume and --init-from exclude each other"); goto out; }
+    if (tc.exit_after && !tc.ckpt_dir) {
+        err_set(&e, ERR_USAGE, "--exit-after %d stops with a checkpoint to resume from: it needs --ckpt-dir", tc.exit_after);
+        goto out;
+    }
+    // what can be checked before any rank starts: one line, exit 2
+    if (check_inputs(&tc, &e) || (tc.ckpt_dir && ckpt_prepare_dir(tc.ckpt_dir, &e))) goto out;
     int threads_given = tc.threads > 0;
     if (!threads_given) tc.threads = omp_get_num_procs();
     tc.progress = isatty(STDOUT_FILENO);
@@ -173,6 +215,7 @@ int cmd_train(int argc, char **argv) {
             else err_set(&e, ERR_USAGE, "--dp %d with --nproc %d: dp × tp = %d × %d ranks must be the ranks started", dp, nproc, dp, tp);
             goto out;
         }
+        if (world > 0 && local_room(world, dp, tp, &e)) goto out;
         if (!threads_given) {   // the cores shared by the ranks on this machine
             int local = world > 0 ? world : mpi_local_ranks();
             tc.threads = omp_get_num_procs() / local > 0 ? omp_get_num_procs() / local : 1;

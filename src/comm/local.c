@@ -77,6 +77,9 @@ static size_t area_bytes(int n) {
     return (b + 4095) & ~(size_t)4095;
 }
 
+size_t comm_local_area_bytes(int n) { return area_bytes(n); }
+size_t comm_local_segment_bytes(void) { return SEG_BYTES - 4096; }   // the first page is the segment header
+
 // Staging slot r (n: the result slot) of the current buffer set. Two sets
 // alternate from one use to the next, so a set is only rewritten after a
 // barrier that every reader of its previous use has passed — most

@@ -30,4 +30,9 @@
 typedef int (*CommRankMain)(Comm *world, void *arg);
 int comm_launch(int nproc, CommRankMain fn, void *arg, double timeout, Err *err);
 
+// The segment's room: the bytes a communicator of n ranks takes from it,
+// and the bytes there are (the world's and every split's areas must fit).
+size_t comm_local_area_bytes(int n);
+size_t comm_local_segment_bytes(void);
+
 #endif

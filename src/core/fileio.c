@@ -1,15 +1,32 @@
 #include "core/fileio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int file_open_regular(const char *path, Err *err) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   // O_NONBLOCK: a FIFO does not wait for a writer
+    if (fd < 0) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return err_set(err, ERR_USAGE, "%s: not a regular file", path);
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
 
 int file_read(const char *path, char **out, size_t *len, size_t max, Err *err) {
     *out = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
+    int fd = file_open_regular(path, err);
+    if (fd < 0) return -1;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { close(fd); return err_set(err, ERR_RUN, "%s: %s", path, strerror(errno)); }
     char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {

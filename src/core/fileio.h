@@ -10,5 +10,9 @@
 // Fails with "PATH: reason" when the file cannot be read or is larger than
 // max bytes (0: no limit).
 int file_read(const char *path, char **out, size_t *len, size_t max, Err *err);
+// Opens path for reading if it is a regular file (never blocking on a FIFO
+// or reading a device without end); the descriptor, or -1 with err
+// ("PATH: reason", ERR_USAGE).
+int file_open_regular(const char *path, Err *err);
 
 #endif

@@ -1,3 +1,4 @@
+#include "core/fileio.h"
 #include "data/shard.h"
 
 #include <errno.h>
@@ -11,10 +12,10 @@
 
 int shard_open(Shard *s, const char *path, int vocab, Err *err) {
     memset(s, 0, sizeof *s);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
+    int fd = file_open_regular(path, err);
+    if (fd < 0) return -1;
     struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); return err_set(err, ERR_USAGE, "%s: not a regular file", path); }
+    if (fstat(fd, &st)) { close(fd); return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno)); }
     size_t len = (size_t)st.st_size;
     if (len < SHARD_HEADER_BYTES) {
         close(fd);
@@ -40,10 +41,10 @@ int shard_open(Shard *s, const char *path, int vocab, Err *err) {
         s->map_len = len;
         int64_t bad = -1;
         for (int64_t i = 0; i < s->ntok && bad < 0; i++)
-            if (shard_token(s, i) >= vocab) bad = i;
+            if (shard_token_u(s, i) >= (uint32_t)vocab) bad = i;   // unsigned: a uint32 token ≥ 2^31 is out too
         if (bad >= 0)
-            err_set(err, ERR_USAGE, "%s: token %lld at position %lld is outside the vocabulary (%d)", path,
-                    (long long)shard_token(s, bad), (long long)bad, vocab);
+            err_set(err, ERR_USAGE, "%s: token %llu at position %lld is outside the vocabulary (%d)", path,
+                    (unsigned long long)shard_token_u(s, bad), (long long)bad, vocab);
         else
             rc = 0;
     }

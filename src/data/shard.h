@@ -27,6 +27,9 @@ typedef struct Shard {
 int shard_open(Shard *s, const char *path, int vocab, Err *err);
 void shard_close(Shard *s);
 
+static inline uint32_t shard_token_u(const Shard *s, int64_t i) {
+    return s->version == 1 ? ((const uint16_t *)s->tokens)[i] : ((const uint32_t *)s->tokens)[i];
+}
 static inline int shard_token(const Shard *s, int64_t i) {
     return s->version == 1 ? ((const uint16_t *)s->tokens)[i] : (int)((const uint32_t *)s->tokens)[i];
 }

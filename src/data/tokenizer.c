@@ -91,3 +91,9 @@ size_t tokenizer_decode(const Tokenizer *t, int id, char *out, size_t cap) {
     out[0] = (char)id;
     return 1;
 }
+
+int tokenizer_vocab_of(const char *name) {
+    if (!strcmp(name, "gpt2")) return 50257;
+    if (!strcmp(name, "byte")) return 256;
+    return -1;
+}

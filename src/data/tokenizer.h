@@ -26,6 +26,9 @@ typedef struct Tokenizer {
 
 // Opens a tokenizer by name ("gpt2" or "byte"); errors name --tokenizer or the file.
 int tokenizer_open(Tokenizer *t, const char *name, Err *err);
+// The vocabulary of the tokenizer named name without opening it, or -1
+// for a name that is not a tokenizer's.
+int tokenizer_vocab_of(const char *name);
 void tokenizer_close(Tokenizer *t);
 // Encodes text[0..len) into ids (capacity cap); returns the count (which may
 // exceed cap: then only cap were written). Not thread-safe for one Tokenizer:

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -99,6 +100,21 @@ static void step_path(char *out, size_t cap, const char *dir, int64_t step, cons
 }
 
 // ---- writing ----
+
+int ckpt_prepare_dir(const char *dir, Err *err) {
+    if (strlen(dir) > 3000) return err_set(err, ERR_USAGE, "--ckpt-dir: path too long");
+    if (mkdir(dir, 0755) && errno != EEXIST) return err_set(err, ERR_USAGE, "--ckpt-dir %s: %s", dir, strerror(errno));
+    struct stat sb;
+    if (stat(dir, &sb) || !S_ISDIR(sb.st_mode)) return err_set(err, ERR_USAGE, "--ckpt-dir %s: not a directory", dir);
+    if (access(dir, W_OK | X_OK)) return err_set(err, ERR_USAGE, "--ckpt-dir %s: not writable (%s)", dir, strerror(errno));
+    return 0;
+}
+
+void ckpt_abort(const char *dir, int64_t step) {
+    char tmp[4200];
+    step_path(tmp, sizeof tmp, dir, step, ".tmp");
+    remove_flat_dir(tmp);
+}
 
 int ckpt_begin(const char *dir, int64_t step, Err *err) {
     if (strlen(dir) > 3000) return err_set(err, ERR_USAGE, "--ckpt-dir: path too long");
@@ -351,8 +367,8 @@ static int get_dims(const Json *a, int ndim, int64_t *out) {
 static int open_file(Ckpt *c, int fi, Err *err) {
     File *f = &c->files[fi];
     const char *path = f->path;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
+    int fd = file_open_regular(path, err);
+    if (fd < 0) return -1;
     struct stat st;
     if (fstat(fd, &st)) { close(fd); return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno)); }
     f->len = (size_t)st.st_size;
@@ -578,6 +594,9 @@ static int assemble(Ckpt *c, const char *name, const ParamInfo *p, float *dst, E
         if (nused < 64) used[nused++] = i;
     }
     if (covered == 0 && nused == 0) return err_set(err, ERR_USAGE, "%s: tensor %s is missing", c->dir, name);
+    for (size_t i = 0; i < p->numel; i++)
+        if (!isfinite(dst[i]))
+            return err_set(err, ERR_USAGE, "%s: tensor %s holds a non-finite value (%g)", c->dir, name, dst[i]);
     int64_t need = slice_elems_below(p, rows);
     if (covered != need)
         return err_set(err, ERR_USAGE, "%s: tensor %s: the files cover %lld of the %lld elements this layout needs", c->dir,

@@ -34,6 +34,14 @@
 // ---- writing: ckpt_begin (one rank), ckpt_write_pieces (every rank that
 // holds something to write), ckpt_commit (one rank, after all have written) ----
 int ckpt_begin(const char *dir, int64_t step, Err *err);
+// After a failed save (one rank, once every rank has stopped writing):
+// removes the step's temporary directory; the previous checkpoints and
+// `latest` are as they were.
+void ckpt_abort(const char *dir, int64_t step);
+// Before a run: makes the run directory when it is missing (its parent
+// must exist) and checks that it is a writable directory; ERR_USAGE naming
+// --ckpt-dir otherwise.
+int ckpt_prepare_dir(const char *dir, Err *err);
 
 // Checkpoints hold named sections of flat pieces: section k's part of a
 // tensor is stored as sections[k] + its name ("" the parameters; the

@@ -1,5 +1,6 @@
 #include "io/hf_gpt2.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,9 @@ int hf_load(const StFile *f, const ModelConfig *c, const ParamTable *t, float *p
             global_of(p, e, g);
             int64_t fi = hf_index(p, c, g);
             dst[e] = fi >= 0 ? st_get(f, h, fi) : 0.0f;
+            if (!isfinite(dst[e]))
+                return err_set(err, ERR_USAGE, "tensor %s holds a non-finite value (%g at element %lld)", h->name, dst[e],
+                               (long long)fi);
         }
     }
     return 0;

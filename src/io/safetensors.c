@@ -129,7 +129,7 @@ done:
 
 int st_open(StFile *f, const char *path, Err *err) {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);   // a FIFO is refused below, not waited on
     if (fd < 0) return err_set(err, ERR_USAGE, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); return err_set(err, ERR_USAGE, "%s: not a regular file", path); }
@@ -214,11 +214,14 @@ int st_write(const char *path, const StWrite *t, int n, Err *err) {
         bad = fwrite(t[i].data, 4, (size_t)numel, fp) != (size_t)numel;
     }
     bad = bad || fflush(fp) || fsync(fileno(fp));
+    int e = errno;
     bad = fclose(fp) || bad;
+    if (!e) e = errno;
     jb_free(&h);
     if (bad || rename(tmp, path)) {
+        if (!bad) e = errno;
         unlink(tmp);
-        return err_set(err, ERR_RUN, "%s: write failed", path);
+        return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(e));
     }
     return 0;
 }

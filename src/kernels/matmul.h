@@ -16,8 +16,9 @@ int kernels_threads(void);
 const char *kernels_blas_info(void);
 
 // Measured SGEMM throughput in GFLOP/s on n×n×n products with the current
-// threads (median of `reps` timed calls after a warm-up): the machine's
-// practical ceiling that MFU is quoted against.
+// threads (the best of `reps` timed calls after two warm-up calls, so a
+// busy moment does not lower it): the machine's practical ceiling that MFU
+// is quoted against.
 double kernels_sgemm_gflops(int n, int reps);
 
 // out (N,OC) = inp (N,C) · weight (OC,C)^T + bias (OC); bias may be NULL.

@@ -510,15 +510,15 @@ void dp_summary(const Dp *d, int steps, char *buf, size_t cap) {
     const CommStats *cs = comm_stats(d->c);
     int n = steps > 0 ? steps : 1;
     if (d->zero == 0) {
-        double ar = cs->seconds[OP_ALLREDUCE];
+        double ar = cs->seconds[OP_ALLREDUCE], hid = ar > 0 ? 100 * (1 - d->waited / ar) : 100.0;
         snprintf(buf, cap, "gradient allreduce %.2f s in all, %.2f s of it waited for after backward (%.0f%% hidden); "
-                 "%.1f MB sent per step per rank", ar, d->waited, ar > 0 ? 100 * (1 - d->waited / ar) : 100.0,
+                 "%.1f MB sent per step per rank", ar, d->waited, hid < 0 ? 0.0 : hid,
                  cs->bytes_sent[OP_ALLREDUCE] / 1e6 / n);
         return;
     }
-    double t = cs->seconds[OP_REDUCE_SCATTER] + cs->seconds[OP_ALLGATHER];
+    double t = cs->seconds[OP_REDUCE_SCATTER] + cs->seconds[OP_ALLGATHER], hid = t > 0 ? 100 * (1 - d->waited / t) : 100.0;
     uint64_t sent = cs->bytes_sent[OP_REDUCE_SCATTER] + cs->bytes_sent[OP_ALLGATHER];
     snprintf(buf, cap, "reduce-scatter %.2f s + allgather %.2f s in all, %.2f s of it waited for (%.0f%% hidden); "
              "%.1f MB sent per step per rank", cs->seconds[OP_REDUCE_SCATTER], cs->seconds[OP_ALLGATHER], d->waited,
-             t > 0 ? 100 * (1 - d->waited / t) : 100.0, sent / 1e6 / n);
+             hid < 0 ? 0.0 : hid, sent / 1e6 / n);
 }

@@ -11,6 +11,7 @@
 struct Report {
     FILE *log;
     int progress;
+    int mfu_warned;   // an MFU above 100% was explained once
 };
 
 int report_open(Report **out, const char *log_path, int progress, Err *err) {
@@ -59,6 +60,11 @@ void report_step(Report *r, const StepMetrics *m) {
     clear_bar(r);
     printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%\n", m->step, m->steps,
            m->loss, m->lr, m->grad_norm, m->ms, m->tokens_per_s, 100 * m->mfu);
+    if (m->mfu > 1 && !r->mfu_warned) {
+        r->mfu_warned = 1;
+        printf("warning:   MFU above 100%%: the peak it is quoted against (the header's compute line) is below what "
+               "this run achieves; give the machine's real one with --peak-gflops\n");
+    }
     fflush(stdout);
     if (!r->log) return;
     JsonBuf b;

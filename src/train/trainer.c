@@ -152,6 +152,8 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
                        .grad_comm_bytes = grad_sent, .tp_comm_bytes = bytes_sent(t->mesh->tpg) - tp_b0,
                        .tp_comm_ms = (comm_seconds(t->mesh->tpg) - tp_s0) * 1e3};
     if (!isfinite(loss)) return err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
+    if (!isfinite(norm))
+        return err_set(err, ERR_RUN, "the gradient norm became %g at step %d (try a lower --lr, or --clip)", norm, step + 1);
     return 0;
 }
 
@@ -455,6 +457,7 @@ static int save(Trainer *t, Err *err) {
                    .zero = tc->zero, .state = state, .train = train};
     if (t->first && !rc) rc = ckpt_commit(tc->ckpt_dir, &md, tc->keep, err);
     rc = agree(t, rc, "to write its part of the checkpoint", err);
+    if (rc && t->first) ckpt_abort(tc->ckpt_dir, t->done);
     free(pc);
     free(train);
     free(state);

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Hostile and careless inputs: each ends with one line naming the flag or
+# file and exit 2 (bad input) or exit 1 (a failure while running) — never a
+# crash, a hang, silent garbage, or a file left behind. Run from the
+# repository root.
+source "$(dirname "$0")/lib.sh"
+
+# expect NAME RC TEXT CMD...: CMD exits RC within 60 s, its stderr is one line containing TEXT.
+expect() {
+  local name=$1 want=$2 text=$3
+  shift 3
+  timeout 60 "$@" >"$TMP/x.out" 2>"$TMP/x.err"
+  local rc=$?
+  if [ $rc -eq "$want" ] && [ "$(wc -l <"$TMP/x.err")" -eq 1 ] && grep -qF -- "$text" "$TMP/x.err"; then ok "$name: exit $want, one line"
+  else bad "$name" "exit $rc (want $want): $(head -3 "$TMP/x.err")"; fi
+}
+T=(train --data "$DATA" --tokenizer byte --steps 1)
+
+# ---- sizes that overflow ----
+for s in 18446744073709551615 1e30 17179869184G 0; do
+  expect "comm-bench --max-bytes $s" 2 "--max-bytes" "$BIN" comm-bench --nproc 2 --max-bytes $s
+done
+
+# ---- a run whose gradient norm stops being finite stops with exit 1 (no undefined behaviour on NaN) ----
+expect "a diverging run (--lr 10 --clip 0 --beta2 0)" 1 "became" "$BIN" train --data "$DATA" --tokenizer byte --steps 30 \
+  --lr 10 --clip 0 --warmup 0 --beta2 0
+
+# ---- non-finite weights are refused at load, naming the tensor ----
+"$BIN" "${T[@]}" --steps 2 --ckpt-dir "$TMP/w" >/dev/null 2>&1
+"$BIN" export --ckpt "$TMP/w" --out "$TMP/w.safetensors" >/dev/null 2>&1
+cp "$TMP/w.safetensors" "$TMP/nan.safetensors"
+sz=$(stat -c %s "$TMP/nan.safetensors")
+printf '\x00\x00\xc0\x7f' | dd of="$TMP/nan.safetensors" bs=1 seek=$((sz - 4)) conv=notrunc 2>/dev/null
+expect "import of a file holding NaN" 2 "ln_f.bias holds a non-finite value" "$BIN" import --in "$TMP/nan.safetensors" --out "$TMP/imnan" --tokenizer byte
+expect "--init-from a file holding NaN" 2 "ln_f.bias holds a non-finite value" "$BIN" "${T[@]}" --init-from "$TMP/nan.safetensors"
+[ ! -e "$TMP/imnan" ] || [ -z "$(ls "$TMP/imnan")" ] && ok "the refused import wrote no checkpoint" || bad "the refused import wrote a checkpoint"
+
+# ---- a version-2 shard token at or above 2^31 is outside the vocabulary ----
+{ printf '\x88\xd8\x34\x01\x02\x00\x00\x00\x40\x00\x00\x00'; head -c $((1024 - 12)) /dev/zero
+  for i in $(seq 1 63); do printf '\x05\x00\x00\x00'; done; printf '\x07\x00\x00\x80'; } >"$TMP/big.bin"
+expect "a shard token of 2^31+7" 2 "token 2147483655 at position 63 is outside the vocabulary" \
+  "$BIN" train --data "$TMP/big.bin" --tokenizer byte --steps 1 --seq 16 --batch 1
+
+# ---- import validates its tokenizer and the file's vocabulary against it ----
+expect "import --tokenizer with a quote" 2 "--tokenizer: expected gpt2 or byte" "$BIN" import --in "$TMP/w.safetensors" --out "$TMP/imq" --tokenizer 'bo"gus'
+expect "import of a 256-token file as gpt2" 2 "its vocabulary has 256 tokens, --tokenizer gpt2 has 50257" \
+  "$BIN" import --in "$TMP/w.safetensors" --out "$TMP/img" --tokenizer gpt2
+
+# ---- FIFOs and devices are refused, not waited on or read without end ----
+mkfifo "$TMP/fifo"
+expect "--data FIFO" 2 "not a regular file" "$BIN" "${T[@]/$DATA/$TMP/fifo}"
+expect "--data /dev/zero" 2 "not a regular file" "$BIN" "${T[@]/$DATA//dev/zero}"
+expect "--config FIFO" 2 "not a regular file" "$BIN" "${T[@]}" --config "$TMP/fifo"
+expect "--init-from FIFO" 2 "not a regular file" "$BIN" "${T[@]}" --init-from "$TMP/fifo"
+cp -r "$TMP/w" "$TMP/wf"; rm "$TMP/wf/$(cat "$TMP/wf/latest")/meta.json"; mkfifo "$TMP/wf/$(cat "$TMP/wf/latest")/meta.json"
+expect "meta.json a FIFO" 2 "not a regular file" "$BIN" eval --ckpt "$TMP/wf" --data "$DATA" --batches 1
+
+# ---- `ulimit -f` during a save, an export, a prepare: exit 1 naming the file, no temporary left ----
+(ulimit -f 64; "$BIN" export --ckpt "$TMP/w" --out "$TMP/big.safetensors" >/dev/null 2>"$TMP/x.err"); rc=$?
+[ $rc -eq 1 ] && grep -q "big.safetensors: write failed: File too large" "$TMP/x.err" && [ -z "$(ls "$TMP" | grep big.safetensors)" ] &&
+  ok "export past ulimit -f: exit 1, EFBIG named, no temporary" || bad "export past ulimit -f" "exit $rc: $(cat "$TMP/x.err")"
+(ulimit -f 200; "$BIN" "${T[@]}" --steps 2 --ckpt-dir "$TMP/fz" >/dev/null 2>"$TMP/x.err"); rc=$?
+[ $rc -eq 1 ] && grep -q "write failed: File too large" "$TMP/x.err" && [ -z "$(ls "$TMP/fz")" ] &&
+  ok "a checkpoint past ulimit -f: exit 1, EFBIG named, the temporary step removed" || bad "checkpoint past ulimit -f" "exit $rc: $(cat "$TMP/x.err"); $(ls "$TMP/fz")"
+(ulimit -f 100; "$BIN" prepare --input "$DATA" --out "$TMP/pz" --tokenizer byte >/dev/null 2>"$TMP/x.err"); rc=$?
+[ $rc -eq 1 ] && grep -q "write failed: File too large" "$TMP/x.err" && [ -z "$(ls "$TMP/pz" | grep tmp)" ] &&
+  ok "prepare past ulimit -f: exit 1, EFBIG named, no temporary" || bad "prepare past ulimit -f" "exit $rc: $(cat "$TMP/x.err")"
+
+# ---- output paths and usage checked before the first step, and before forking: one line, exit 2 ----
+expect "--ckpt-dir under a missing directory" 2 "--ckpt-dir $TMP/no/a/b: No such file or directory" "$BIN" "${T[@]}" --nproc 2 --ckpt-dir "$TMP/no/a/b"
+expect "--ckpt-dir a regular file" 2 "not a directory" "$BIN" "${T[@]}" --ckpt-dir "$DATA"
+expect "--exit-after without --ckpt-dir" 2 "--exit-after 3 stops with a checkpoint to resume from: it needs --ckpt-dir" "$BIN" "${T[@]}" --exit-after 3
+expect "--data missing, 2 ranks" 2 "--data $TMP/none: No such file or directory" "$BIN" train --data "$TMP/none" --tokenizer byte --nproc 2
+expect "--seq above max_seq, 2 ranks" 2 "--seq 65 is above the model's max_seq 64" "$BIN" "${T[@]}" --seq 65 --nproc 2
+expect "--nproc 32" 2 "--nproc 32: the ranks' shared-memory communicators need" "$BIN" "${T[@]}" --nproc 32
+
+# ---- an MFU above 100% is explained, never printed silently ----
+"$BIN" "${T[@]}" --peak-gflops 0.001 >"$TMP/x.out" 2>&1
+grep -q "^warning:   MFU above 100%" "$TMP/x.out" && ok "an MFU above 100% comes with a warning" || bad "MFU above 100% without a warning"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
