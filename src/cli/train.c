@@ -77,15 +77,18 @@ static int check_tp(const TrainConfig *tc, int tp, Err *e) {
 static int path_exists(const char *flag, const char *path, Err *e) {
     struct stat sb;
     if (!path || strpbrk(path, "*?[") || stat(path, &sb) == 0) return 0;
-    return err_set(e, ERR_USAGE, "%s %s: %s", flag, path, strerror(errno));
+    return err_set(e, ERR_USAGE, "%s: %s: %s", flag, path, strerror(errno));
 }
 
 // The data paths exist and the sequence fits the flags' model (a
 // checkpoint's or file's model is checked as the run starts).
 static int check_inputs(const TrainConfig *tc, Err *e) {
     if (path_exists("--data", tc->data, e) || path_exists("--val-data", tc->val_data, e) ||
-        path_exists("--resume", tc->resume, e) || path_exists("--init-from", tc->init_from, e))
+        path_exists("--init-from", tc->init_from, e))
         return -1;
+    struct stat sb;
+    if (tc->resume && stat(tc->resume, &sb))
+        return err_set(e, ERR_USAGE, "--resume: %s: no such checkpoint or run directory (%s)", tc->resume, strerror(errno));
     if (!tc->resume && !tc->init_from && tc->seq > tc->model.max_seq)
         return err_set(e, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, tc->model.max_seq);
     return 0;
@@ -171,6 +174,7 @@ int cmd_train(int argc, char **argv) {
     const Json *jm = cfg ? json_get(cfg, "model") : NULL;
     int model_on_argv = 0;   // --model on the command line wins over the config file
     for (int i = 0; i < argc; i++) model_on_argv |= !strncmp(argv[i], "--model", 7);
+    tc.model_given = model_on_argv || jm;
     if (jm && jm->type == JSON_OBJ && !model_on_argv) {
         if (config_from_json(&tc.model, jm, &e)) { err_prefix(&e, "--config: model"); goto out; }
     } else if (config_preset(&tc.model, model, &e)) {

@@ -20,6 +20,13 @@ int file_open_regular(const char *path, Err *err) {
     return fd;
 }
 
+int file_create_new(const char *path, Err *err) {
+    if (unlink(path) && errno != ENOENT) return err_set(err, ERR_RUN, "%s: %s", path, strerror(errno));
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return err_set(err, ERR_RUN, "%s: %s", path, strerror(errno));
+    return fd;
+}
+
 int file_read(const char *path, char **out, size_t *len, size_t max, Err *err) {
     *out = NULL;
     *len = 0;

@@ -14,5 +14,10 @@ int file_read(const char *path, char **out, size_t *len, size_t max, Err *err);
 // or reading a device without end); the descriptor, or -1 with err
 // ("PATH: reason", ERR_USAGE).
 int file_open_regular(const char *path, Err *err);
+// Creates path afresh for writing (a temporary): whatever is at path — a
+// leftover, or a symbolic link planted there — is unlinked first (a link
+// itself, never its target), then the file is created with O_EXCL and
+// O_NOFOLLOW. The descriptor, or -1 with err ("PATH: reason", ERR_RUN).
+int file_create_new(const char *path, Err *err);
 
 #endif

@@ -63,8 +63,10 @@ int shard_write(const char *path, const int *ids, int64_t n, int vocab, Err *err
     size_t w = version == 1 ? 2 : 4;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return err_set(err, ERR_USAGE, "%s: %s", tmp, strerror(errno));
+    int fd = file_create_new(tmp, err);
+    if (fd < 0) return -1;
+    FILE *f = fdopen(fd, "wb");
+    if (!f) { close(fd); unlink(tmp); return err_set(err, ERR_RUN, "%s: %s", tmp, strerror(errno)); }
     int32_t h[256] = {SHARD_MAGIC, version, (int32_t)n};
     int bad = fwrite(h, sizeof h, 1, f) != 1;
     enum { CHUNK = 1 << 16 };

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,19 +34,21 @@ static void durable_point(void) {
 
 // ---- small file helpers ----
 
-// Removes a directory of plain files (a checkpoint step); missing is fine.
-static void remove_flat_dir(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return;
+// Removes a directory of plain files (a checkpoint step); missing is fine
+// (0). A symbolic link (or anything not a directory) at path is not
+// touched, nor followed: -1. Entries are unlinked relative to the opened
+// directory, so a link inside is removed itself, never its target.
+static int remove_flat_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : -1;
+    DIR *d = fdopendir(fd);
+    if (!d) { close(fd); return -1; }
     struct dirent *e;
-    char f[4400];
     while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(f, sizeof f, "%s/%s", path, e->d_name);
-            unlink(f);
-        }
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
     closedir(d);
     rmdir(path);
+    return 0;
 }
 
 static int write_all(int fd, const void *buf, size_t n) {
@@ -76,8 +79,8 @@ static int durable_rename(const char *from, const char *to) {
 
 // Writes buf to path, then fsyncs it.
 static int write_file(const char *path, const void *buf, size_t n, Err *err) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return err_set(err, ERR_RUN, "%s: %s", path, strerror(errno));
+    int fd = file_create_new(path, err);
+    if (fd < 0) return -1;
     if (write_all(fd, buf, n)) {
         int e = errno;
         close(fd);
@@ -107,7 +110,42 @@ int ckpt_prepare_dir(const char *dir, Err *err) {
     struct stat sb;
     if (stat(dir, &sb) || !S_ISDIR(sb.st_mode)) return err_set(err, ERR_USAGE, "--ckpt-dir %s: not a directory", dir);
     if (access(dir, W_OK | X_OK)) return err_set(err, ERR_USAGE, "--ckpt-dir %s: not writable (%s)", dir, strerror(errno));
-    return 0;
+    // the entries a save creates, replaces or removes: none may be a symbolic link
+    DIR *d = opendir(dir);
+    if (!d) return err_set(err, ERR_USAGE, "--ckpt-dir %s: %s", dir, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while (!rc && (e = readdir(d))) {
+        if (strncmp(e->d_name, "step_", 5) && strncmp(e->d_name, "latest", 6) && strcmp(e->d_name, ".lock")) continue;
+        struct stat es;
+        if (fstatat(dirfd(d), e->d_name, &es, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(es.st_mode))
+            rc = err_set(err, ERR_USAGE, "--ckpt-dir %s: %s is a symbolic link; checkpoint entries must be tessera's own", dir,
+                         e->d_name);
+    }
+    closedir(d);
+    return rc;
+}
+
+int ckpt_lock(const char *dir, Err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return err_set(err, ERR_USAGE, "--ckpt-dir %s: cannot create its lock file: %s", dir, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        close(fd);
+        return err_set(err, ERR_USAGE, "--ckpt-dir %s: another run (pid %s) is using it", dir, pid[0] ? pid : "unknown");
+    }
+    char line[32];
+    int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) || pwrite(fd, line, (size_t)n, 0) != n) {
+        close(fd);
+        return err_set(err, ERR_RUN, "%s: %s", path, strerror(errno));
+    }
+    return fd;
 }
 
 void ckpt_abort(const char *dir, int64_t step) {
@@ -121,7 +159,8 @@ int ckpt_begin(const char *dir, int64_t step, Err *err) {
     if (mkdir(dir, 0755) && errno != EEXIST) return err_set(err, ERR_USAGE, "--ckpt-dir %s: %s", dir, strerror(errno));
     char tmp[4200];
     step_path(tmp, sizeof tmp, dir, step, ".tmp");
-    remove_flat_dir(tmp);   // a leftover of an interrupted save is garbage by construction
+    if (remove_flat_dir(tmp))   // a leftover of an interrupted save is garbage by construction
+        return err_set(err, ERR_USAGE, "%s: not a directory tessera made (a symbolic link?): it is left alone", tmp);
     if (mkdir(tmp, 0755)) return err_set(err, ERR_RUN, "%s: %s", tmp, strerror(errno));
     return 0;
 }
@@ -200,8 +239,8 @@ int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable 
     char path[4300];
     step_path(path, sizeof path, dir, step, ".tmp");
     snprintf(path + strlen(path), sizeof path - strlen(path), "/rank_%05d.tsr", rank);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) { jb_free(&idx); free(runs); return err_set(err, ERR_RUN, "%s: %s", path, strerror(errno)); }
+    int fd = file_create_new(path, err);
+    if (fd < 0) { jb_free(&idx); free(runs); return -1; }
     int bad = write_all(fd, hdr, sizeof hdr) || write_all(fd, idx.s, idx.len) || write_all(fd, zeros, pad);
     for (int r = 0; r < nrun && !bad; r++) bad = write_all(fd, runs[r].src, runs[r].n * sizeof(float));
     if (!bad) durable_point();
@@ -233,7 +272,7 @@ static void prune(const char *dir, int keep) {
     closedir(d);
     qsort(names, (size_t)n, sizeof *names, cmp_str);
     for (int i = 0; i < n; i++) {
-        if (i < n - keep) {
+        if (i < n - keep) {   // a step that is a symbolic link is left alone (remove_flat_dir refuses it)
             char p[4300];
             snprintf(p, sizeof p, "%s/%s", dir, names[i]);
             remove_flat_dir(p);

@@ -40,8 +40,13 @@ int ckpt_begin(const char *dir, int64_t step, Err *err);
 void ckpt_abort(const char *dir, int64_t step);
 // Before a run: makes the run directory when it is missing (its parent
 // must exist) and checks that it is a writable directory; ERR_USAGE naming
-// --ckpt-dir otherwise.
+// --ckpt-dir otherwise; an entry a save would create, replace or remove
+// (step_*, latest*, .lock) that is a symbolic link is refused by name.
 int ckpt_prepare_dir(const char *dir, Err *err);
+// Takes the run directory's lock (an flock on DIR/.lock holding the pid)
+// for as long as the returned descriptor stays open: one run per
+// directory. A second run gets ERR_USAGE naming the holder's pid.
+int ckpt_lock(const char *dir, Err *err);
 
 // Checkpoints hold named sections of flat pieces: section k's part of a
 // tensor is stored as sections[k] + its name ("" the parameters; the

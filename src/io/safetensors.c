@@ -1,3 +1,4 @@
+#include "core/fileio.h"
 #include "io/safetensors.h"
 
 #include <errno.h>
@@ -203,8 +204,13 @@ int st_write(const char *path, const StWrite *t, int n, Err *err) {
     while (h.len % 8) jb_raw(&h, " ");   // data starts 8-byte aligned
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) { jb_free(&h); return err_set(err, ERR_USAGE, "--out %s: %s", path, strerror(errno)); }
+    int fd = file_create_new(tmp, err);
+    FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!fp) {
+        if (fd >= 0) { close(fd); unlink(tmp); }
+        jb_free(&h);
+        return err_set(err, ERR_USAGE, "--out %s: %s", path, strerror(errno));
+    }
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
     int bad = fwrite(len8, 8, 1, fp) != 1 || fwrite(h.s, 1, h.len, fp) != h.len;

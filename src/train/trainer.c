@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/checksum.h"
@@ -21,6 +22,7 @@ struct Trainer {
     Mesh *mesh;
     int rank, D;               // DP rank and size
     int first;                 // world rank 0: it prints, logs and commits checkpoints
+    int lock;                  // world rank 0's lock on --ckpt-dir (-1: none)
     Comm *stats;               // loss, norm and checkpoint agreement (NULL: one process), apart from the DP
                                // group so that its counters hold gradient traffic only
     Tokenizer tok;
@@ -170,6 +172,12 @@ static int choose_model(Trainer *t, Err *err) {
     if (tc->resume) {
         if (ckpt_open(&t->ck, tc->resume, err)) { err_prefix(err, "--resume"); return -1; }
         if (ckpt_config(t->ck, mc, err)) return -1;
+        const ModelConfig *g = &tc->model;
+        if (tc->model_given && (g->arch != mc->arch || g->n_layer != mc->n_layer || g->n_head != mc->n_head ||
+                                g->d_model != mc->d_model || g->d_ff != mc->d_ff || g->max_seq != mc->max_seq))
+            return err_set(err, ERR_USAGE, "--model %s: --resume %s holds another model (%d layers, %d heads, d_model %d, "
+                           "d_ff %d, max_seq %d); leave --model out to continue it", g->name, ckpt_dir(t->ck), mc->n_layer,
+                           mc->n_head, mc->d_model, mc->d_ff, mc->max_seq);
         const Json *tn = json_get(json_get(ckpt_meta(t->ck), "train"), "tokenizer");
         if (tn && tn->type == JSON_STR && strcmp(tn->text, t->tok.name))
             return err_set(err, ERR_USAGE, "--resume %s: the run used --tokenizer %s, not %s", ckpt_dir(t->ck), tn->text,
@@ -349,6 +357,7 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     t->rank = m->dpg ? comm_rank(m->dpg) : 0;
     t->D = m->dpg ? comm_size(m->dpg) : 1;
     t->first = m->rank == 0;
+    t->lock = -1;
     if (tokenizer_open(&t->tok, tc->tokenizer, err)) { free(t); return -1; }
     uint32_t crc = 0;
     if (choose_model(t, err)) goto fail;
@@ -365,10 +374,11 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     if (adamw_init(&t->opt, dp_shard_floats(t->dp), err)) goto fail;   // the moments of the owned pieces
     if (init_state(t, &crc, err) || check_same_start(t, crc, err)) goto fail;
     if (m->world && comm_split(m->world, 0, comm_rank(m->world), "stats", &t->stats, err)) goto fail;
-    // only rank 0 logs: the others must not wait in the first step for a rank that could not open --log
-    if (agree(t, report_open(&t->rep, t->first ? tc->log_path : NULL, tc->progress, err), "to start (see its error)",
-              err))
-        goto fail;
+    // only rank 0 logs and holds the run directory's lock: the others must
+    // not wait in the first step for a rank that could not take them
+    int rc = report_open(&t->rep, t->first ? tc->log_path : NULL, tc->progress, err);
+    if (!rc && t->first && tc->ckpt_dir && (t->lock = ckpt_lock(tc->ckpt_dir, err)) < 0) rc = -1;
+    if (agree(t, rc, "to start (see its error)", err)) goto fail;
     t->inp = malloc((size_t)tc->batch * tc->seq * sizeof *t->inp);
     t->tgt = malloc((size_t)tc->batch * tc->seq * sizeof *t->tgt);
     if (!t->inp || !t->tgt) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
@@ -389,6 +399,7 @@ fail:
 void trainer_close(Trainer *t) {
     if (!t) return;
     report_close(t->rep);
+    if (t->lock >= 0) close(t->lock);
     free(t->inp);
     free(t->tgt);
     dp_free(t->dp);   // first: it waits for collectives still writing into the stage's buffers

@@ -26,6 +26,7 @@
 
 typedef struct TrainConfig {
     ModelConfig model;         // vocabulary is replaced by the tokenizer's
+    int model_given;           // model came from --model or --config: a checkpoint's must match it
     const char *data;          // shard directory, glob, .bin file or text file
     const char *val_data;      // validation data; NULL: the val shards of a data directory, if any
     const char *tokenizer;     // "gpt2" or "byte"

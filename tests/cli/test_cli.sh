@@ -33,7 +33,8 @@ expect_error "seq above max_seq"        2 "\-\-seq 65 is above the model's max_s
 expect_error "bad lr schedule"          2 "\-\-lr-schedule: expected cosine or constant" -- $T --lr-schedule linear
 expect_error "min-lr above lr"          2 "\-\-min-lr"                  -- $T --lr 1e-3 --min-lr 1e-2
 expect_error "positional argument"      2 "unexpected argument 'oops'"  -- $T oops
-expect_error "empty data file"          2 "too short"                   -- train --data /dev/null --tokenizer byte --steps 1
+: >"$TMP/empty.txt"
+expect_error "empty data file"          2 "too short"                   -- train --data "$TMP/empty.txt" --tokenizer byte --steps 1
 
 echo '{"model": {"n_layer": 2, "n_head": 3, "d_model": 64, "max_seq": 32}}' >"$TMP/heads.json"
 expect_error "heads not dividing d_model" 2 "n_head (3) must divide d_model (64)" -- $T --config "$TMP/heads.json"

@@ -70,9 +70,35 @@ expect "meta.json a FIFO" 2 "not a regular file" "$BIN" eval --ckpt "$TMP/wf" --
 expect "--ckpt-dir under a missing directory" 2 "--ckpt-dir $TMP/no/a/b: No such file or directory" "$BIN" "${T[@]}" --nproc 2 --ckpt-dir "$TMP/no/a/b"
 expect "--ckpt-dir a regular file" 2 "not a directory" "$BIN" "${T[@]}" --ckpt-dir "$DATA"
 expect "--exit-after without --ckpt-dir" 2 "--exit-after 3 stops with a checkpoint to resume from: it needs --ckpt-dir" "$BIN" "${T[@]}" --exit-after 3
-expect "--data missing, 2 ranks" 2 "--data $TMP/none: No such file or directory" "$BIN" train --data "$TMP/none" --tokenizer byte --nproc 2
+expect "--data missing, 2 ranks" 2 "--data: $TMP/none: No such file or directory" "$BIN" train --data "$TMP/none" --tokenizer byte --nproc 2
 expect "--seq above max_seq, 2 ranks" 2 "--seq 65 is above the model's max_seq 64" "$BIN" "${T[@]}" --seq 65 --nproc 2
 expect "--nproc 32" 2 "--nproc 32: the ranks' shared-memory communicators need" "$BIN" "${T[@]}" --nproc 32
+
+# ---- symbolic links in a run directory are never followed ----
+mkdir -p "$TMP/victim" && echo precious >"$TMP/victim/keep.txt"
+for entry in step_00000001 step_00000002.tmp latest.tmp; do
+  d="$TMP/sl_$entry"; mkdir -p "$d"
+  ln -s "$TMP/victim" "$d/$entry" 2>/dev/null
+  [ "$entry" = latest.tmp ] && { rm "$d/$entry"; ln -s "$TMP/victim/keep.txt" "$d/$entry"; }
+  expect "a symbolic link $entry in --ckpt-dir" 2 "$entry is a symbolic link" "$BIN" "${T[@]}" --steps 2 --ckpt-dir "$d" --keep 1
+done
+[ "$(cat "$TMP/victim/keep.txt")" = precious ] && [ "$(ls "$TMP/victim")" = keep.txt ] &&
+  ok "the links' targets are untouched" || bad "a symbolic link's target was changed" "$(ls -la "$TMP/victim")"
+ln -s "$TMP/victim" "$TMP/prep_link.tmp" 2>/dev/null
+mkdir -p "$TMP/pl" && ln -s "$TMP/victim/keep.txt" "$TMP/pl/train_000000.bin.tmp"
+"$BIN" prepare --input "$DATA" --out "$TMP/pl" --tokenizer byte >/dev/null 2>&1
+[ "$(cat "$TMP/victim/keep.txt")" = precious ] && [ -f "$TMP/pl/train_000000.bin" ] && [ ! -L "$TMP/pl/train_000000.bin" ] &&
+  ok "prepare replaces a planted temporary link without writing through it" || bad "prepare wrote through a symbolic link"
+
+# ---- one run per run directory ----
+"$BIN" train --data "$DATA" --tokenizer byte --steps 100000 --log-every 100000 --ckpt-dir "$TMP/busy" >/dev/null 2>&1 &
+first=$!
+for i in $(seq 1 100); do [ -s "$TMP/busy/.lock" ] && break; sleep 0.1; done
+expect "a second run on a busy --ckpt-dir" 2 "another run (pid $first) is using it" "$BIN" "${T[@]}" --ckpt-dir "$TMP/busy"
+kill $first; wait $first 2>/dev/null
+
+# ---- a --model that is not the checkpoint's ----
+expect "--model gpt2-124m --resume a gpt2-tiny run" 2 "holds another model" "$BIN" "${T[@]}" --steps 3 --model gpt2-124m --resume "$TMP/w"
 
 # ---- an MFU above 100% is explained, never printed silently ----
 "$BIN" "${T[@]}" --peak-gflops 0.001 >"$TMP/x.out" 2>&1
