@@ -129,7 +129,7 @@ test-run: tessera $(TEST_BUILD) $(ASAN_BIN)
 # run for FUZZ_SECONDS from the seed corpus in fuzz/corpus.
 FUZZ_SECONDS ?= 20
 FUZZ_CC      ?= clang
-FUZZ_SRC     := src/core/check.c src/core/json.c src/core/fileio.c src/io/safetensors.c src/io/meta.c src/model/config.c
+FUZZ_SRC     := src/core/check.c src/core/json.c src/core/fileio.c src/core/checksum.c src/io/safetensors.c src/io/meta.c src/model/config.c
 fuzz: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_meta
 	@for t in safetensors meta; do \
 	  mkdir -p $(BUILD)/fuzz/corpus_$$t; \

@@ -309,8 +309,7 @@ int ckpt_commit(const char *dir, const CkptMeta *md, int keep, Err *err) {
         return err_set(err, ERR_RUN, "checkpoint state is not a JSON object");
     }
     if (md->train) { jb_key(&m, "train"); jb_raw(&m, md->train); }
-    jb_obj_end(&m);
-    jb_raw(&m, "\n");
+    meta_seal(&m);   // "crc32c": of everything before it, and the closing brace
     char tmp[4200], final[4200], path[4300];
     step_path(tmp, sizeof tmp, dir, step, ".tmp");
     step_path(final, sizeof final, dir, step, "");
@@ -443,11 +442,13 @@ static int open_file(Ckpt *c, int fi, Err *err) {
             get_dims(json_get(t, "extent"), nd, e->t.extent) || json_int64(json_get(t, "data_offset"), &off) ||
             json_int64(json_get(t, "nbytes"), &nb) || json_int64(json_get(t, "crc32c"), &crc) || off < 0 || nb < 0)
             return err_set(err, ERR_USAGE, "%s: malformed index entry %d", path, c->n);
-        uint64_t numel = 1;
-        for (int d = 0; d < nd; d++) {
-            if (e->t.offset[d] + e->t.extent[d] > e->t.shape[d])
+        uint64_t numel = 1, shape_numel = 1;
+        for (int d = 0; d < nd; d++) {   // every sum and product checked: the values are the file's
+            if (e->t.offset[d] > e->t.shape[d] || e->t.extent[d] > e->t.shape[d] - e->t.offset[d])
                 return err_set(err, ERR_USAGE, "%s: tensor %s: slice outside its shape", path, nm->text);
-            numel *= (uint64_t)e->t.extent[d];
+            if (__builtin_mul_overflow(numel, (uint64_t)e->t.extent[d], &numel) ||
+                __builtin_mul_overflow(shape_numel, (uint64_t)e->t.shape[d], &shape_numel) || shape_numel > (1ull << 40))
+                return err_set(err, ERR_USAGE, "%s: tensor %s: shape too large", path, nm->text);
         }
         e->t.flat_lo = 0;
         e->t.flat_hi = (int64_t)numel;
@@ -558,10 +559,23 @@ int ckpt_verify(Ckpt *c, Err *err) {
     return 0;
 }
 
+// Marks elements [i, i + n) of a bitmap; returns how many were set already.
+static int64_t mark(uint64_t *seen, int64_t i, int64_t n) {
+    int64_t again = 0;
+    for (int64_t k = i; k < i + n; k++) {
+        uint64_t bit = 1ull << (k & 63);
+        again += (seen[k >> 6] & bit) != 0;
+        seen[k >> 6] |= bit;
+    }
+    return again;
+}
+
 // Copies the part of entry e that overlaps the slice of p this stage holds
-// into dst (p's local buffer); returns the elements copied. The entry's
-// elements are walked a row (last dimension) at a time.
-static int64_t copy_overlap(const Entry *e, const ParamInfo *p, float *dst) {
+// into dst (p's local buffer); returns the elements copied, and counts in
+// *again those that an earlier entry had copied already (seen: a bitmap of
+// dst's elements). The entry's elements are walked a row (last dimension)
+// at a time.
+static int64_t copy_overlap(const Entry *e, const ParamInfo *p, float *dst, uint64_t *seen, int64_t *again) {
     int nd = p->ndim;
     int64_t toff[3] = {0, 0, 0}, text[3] = {1, 1, 1}, soff[3] = {0, 0, 0}, sext[3] = {1, 1, 1};
     // right-align into 3 dimensions
@@ -582,8 +596,9 @@ static int64_t copy_overlap(const Entry *e, const ParamInfo *p, float *dst) {
         int64_t gi = i + soff[0], gj = j + soff[1], g0 = c + soff[2], g1 = g0 + (end - f);
         int64_t lo = g0 > toff[2] ? g0 : toff[2], hi = g1 < toff[2] + text[2] ? g1 : toff[2] + text[2];
         if (gi >= toff[0] && gi < toff[0] + text[0] && gj >= toff[1] && gj < toff[1] + text[1] && lo < hi) {
-            float *d = dst + ((gi - toff[0]) * text[1] + (gj - toff[1])) * text[2] + (lo - toff[2]);
-            memcpy(d, src + (f - e->t.flat_lo) + (lo - g0), (size_t)(hi - lo) * sizeof(float));
+            int64_t at = ((gi - toff[0]) * text[1] + (gj - toff[1])) * text[2] + (lo - toff[2]);
+            memcpy(dst + at, src + (f - e->t.flat_lo) + (lo - g0), (size_t)(hi - lo) * sizeof(float));
+            *again += mark(seen, at, hi - lo);
             copied += hi - lo;
         }
         f = end;
@@ -604,17 +619,20 @@ static int64_t slice_elems_below(const ParamInfo *p, int64_t rows) {
 // (another tensor-parallel size pads it otherwise): its real rows are
 // read, its padding rows are zero.
 static int assemble(Ckpt *c, const char *name, const ParamInfo *p, float *dst, Err *err) {
-    int64_t covered = 0, rows = p->shape[0];
-    int used[64], nused = 0, zeroed = 0;
+    int64_t covered = 0, again = 0, rows = p->shape[0];
+    int used[64], nused = 0, zeroed = 0, rc = -1;
+    uint64_t *seen = calloc(p->numel / 64 + 1, sizeof *seen);   // each element exactly once
+    if (!seen) return err_set(err, ERR_RUN, "out of memory loading %s", name);
     for (int i = 0; i < c->n; i++) {
         Entry *e = &c->e[i];
         if (strcmp(e->t.name, name)) continue;
         int same = e->t.ndim == p->ndim;
         for (int d = 0; same && d < p->ndim; d++)
             same = e->t.shape[d] == p->shape[d] || (d == 0 && p->vocab_rows && e->t.shape[0] >= p->init_rows);
-        if (!same)
-            return err_set(err, ERR_USAGE, "%s: tensor %s has a different shape than this model's", c->files[e->t.file].path,
-                           name);
+        if (!same) {
+            err_set(err, ERR_USAGE, "%s: tensor %s has a different shape than this model's", c->files[e->t.file].path, name);
+            goto done;
+        }
         if (e->t.shape[0] != p->shape[0] && !zeroed) {   // padding rows of its own
             memset(dst, 0, p->numel * sizeof(float));
             zeroed = 1;
@@ -628,19 +646,26 @@ static int assemble(Ckpt *c, const char *name, const ParamInfo *p, float *dst, E
                   u->t.flat_lo == e->t.flat_lo && u->t.flat_hi == e->t.flat_hi;
         }
         if (dup) continue;
-        if (verify_entry(c, e, err)) return -1;
-        covered += copy_overlap(e, p, dst);
+        if (verify_entry(c, e, err)) goto done;
+        covered += copy_overlap(e, p, dst, seen, &again);
         if (nused < 64) used[nused++] = i;
     }
-    if (covered == 0 && nused == 0) return err_set(err, ERR_USAGE, "%s: tensor %s is missing", c->dir, name);
-    for (size_t i = 0; i < p->numel; i++)
-        if (!isfinite(dst[i]))
-            return err_set(err, ERR_USAGE, "%s: tensor %s holds a non-finite value (%g)", c->dir, name, dst[i]);
     int64_t need = slice_elems_below(p, rows);
-    if (covered != need)
-        return err_set(err, ERR_USAGE, "%s: tensor %s: the files cover %lld of the %lld elements this layout needs", c->dir,
-                       name, (long long)covered, (long long)need);
-    return 0;
+    if (covered == 0 && nused == 0) err_set(err, ERR_USAGE, "%s: tensor %s is missing", c->dir, name);
+    else if (again)   // pieces that differ but overlap: some other element was never loaded
+        err_set(err, ERR_USAGE, "%s: tensor %s: the files' slices overlap (%lld elements twice)", c->dir, name,
+                (long long)again);
+    else if (covered != need)
+        err_set(err, ERR_USAGE, "%s: tensor %s: the files cover %lld of the %lld elements this layout needs", c->dir, name,
+                (long long)covered, (long long)need);
+    else
+        rc = 0;
+    for (size_t i = 0; rc == 0 && i < p->numel; i++)
+        if (!isfinite(dst[i]))
+            rc = err_set(err, ERR_USAGE, "%s: tensor %s holds a non-finite value (%g)", c->dir, name, dst[i]);
+done:
+    free(seen);
+    return rc;
 }
 
 int ckpt_load_range(Ckpt *c, const ParamTable *t, const char *prefix, size_t lo, size_t hi, float *dst, Err *err) {

@@ -1,12 +1,42 @@
 #include "io/meta.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "core/checksum.h"
+
+static const char SEAL[] = "\"crc32c\":";
+
+void meta_seal(JsonBuf *b) {
+    char tail[48];
+    uint32_t crc = crc32c(crc32c(0, b->s, b->len), ",", 1);   // the separator jb_raw puts before the key
+    snprintf(tail, sizeof tail, "%s %u}\n", SEAL, (unsigned)crc);
+    jb_raw(b, tail);
+}
+
+// The last occurrence of the seal's key in text[0..len), or NULL.
+static const char *find_seal(const char *text, size_t len) {
+    size_t k = sizeof SEAL - 1;
+    for (size_t i = len >= k ? len - k + 1 : 0; i-- > 0;)
+        if (!memcmp(text + i, SEAL, k)) return text + i;
+    return NULL;
+}
 
 int meta_parse(const char *text, size_t len, const char *path, Json **out, Err *err) {
     *out = NULL;
     Json *m = json_parse(text, len, err);
     if (!m) { err_prefix(err, path); return -1; }
+    const Json *seal = json_get(m, "crc32c");
+    if (seal) {   // checked before any field is believed
+        const char *at = find_seal(text, len);
+        int64_t want;
+        if (!at || json_int64(seal, &want) || want < 0 || want > 0xffffffffLL ||
+            crc32c(0, text, (size_t)(at - text)) != (uint32_t)want) {
+            err_set(err, ERR_USAGE, "%s: checksum mismatch (the file is damaged)", path);
+            goto fail;
+        }
+    }
     const Json *f = json_get(m, "format"), *v = json_get(m, "version"), *files = json_get(m, "files");
     int64_t x;
     if (!f || f->type != JSON_STR || strcmp(f->text, "tessera-checkpoint")) {
@@ -17,8 +47,8 @@ int meta_parse(const char *text, size_t len, const char *path, Json **out, Err *
         err_set(err, ERR_USAGE, "%s: unsupported checkpoint version (field 'version'; this build reads %d)", path, META_VERSION);
         goto fail;
     }
-    if (json_int64(json_get(m, "step"), &x) || x < 0) {
-        err_set(err, ERR_USAGE, "%s: field 'step' is missing or not a non-negative integer", path);
+    if (json_int64(json_get(m, "step"), &x) || x < 0 || x > INT32_MAX) {
+        err_set(err, ERR_USAGE, "%s: field 'step' is missing or not an integer in [0, 2^31)", path);
         goto fail;
     }
     if (!files || files->type != JSON_ARR || files->len < 1 || files->len > 65536) {

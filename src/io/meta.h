@@ -13,9 +13,17 @@
 enum { META_VERSION = 1 };
 
 // Parses and checks meta.json text: "format" is "tessera-checkpoint",
-// "version" is META_VERSION, "step" a non-negative integer, "files" a
-// non-empty array of plain file names. Errors name `path` and the field.
+// "version" is META_VERSION, "step" an integer in [0, 2^31), "files" a
+// non-empty array of plain file names; and its checksum: the writer ends
+// the object with "crc32c": N, N the CRC-32C of every byte before that key
+// (a meta.json without one, from before checksums, is read unchecked).
+// Errors name `path` and the field.
 int meta_parse(const char *text, size_t len, const char *path, Json **out, Err *err);
+
+// The checksum member meta.json ends with: appends `,"crc32c": N}` (and a
+// newline) to text, which holds the object so far, its members written and
+// the object not closed.
+void meta_seal(JsonBuf *text);
 
 // The "model" object as a validated config.
 int meta_model(const Json *meta, const char *path, ModelConfig *cfg, Err *err);

@@ -1,5 +1,7 @@
 #include "optim/adamw.h"
 
+#include <stdint.h>
+
 #include <math.h>
 #include <stdlib.h>
 
@@ -19,8 +21,8 @@ char *adamw_state_json(const AdamW *a) {
 }
 
 int adamw_state_read(AdamW *a, const Json *meta, const char *dir, Err *err) {
-    if (json_int64(json_get(meta, "adam_t"), &a->t) || a->t < 0)
-        return err_set(err, ERR_USAGE, "%s/meta.json: field 'adam_t' is missing or not a non-negative integer", dir);
+    if (json_int64(json_get(meta, "adam_t"), &a->t) || a->t < 0 || a->t > INT32_MAX)
+        return err_set(err, ERR_USAGE, "%s/meta.json: field 'adam_t' is missing or not an integer in [0, 2^31)", dir);
     return 0;
 }
 

@@ -283,8 +283,10 @@ static int init_state(Trainer *t, uint32_t *crc, Err *err) {
     const Json *meta = ckpt_meta(ck), *ls = json_get(json_get(meta, "train"), "loader");
     int64_t e = 0, p = 0;
     if (adamw_state_read(&t->opt, meta, ckpt_dir(ck), err)) return -1;
-    if (json_int64(json_get(ls, "epoch"), &e) || json_int64(json_get(ls, "pos"), &p) || e < 0 || p < 0)
-        return err_set(err, ERR_USAGE, "%s/meta.json: field 'train.loader' is missing or malformed", ckpt_dir(ck));
+    if (json_int64(json_get(ls, "epoch"), &e) || json_int64(json_get(ls, "pos"), &p) || e < 0 || p < 0 ||
+        e > INT32_MAX || p > loader_samples(t->ld))
+        return err_set(err, ERR_USAGE, "%s/meta.json: field 'train.loader' is missing or out of range (epoch %lld, position "
+                       "%lld of %lld samples)", ckpt_dir(ck), (long long)e, (long long)p, (long long)loader_samples(t->ld));
     loader_set_state(t->ld, (LoaderState){e, p % loader_samples(t->ld)});
     t->done = (int)ckpt_step(ck);
     return 0;

@@ -113,8 +113,8 @@ echo "$info" | grep -q "layout:     dp 1, tp 2, pp 1, zero 0; 2 files" && echo "
 "$BIN" export --ckpt "$TMP/ex4" --out "$TMP/ex4.safetensors" >/dev/null 2>&1
 hdr=$(head -c 8 "$TMP/ex4.safetensors" | od -An -tu8 | tr -d ' ')
 shapes=$(head -c $((8 + hdr)) "$TMP/ex4.safetensors" | tail -c "$hdr")
-"$BIN" import --in "$TMP/ex1.safetensors" --out "$TMP/im1" --model gpt2-tiny >/dev/null 2>&1
-"$BIN" import --in "$TMP/ex4.safetensors" --out "$TMP/im4" --model gpt2-tiny >/dev/null 2>&1
+"$BIN" import --in "$TMP/ex1.safetensors" --out "$TMP/im1" --model gpt2-tiny --tokenizer byte >/dev/null 2>&1
+"$BIN" import --in "$TMP/ex4.safetensors" --out "$TMP/im4" --model gpt2-tiny --tokenizer byte >/dev/null 2>&1
 d=$("$BIN" ckpt diff "$TMP/im1" "$TMP/im4" 2>&1 | sed 's/^max |a-b| \([0-9.e+-]*\) .*/\1/')
 if echo "$shapes" | grep -q '"transformer.wte.weight":{"dtype":"F32","shape":\[256,128\]' &&
    echo "$shapes" | grep -q '"transformer.h.3.attn.c_attn.weight":{"dtype":"F32","shape":\[128,384\]' &&

@@ -3,9 +3,11 @@
 // back), --keep, and corrupt or incomplete checkpoints.
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/checksum.h"
 #include "io/checkpoint.h"
 #include "kernels/matmul.h"
 #include "optim/adamw.h"
@@ -262,8 +264,19 @@ static void test_corruption(void) {
     EXPECT(ckpt_open(&ck, dir, &e) == 0 && load(ck, &b, NULL, &e) == -1 && strstr(e.msg, "checksum mismatch"),
            "flipped byte: %s", e.msg);
     ckpt_close(ck);
-    // meta.json: wrong version, wrong field types, bad JSON, missing model
+    // meta.json: one changed byte (step 3 -> 4) breaks its checksum
     snprintf(f, sizeof f, "%s/step_00000003/meta.json", dir);
+    FRESH();
+    fp = fopen(f, "r+b");
+    char text[4096] = "";
+    size_t got = fread(text, 1, sizeof text - 1, fp);
+    char *at = strstr(text, "\"step\":3");
+    EXPECT(got > 0 && at && strstr(text, "\"crc32c\":"), "meta.json carries a checksum: %s", text);
+    if (at) { fseek(fp, at - text + 7, SEEK_SET); fputc('4', fp); }
+    fclose(fp);
+    EXPECT(ckpt_open(&ck, dir, &e) == -1 && strstr(e.msg, "meta.json") && strstr(e.msg, "checksum mismatch"),
+           "changed meta.json: %s", e.msg);
+    // meta.json: wrong version, wrong field types, bad JSON, missing model, step out of range (no checksum: an older file)
     const char *metas[][2] = {
         {"{\"format\":\"tessera-checkpoint\",\"version\":2,\"step\":3,\"files\":[\"rank_00000.tsr\"]}", "unsupported checkpoint version"},
         {"{\"format\":\"tessera-checkpoint\",\"version\":1,\"step\":\"3\",\"files\":[\"rank_00000.tsr\"]}", "field 'step'"},
@@ -271,6 +284,7 @@ static void test_corruption(void) {
         {"{\"format\":\"tessera-checkpoint\",\"version\":1,\"step\":3}", "field 'files'"},
         {"{\"format\":\"other\",\"version\":1}", "field 'format'"},
         {"{\"format\":\"tessera-checkpoint\",", "invalid JSON"},
+        {"{\"format\":\"tessera-checkpoint\",\"version\":1,\"step\":2147483648,\"files\":[\"rank_00000.tsr\"]}", "field 'step'"},
     };
     for (size_t k = 0; k < sizeof metas / sizeof metas[0]; k++) {
         write_text(f, metas[k][0]);
@@ -287,6 +301,78 @@ static void test_corruption(void) {
     model_free(&b);
 }
 
+// A checkpoint directory of one rank file: its index JSON (with the right
+// CRC) and nfloats of data.
+static void hostile_file(const char *dir, const char *index, const float *data, size_t nfloats) {
+    char path[800];
+    snprintf(path, sizeof path, "%s", dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    write_text(path, "{\"format\":\"tessera-checkpoint\",\"version\":1,\"step\":1,\"files\":[\"rank_00000.tsr\"],"
+                     "\"model\":{\"n_layer\":2,\"n_head\":4,\"d_model\":128,\"d_ff\":512,\"max_seq\":64,\"vocab\":256}}");
+    snprintf(path, sizeof path, "%s/rank_00000.tsr", dir);
+    FILE *f = fopen(path, "wb");
+    unsigned char hdr[32] = {'T', 'S', 'R', 'T', 'E', 'N', 'S', 0, 1};
+    uint32_t n = (uint32_t)strlen(index), crc = crc32c(0, index, n);
+    uint64_t db = nfloats * 4;
+    memcpy(hdr + 12, &n, 4);
+    memcpy(hdr + 16, &crc, 4);
+    memcpy(hdr + 24, &db, 8);
+    static const char zeros[64];
+    fwrite(hdr, 32, 1, f);
+    fwrite(index, n, 1, f);
+    fwrite(zeros, (64 - (32 + n) % 64) % 64, 1, f);
+    fwrite(data, 4, nfloats, f);
+    fclose(f);
+}
+
+// Index entries built to overflow, and pieces that overlap: refused with
+// the tensor's name, every product checked (this test also runs under
+// UBSan), every element loaded exactly once.
+static void test_hostile_index(void) {
+    Err e;
+    Ckpt *ck = NULL;
+    char dir[600], idx[1000];
+    static float data[32768];
+    for (int i = 0; i < 32768; i++) data[i] = (float)i;
+    const char *cases[][2] = {
+        {"[0,0]", "[9223372036854775807,128]"},   // offset + extent overflows
+        {"[9223372036854775807,0]", "[1,128]"},
+    };
+    for (int k = 0; k < 2; k++) {
+        snprintf(dir, sizeof dir, "%s/hostile%d", tmp, k);
+        snprintf(idx, sizeof idx, "{\"tensors\":[{\"name\":\"wte.weight\",\"dtype\":\"f32\",\"shape\":[256,128],"
+                 "\"offset\":%s,\"extent\":%s,\"data_offset\":0,\"nbytes\":131072,\"crc32c\":0}]}", cases[k][0], cases[k][1]);
+        hostile_file(dir, idx, data, 32768);
+        EXPECT(ckpt_open(&ck, dir, &e) == -1 && strstr(e.msg, "wte.weight") && strstr(e.msg, "outside its shape"), "case %d: %s", k, e.msg);
+    }
+    snprintf(dir, sizeof dir, "%s/hostile_big", tmp);
+    hostile_file(dir, "{\"tensors\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2097152,2097152,2097152],"
+                      "\"offset\":[0,0,0],\"extent\":[1,1,4],\"data_offset\":0,\"nbytes\":16,\"crc32c\":0}]}", data, 4);
+    EXPECT(ckpt_open(&ck, dir, &e) == -1 && strstr(e.msg, "shape too large"), "2^63 elements: %s", e.msg);
+    // two pieces of wte that overlap by 8192 elements (valid checksums) and
+    // together count as many elements as the tensor has: the last 8192
+    // would never be loaded
+    uint32_t c1 = crc32c(0, data, 20480 * 4), c2 = crc32c(0, data + 20480, 12288 * 4);
+    snprintf(idx, sizeof idx, "{\"tensors\":["
+             "{\"name\":\"wte.weight\",\"dtype\":\"f32\",\"shape\":[256,128],\"offset\":[0,0],\"extent\":[256,128],"
+             "\"flat\":[0,20480],\"data_offset\":0,\"nbytes\":81920,\"crc32c\":%u},"
+             "{\"name\":\"wte.weight\",\"dtype\":\"f32\",\"shape\":[256,128],\"offset\":[0,0],\"extent\":[256,128],"
+             "\"flat\":[12288,24576],\"data_offset\":81920,\"nbytes\":49152,\"crc32c\":%u}]}", c1, c2);
+    snprintf(dir, sizeof dir, "%s/hostile_overlap", tmp);
+    hostile_file(dir, idx, data, 32768);
+    ModelConfig c = tiny();
+    ModelSlice s = slice_whole(&c);
+    Model m;
+    model_init(&m, &c, &s, &e);
+    const ParamInfo *wte = ptable_find(&m.table, "wte.weight");
+    EXPECT(ckpt_open(&ck, dir, &e) == 0, "%s", e.msg);
+    EXPECT(ck && ckpt_load_range(ck, &m.table, "", wte->offset, wte->offset + wte->numel, m.params, &e) == -1 &&
+           strstr(e.msg, "overlap"), "overlapping pieces: %s", ck ? e.msg : "");
+    ckpt_close(ck);
+    model_free(&m);
+}
+
 int main(void) {
     if (!mkdtemp(tmp)) return 1;
     kernels_set_threads(2);
@@ -294,6 +380,7 @@ int main(void) {
     RUN(test_slices_across_files);
     RUN(test_flat_pieces);
     RUN(test_corruption);
+    RUN(test_hostile_index);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     if (system(cmd)) return 1;
