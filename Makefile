@@ -129,9 +129,11 @@ test-run: tessera $(TEST_BUILD) $(ASAN_BIN)
 # run for FUZZ_SECONDS from the seed corpus in fuzz/corpus.
 FUZZ_SECONDS ?= 20
 FUZZ_CC      ?= clang
-FUZZ_SRC     := src/core/check.c src/core/json.c src/core/fileio.c src/core/checksum.c src/io/safetensors.c src/io/meta.c src/model/config.c
-fuzz: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_meta
-	@for t in safetensors meta; do \
+FUZZ_SRC     := src/core/check.c src/core/json.c src/core/fileio.c src/core/checksum.c src/io/safetensors.c \
+                src/io/checkpoint.c src/data/shard.c src/cli/flags.c src/io/meta.c src/model/config.c
+FUZZ_TARGETS := safetensors meta ckpt shard config
+fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD)/fuzz/corpus_$$t; \
 	  echo "fuzz $$t: $(FUZZ_SECONDS) s"; \
 	  $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
@@ -141,10 +143,10 @@ fuzz: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_meta
 	done
 	@echo "fuzz: no crash"
 
-$(BUILD)/fuzz/%: fuzz/%.c $(FUZZ_SRC)
+$(BUILD)/fuzz/%: fuzz/%.c fuzz/fuzz_file.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
 	@echo "  FUZZ  $<"
-	$(Q)$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Isrc -o $@ $< $(FUZZ_SRC) -lm
+	$(Q)$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Isrc -o $@ $< fuzz/fuzz_file.c $(FUZZ_SRC) -lm
 
 demo:
 	bash scripts/deps.sh

@@ -151,16 +151,45 @@ static void tutorial(const PlanModel *m) {
     printf("  %-44s %-22s %.1f s with bf16 gradients (2 B each)\n", "", "", 2 * P * 2 / 100e9);
 }
 
+// --why-not dp=N,tp=N,pp=N[,zero=Z]: sizes in 1..2^30, a stage in 0..3,
+// nothing after them.
+static int parse_why_not(const char *s, int *dp, int *tp, int *pp, int *zero, Err *e) {
+    static const char *keys[] = {"dp=", ",tp=", ",pp=", ",zero="};
+    int *dst[] = {dp, tp, pp, zero};
+    const char *p = s;
+    for (int k = 0; k < 4; k++) {
+        size_t n = strlen(keys[k]);
+        if (k == 3 && !*p) break;   // zero is optional
+        char *end;
+        long v = strncmp(p, keys[k], n) ? -1 : strtol(p + n, &end, 10);
+        if (v < 0 || end == p + n || v > (k == 3 ? 3 : 1 << 30) || (k < 3 && v < 1))
+            return err_set(e, ERR_USAGE, "--why-not: expected dp=N,tp=N,pp=N[,zero=Z] (N in 1..2^30, Z in 0..3), got '%s'", s);
+        *dst[k] = (int)v;
+        p = end;
+    }
+    if (*p) return err_set(e, ERR_USAGE, "--why-not: unexpected '%s' after the layout in '%s'", p, s);
+    return 0;
+}
+
 int cmd_plan(int argc, char **argv) {
     const char *model = "gpt2-124m", *schedule = "1f1b", *recompute = "none", *precision = "bf16", *reduce = "fp32",
                *attention = "fused", *why_not = NULL, *config = NULL;
     int64_t devices = 8, per_node = 8, seq = 0, gbatch = 512, mbatch = 1, vocab = 0;
     double mem = 80, tflops = 312, mfu = 0.5, bw_intra = 300, bw_inter = 25, alpha = 5, tokens = 0;
     int dp = 0, tp = 0, pp = 0, zero = -1, sp = 0, json = 0, explain = 0, top = 5, tut = 0;
+    int layers = 0, d_model = 0, heads = 0, kv_heads = 0, d_ff = 0, positions = 0;
+    const char *arch = NULL;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "model (default gpt2-124m); see the list below", 0, NULL},
         {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {n_layer, n_head, d_model, d_ff, max_seq, vocab} (as tessera train's)", 0, NULL},
         {"vocab", FLAG_U64, &vocab, 2, 1 << 24, "V", "override the model's vocabulary (e.g. 256 for --tokenizer byte)", 0, NULL},
+        {"arch", FLAG_STR, &arch, 0, 0, "A", "override the architecture: gpt2 or llama", 0, NULL},
+        {"layers", FLAG_INT, &layers, 1, 1 << 20, "L", "override the layer count", 0, NULL},
+        {"d-model", FLAG_INT, &d_model, 1, 1 << 24, "C", "override the width", 0, NULL},
+        {"heads", FLAG_INT, &heads, 1, 1 << 20, "NH", "override the attention heads", 0, NULL},
+        {"kv-heads", FLAG_INT, &kv_heads, 1, 1 << 20, "N", "override the key/value heads (grouped-query attention)", 0, NULL},
+        {"d-ff", FLAG_INT, &d_ff, 1, 1 << 26, "F", "override the FFN width (default with --d-model: 4× it for gpt2)", 0, NULL},
+        {"positions", FLAG_INT, &positions, 1, 1 << 24, "S", "override the positions (max sequence length)", 0, NULL},
         {"devices", FLAG_U64, &devices, 1, 1e7, "N", "devices in the cluster (default 8)", 0, NULL},
         {"devices-per-node", FLAG_U64, &per_node, 1, 1e4, "N", "devices per node (default 8)", 0, NULL},
         {"device-mem", FLAG_FLOAT, &mem, 1e-6, 1e7, "GiB", "memory per device (default 80)", 0, NULL},
@@ -195,7 +224,7 @@ int cmd_plan(int argc, char **argv) {
     if (flags_parse(f, nf, argc, argv, "plan", &help, &cfg, &e)) { json_free(cfg); return cli_fail("plan", &e); }
     if (help) {
         json_free(cfg);
-        printf("usage: tessera plan --model PRESET | --config FILE.json [cluster] [job] [layout]\n\n"
+        printf("usage: tessera plan --model PRESET | --config FILE.json [--layers L --d-model C --heads NH ...] [cluster] [job] [layout]\n\n"
                "Predicts memory per device, FLOPs, communication, step time and training time; with a layout\n"
                "(--dp/--tp/--pp) for that layout, without one the best layouts. Presets: %s.\n\n", plan_preset_list());
         flags_print(f, nf);
@@ -215,6 +244,22 @@ int cmd_plan(int argc, char **argv) {
         json_free(cfg);
         if (plan_model_preset(&m, model, &e)) return cli_fail("plan", &e);
     }
+    if (arch || layers || d_model || heads || kv_heads || d_ff || positions) {   // shape flags over the preset or config
+        ModelConfig mc = m.cfg;
+        if (arch && config_arch_parse(arch, &mc.arch)) {
+            err_set(&e, ERR_USAGE, "--arch: expected gpt2 or llama, got '%s'", arch);
+            return cli_fail("plan", &e);
+        }
+        if (layers) mc.n_layer = layers;
+        if (d_model) { mc.d_model = d_model; if (!d_ff && mc.arch == ARCH_GPT2) mc.d_ff = 4 * d_model; }
+        if (heads) { mc.n_head = heads; if (!kv_heads) mc.n_kv_head = 0; }
+        if (kv_heads) mc.n_kv_head = kv_heads;
+        if (d_ff) mc.d_ff = d_ff;
+        if (positions) mc.max_seq = positions;
+        snprintf(mc.name, sizeof mc.name, "custom");
+        if (config_validate(&mc, &e)) return cli_fail("plan", &e);
+        plan_model_from_config(&m, &mc);
+    }
     if (vocab) plan_model_set_vocab(&m, vocab);
     if (tut) { tutorial(&m); return 0; }
     PlanCluster c = {devices, per_node, mem, tflops, mfu, bw_intra, bw_inter, alpha};
@@ -231,12 +276,7 @@ int cmd_plan(int argc, char **argv) {
     l.reduce_fp32 = red_;
     l.fused_attention = att_;
     l.sp = sp;
-    if (why_not) {
-        if (sscanf(why_not, "dp=%d,tp=%d,pp=%d,zero=%d", &dp, &tp, &pp, &zero) < 3) {
-            err_set(&e, ERR_USAGE, "--why-not: expected dp=N,tp=N,pp=N[,zero=Z], got '%s'", why_not);
-            return cli_fail("plan", &e);
-        }
-    }
+    if (why_not && parse_why_not(why_not, &dp, &tp, &pp, &zero, &e)) return cli_fail("plan", &e);
     PlanResult r;
     if (dp || tp || pp) {
         l.tp = tp ? tp : 1;

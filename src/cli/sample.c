@@ -78,7 +78,8 @@ int cmd_sample(int argc, char **argv) {
     meta = ckpt_meta(ck);
     const char *dir = ckpt_dir(ck);
     const Json *tn = json_get(json_get(meta, "train"), "tokenizer");
-    if (tokenizer_open(&tok, tn && tn->type == JSON_STR ? tn->text : "byte", &e)) goto fail;
+    // a checkpoint that does not say (an old import) is GPT-2's, as eval assumes too
+    if (tokenizer_open(&tok, tn && tn->type == JSON_STR ? tn->text : "gpt2", &e)) goto fail;
     if (tok.vocab != mc.vocab) {
         err_set(&e, ERR_USAGE, "%s: the model's vocabulary (%d) does not match its tokenizer's (%d)", dir, mc.vocab, tok.vocab);
         goto fail;

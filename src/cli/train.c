@@ -176,7 +176,7 @@ int cmd_train(int argc, char **argv) {
     for (int i = 0; i < argc; i++) model_on_argv |= !strncmp(argv[i], "--model", 7);
     tc.model_given = model_on_argv || jm;
     if (jm && jm->type == JSON_OBJ && !model_on_argv) {
-        if (config_from_json(&tc.model, jm, &e)) { err_prefix(&e, "--config: model"); goto out; }
+        if (config_from_json(&tc.model, jm, &e) || config_validate(&tc.model, &e)) { err_prefix(&e, "--config: model"); goto out; }
     } else if (config_preset(&tc.model, model, &e)) {
         err_prefix(&e, "--model");
         goto out;

@@ -380,14 +380,16 @@ static int resolve(const char *path, char *stepdir, size_t cap, Err *err) {
     snprintf(probe, sizeof probe, "%s/meta.json", path);
     if (stat(probe, &st) == 0) { snprintf(stepdir, cap, "%s", path); return 0; }
     snprintf(probe, sizeof probe, "%s/latest", path);
+    if (lstat(probe, &st))
+        return err_set(err, ERR_USAGE, "%s: neither a checkpoint (no meta.json) nor a run directory (no latest)", path);
     char *line;
     size_t n;
-    if (file_read(probe, &line, &n, 4096, NULL))
-        return err_set(err, ERR_USAGE, "%s: neither a checkpoint (no meta.json) nor a run directory (no latest)", path);
+    if (file_read(probe, &line, &n, 4096, err)) return -1;   // names the file and the reason (too large, not regular, …)
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
-    if (n == 0 || strchr(line, '/') || strncmp(line, "step_", 5)) {
+    // one line "step_NNNNNNNN": a step of this directory, nothing else
+    if (n != 13 || strncmp(line, "step_", 5) || strspn(line + 5, "0123456789") != 8) {
         free(line);
-        return err_set(err, ERR_USAGE, "%s: does not name a step directory", probe);
+        return err_set(err, ERR_USAGE, "%s: does not name a step directory (one line step_NNNNNNNN)", probe);
     }
     snprintf(stepdir, cap, "%s/%s", path, line);
     free(line);

@@ -100,6 +100,25 @@ kill $first; wait $first 2>/dev/null
 # ---- a --model that is not the checkpoint's ----
 expect "--model gpt2-124m --resume a gpt2-tiny run" 2 "holds another model" "$BIN" "${T[@]}" --steps 3 --model gpt2-124m --resume "$TMP/w"
 
+# ---- a damaged latest, a config whose model cannot be built: named ----
+cp -r "$TMP/w" "$TMP/l2"; printf 'step_00000002\nstep_00000002\n' >"$TMP/l2/latest"
+expect "a latest of two lines" 2 "latest: does not name a step directory" "$BIN" ckpt info "$TMP/l2"
+head -c 5000 /dev/zero | tr '\0' 'x' >"$TMP/l2/latest"
+expect "a 5000-byte latest" 2 "latest: larger than 4096 bytes" "$BIN" ckpt info "$TMP/l2"
+echo '{"model": {"n_layer": 2, "n_head": 3, "d_model": 128, "d_ff": 256, "max_seq": 32}}' >"$TMP/h3.json"
+expect "a --config model whose heads do not divide d_model" 2 "--config: model" "$BIN" "${T[@]}" --config "$TMP/h3.json"
+
+# ---- tessera plan --why-not takes only a valid layout ----
+for w in dp=0,tp=0,pp=0 dp=2147483648,tp=1,pp=1 dp=2,tp=1,pp=1junk dp=2,tp=1; do
+  expect "plan --why-not $w" 2 "--why-not" "$BIN" plan --model gpt2-124m --devices 2 --why-not $w
+done
+
+# ---- tessera plan for the user's own model: shape flags over a preset ----
+pj=$("$BIN" plan --layers 32 --d-model 4096 --heads 32 --vocab 50000 --devices 8 --dp 8 --json 2>&1)
+echo "$pj" | grep -q '"params":6653157376' && ok "plan --layers 32 --d-model 4096 --heads 32 --vocab 50000: 6,653,157,376 parameters" ||
+  bad "plan with shape flags" "$(echo "$pj" | head -c 300)"
+expect "plan --arch with an unknown name" 2 "--arch: expected gpt2 or llama" "$BIN" plan --arch mamba --devices 1 --dp 1
+
 # ---- an MFU above 100% is explained, never printed silently ----
 "$BIN" "${T[@]}" --peak-gflops 0.001 >"$TMP/x.out" 2>&1
 grep -q "^warning:   MFU above 100%" "$TMP/x.out" && ok "an MFU above 100% comes with a warning" || bad "MFU above 100% without a warning"
