@@ -12,6 +12,7 @@
 #include "comm/mpi.h"
 #include "comm/run.h"
 #include "io/checkpoint.h"
+#include "model/stage.h"
 #include "parallel/mesh.h"
 #include "train/trainer.h"
 
@@ -52,25 +53,6 @@ static int train_rank(Comm *world, void *arg) {
     }
     mesh_free(&m);
     return rc;
-}
-
-// The model of the flags splits over tp ranks (exit 2 before any rank
-// starts): heads, FFN width and, under --sp, the sequence. The padded
-// vocabulary divides by construction (model/config pads it per tp).
-static int check_tp(const TrainConfig *tc, int tp, Err *e) {
-    const ModelConfig *c = &tc->model;
-    if (c->n_head % tp) return err_set(e, ERR_USAGE, "--tp %d does not divide the model's %d heads", tp, c->n_head);
-    if (config_kv_heads(c) % tp)
-        return err_set(e, ERR_USAGE, "--tp %d does not divide the model's %d key/value heads", tp, config_kv_heads(c));
-    if (c->d_ff % tp) return err_set(e, ERR_USAGE, "--tp %d does not divide the model's FFN width d_ff %d", tp, c->d_ff);
-    ModelConfig p = *c;
-    config_pad_vocab(&p, c->vocab, tp);
-    if (p.vocab_padded % tp)
-        return err_set(e, ERR_USAGE, "--tp %d does not divide the padded vocabulary %d", tp, p.vocab_padded);
-    if (tc->sp && tc->seq % tp)
-        return err_set(e, ERR_USAGE, "--sp splits each sequence's rows over the ranks: --seq %d is not a multiple of --tp %d",
-                       tc->seq, tp);
-    return 0;
 }
 
 // A path flag names something that exists (a glob is left to the loader).
@@ -210,7 +192,11 @@ int cmd_train(int argc, char **argv) {
     tc.progress = isatty(STDOUT_FILENO);
     if (tc.sp && tp == 1) { err_set(&e, ERR_USAGE, "--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more"); goto out; }
     // the model of the flags; a checkpoint's or file's is checked by every rank as it starts
-    if (tp > 1 && !tc.resume && !tc.init_from && check_tp(&tc, tp, &e)) goto out;
+    if (!tc.resume && !tc.init_from) {   // the flags' model, padded as the trainer pads it
+        ModelConfig padded = tc.model;
+        config_pad_vocab(&padded, padded.vocab, tp);
+        if (stage_check_split(&padded, tp, tc.sp, tc.seq, &e)) goto out;
+    }
     if (comm_mpi_launched() || nproc > 1 || dp > 1 || tp > 1 || tc.zero > 0) {   // ZeRO runs over a communicator, even of one rank
         int world = comm_mpi_launched() ? -1 : nproc ? nproc : (dp ? dp : 1) * tp;
         if (!dp && world > 0) dp = world / tp;   // under mpirun the rank takes the world size / tp

@@ -139,6 +139,20 @@ static void index_tensors(Stage *s) {
     if (a->arch->tied_head) { a->off_head = a->off_tok; a->seg_head = a->seg_emb; }
 }
 
+int stage_check_split(const ModelConfig *c, int tp, int sp, int T, Err *err) {
+    if (tp == 1) return 0;
+    if (c->n_head % tp) return err_set(err, ERR_USAGE, "--tp %d does not divide the model's %d heads", tp, c->n_head);
+    if (config_kv_heads(c) % tp)
+        return err_set(err, ERR_USAGE, "--tp %d does not divide the model's %d key/value heads", tp, config_kv_heads(c));
+    if (c->d_ff % tp) return err_set(err, ERR_USAGE, "--tp %d does not divide the model's FFN width d_ff %d", tp, c->d_ff);
+    if (c->vocab_padded % tp)
+        return err_set(err, ERR_USAGE, "--tp %d does not divide the padded vocabulary %d", tp, c->vocab_padded);
+    if (sp && T % tp)
+        return err_set(err, ERR_USAGE, "--sp splits each sequence's rows over the ranks: --seq %d is not a multiple of --tp %d",
+                       T, tp);
+    return 0;
+}
+
 int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, int slots, unsigned flags,
                Err *err) {
     memset(s, 0, sizeof *s);
@@ -153,12 +167,7 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     if ((int64_t)B * T > (1 << 30))
         return err_set(err, ERR_USAGE, "batch × sequence length = %lld tokens per micro-batch is above 2^30", (long long)B * T);
     int tp = slice->tp_size;
-    if (cfg->n_head % tp) return err_set(err, ERR_USAGE, "tp=%d does not divide n_head=%d", tp, cfg->n_head);
-    if (cfg->d_ff % tp) return err_set(err, ERR_USAGE, "tp=%d does not divide d_ff=%d", tp, cfg->d_ff);
-    if (cfg->vocab_padded % tp) return err_set(err, ERR_USAGE, "tp=%d does not divide the padded vocabulary %d", tp, cfg->vocab_padded);
-    if (slice->sp && T % tp)
-        return err_set(err, ERR_USAGE, "sequence parallelism splits every micro-batch's rows over tp=%d ranks: the sequence "
-                       "length %d must be a multiple of it", tp, T);
+    if (stage_check_split(cfg, tp, slice->sp, T, err)) return -1;
     s->cfg = *cfg;
     s->slice = *slice;
     s->B = B;

@@ -82,6 +82,11 @@ typedef struct Stage {
 // hooks will provide. Refuses an architecture described for planning only.
 int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, int slots, unsigned flags,
                Err *err);
+// Whether c splits over tp tensor-parallel ranks (heads, key/value heads,
+// FFN width, padded vocabulary) and, with sequence parallelism, a sequence
+// of T tokens does too; ERR_USAGE naming --tp/--sp otherwise. stage_init
+// checks it; the command line checks it before starting any rank.
+int stage_check_split(const ModelConfig *c, int tp, int sp, int T, Err *err);
 void stage_free(Stage *s);
 
 // Installs the hooks (NULL: none; the flat buffers are used).

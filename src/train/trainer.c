@@ -41,15 +41,6 @@ struct Trainer {
     uint64_t sent_mark;        // DP bytes sent up to the end of the last step's reductions
 };
 
-// Seconds c has spent in collectives (0 without c).
-static double comm_seconds(Comm *c) {
-    double s = 0;
-    if (!c) return 0;
-    const CommStats *cs = comm_stats(c);
-    for (int o = 0; o < OP_COUNT; o++) s += cs->seconds[o];
-    return s;
-}
-
 double train_flops_per_token(const ModelConfig *c, int T) {
     return 6.0 * (double)config_param_count(c, 0) + 12.0 * c->n_layer * (double)T * c->d_model;
 }
@@ -73,14 +64,22 @@ double train_evaluate(Stage *st, Loader *val, int max_batches, int64_t *ntok) {
     return n ? sum / (double)n : 0.0;
 }
 
-// Bytes c has sent, over all operations (0 without c).
-static uint64_t bytes_sent(Comm *c) {
+// Bytes c has sent over all operations and (seconds non-NULL) the time
+// spent in them; 0 without c.
+static uint64_t comm_totals(Comm *c, double *seconds) {
     uint64_t n = 0;
-    if (!c) return 0;
-    const CommStats *cs = comm_stats(c);
-    for (int o = 0; o < OP_COUNT; o++) n += cs->bytes_sent[o];
+    double s = 0;
+    if (c) {
+        const CommStats *cs = comm_stats(c);
+        for (int o = 0; o < OP_COUNT; o++) {
+            n += cs->bytes_sent[o];
+            s += cs->seconds[o];
+        }
+    }
+    if (seconds) *seconds = s;
     return n;
 }
+static uint64_t bytes_sent(Comm *c) { return comm_totals(c, NULL); }
 
 // Sums n doubles over every rank (nothing for one process).
 static int sum_all(Trainer *t, double *v, int n, Err *err) {
@@ -113,8 +112,8 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     const TrainConfig *tc = t->tc;
     Stage *st = &t->st;
     int B = tc->batch, T = tc->seq, K = tc->accum, step = t->done;
-    double t0 = timer_now(), tp_s0 = comm_seconds(t->mesh->tpg);
-    uint64_t tp_b0 = bytes_sent(t->mesh->tpg);
+    double t0 = timer_now(), tp_s0, tp_s1;
+    uint64_t tp_b0 = comm_totals(t->mesh->tpg, &tp_s0);
 
     // data → micro-batches: forward and backward, gradients accumulating
     if (st->grads) memset(st->grads, 0, st->table.total * sizeof(float));
@@ -146,13 +145,13 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     if (dp_update(t->dp, &t->opt, lr, &tc->adamw, gscale, err)) return -1;
 
     double dt = timer_now() - t0;
+    uint64_t tp_b1 = comm_totals(t->mesh->tpg, &tp_s1);
     t->done = step + 1;
     double tps = t->tokens_per_step / dt;
     *m = (StepMetrics){.step = step + 1, .steps = tc->steps, .loss = loss, .lr = lr, .grad_norm = norm,
                        .ms = dt * 1e3, .tokens_per_s = tps,
                        .mfu = tps * t->flops_tok / (t->peak * 1e9 * t->D * t->mesh->tp),
-                       .grad_comm_bytes = grad_sent, .tp_comm_bytes = bytes_sent(t->mesh->tpg) - tp_b0,
-                       .tp_comm_ms = (comm_seconds(t->mesh->tpg) - tp_s0) * 1e3};
+                       .grad_comm_bytes = grad_sent, .tp_comm_bytes = tp_b1 - tp_b0, .tp_comm_ms = (tp_s1 - tp_s0) * 1e3};
     if (!isfinite(loss)) return err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
     if (!isfinite(norm))
         return err_set(err, ERR_RUN, "the gradient norm became %g at step %d (try a lower --lr, or --clip)", norm, step + 1);
@@ -524,10 +523,11 @@ int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
     if (line[0]) printf("comm:      %s\n", line);
     if (t->mesh->tp > 1 && start < tc->steps) {
         const CommStats *cs = comm_stats(t->mesh->tpg);
-        double tps = comm_seconds(t->mesh->tpg);
+        double tps;
+        uint64_t sent = comm_totals(t->mesh->tpg, &tps);
         printf("comm:      tensor-parallel collectives %.2f s in all (%.0f%% of the run, evaluations included); "
                "%.1f MB sent per rank, %llu calls\n", tps, total > 0 ? 100 * tps / total : 0.0,
-               bytes_sent(t->mesh->tpg) / 1e6, (unsigned long long)(cs->calls[OP_ALLREDUCE] +
+               sent / 1e6, (unsigned long long)(cs->calls[OP_ALLREDUCE] +
                cs->calls[OP_ALLGATHER] + cs->calls[OP_REDUCE_SCATTER]));
     }
     report_memory(t->rep);
