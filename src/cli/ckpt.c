@@ -197,6 +197,24 @@ int cmd_ckpt(int argc, char **argv) {
     json_int64(json_get(lay, "zero"), &z);
     printf("layout:     dp %lld, tp %lld, pp %lld, zero %lld; %zu file%s\n", (long long)dp, (long long)tp, (long long)pp,
            (long long)z, files->len, files->len == 1 ? "" : "s");
+    // who wrote each file: file = (pp_rank·tp + tp_rank)·(files per DP group) + dp file
+    int64_t per = (int64_t)files->len / (tp * pp > 0 ? tp * pp : 1);
+    if (per >= 1 && (int64_t)files->len == per * tp * pp && (tp > 1 || pp > 1 || per > 1)) {
+        for (size_t f = 0; f < files->len; f++) {
+            const char *lo = NULL, *hi = NULL;   // its first and last tensors
+            for (int i = 0; i < ckpt_ntensors(ck); i++) {
+                const CkptTensor *t = ckpt_tensor(ck, i);
+                if (t->file != (int)f || strchr(t->name, '/')) continue;
+                if (!lo) lo = t->name;
+                hi = t->name;
+            }
+            int64_t g = (int64_t)f / per;
+            printf("%s %s: stage %lld of %lld, tp rank %lld of %lld, %s %lld: %s … %s\n", f ? "           " : "files:     ",
+                   ckpt_file_name(ck, (int)f), (long long)(g / tp), (long long)pp, (long long)(g % tp), (long long)tp,
+                   per > 1 ? "ZeRO piece of dp rank" : "written by dp rank", (long long)((int64_t)f % per),
+                   lo ? lo : "(nothing)", hi ? hi : "");
+        }
+    }
     uint64_t bytes = 0;
     printf("%-36s %-18s %-30s %12s  %s\n", "tensor", "shape", "slice (offset+extent) [flat]", "bytes", "file");
     for (int i = 0; i < ckpt_ntensors(ck); i++) {

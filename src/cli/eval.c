@@ -60,8 +60,9 @@ int cmd_eval(int argc, char **argv) {
     if (loader_open(&val, data, &tok, &lo, &e)) { err_prefix(&e, "--data"); goto fail; }
     if (stage_init(&st, &mc, &sl, batch, seq, 1, 0, &e) || ckpt_load_params(ck, &st.table, st.params, &e)) goto fail;
     int64_t n;
-    double t0 = timer_now();
-    double loss = train_evaluate(&st, val, batches, &n);
+    double t0 = timer_now(), sum;
+    if (train_evaluate(&st, NULL, val, batches, &sum, &n, &e)) goto fail;
+    double loss = n ? sum / (double)n : 0.0;
     printf("model %s (step %lld), %s: %lld tokens in %.1f s\n", dir,
            (long long)(json_get(meta, "step") ? json_get(meta, "step")->num : 0), data, (long long)n, timer_now() - t0);
     printf("val loss %.4f  perplexity %.2f\n", loss, exp(loss));

@@ -16,7 +16,7 @@
 #include "parallel/mesh.h"
 #include "train/trainer.h"
 
-typedef struct { const TrainConfig *tc; int dp, tp; } RankArgs;
+typedef struct { const TrainConfig *tc; int dp, tp, pp; } RankArgs;
 
 // Ranks mpirun started on this machine (Open MPI, MPICH and Slurm say so
 // in the environment); 1 when none does.
@@ -29,20 +29,21 @@ static int mpi_local_ranks(void) {
     return 1;
 }
 
-// One rank of the mesh (data and tensor parallel: pp = 1): rank 0 prints,
-// the others keep quiet; errors go to stderr with the rank.
+// One rank of the mesh: rank 0 prints, the others keep quiet; errors go to
+// stderr with the rank.
 static int train_rank(Comm *world, void *arg) {
     RankArgs *ra = arg;
     Err e = {0};
     Mesh m;
-    int dp = ra->dp ? ra->dp : comm_size(world) / ra->tp;   // under mpirun: the ranks started / tp
-    if (ra->tp > 1 && !strcmp(comm_backend(world), "mpi") && !comm_mpi_thread_multiple()) {
-        fprintf(stderr, "tessera train: rank %d: --tp under mpirun needs an MPI library that grants MPI_THREAD_MULTIPLE "
-                "(tensor-parallel collectives run beside the data-parallel group's)\n", comm_rank(world));
+    int dp = ra->dp ? ra->dp : comm_size(world) / (ra->tp * ra->pp);   // under mpirun: the ranks started / (tp·pp)
+    if ((ra->tp > 1 || ra->pp > 1) && !strcmp(comm_backend(world), "mpi") && !comm_mpi_thread_multiple()) {
+        fprintf(stderr, "tessera train: rank %d: --%s under mpirun needs an MPI library that grants MPI_THREAD_MULTIPLE "
+                "(tensor-parallel collectives and pipeline sends run beside the data-parallel group's)\n",
+                comm_rank(world), ra->tp > 1 ? "tp" : "pp");
         return ERR_USAGE;
     }
-    if (mesh_init(&m, world, dp, ra->tp, 1, &e)) {
-        fprintf(stderr, "tessera train: rank %d: --dp/--tp: %s\n", comm_rank(world), e.msg);
+    if (mesh_init(&m, world, dp, ra->tp, ra->pp, &e)) {
+        fprintf(stderr, "tessera train: rank %d: --dp/--tp/--pp: %s\n", comm_rank(world), e.msg);
         return e.code ? e.code : 1;
     }
     int rc = 0;
@@ -77,11 +78,14 @@ static int check_inputs(const TrainConfig *tc, Err *e) {
 }
 
 // The forked ranks' communicators — the world, the statistics' copy of
-// it, and the mesh's TP and DP groups (pp = 1: one rank each) — fit in the
-// local backend's shared-memory segment (exit 2 before forking).
-static int local_room(int n, int dp, int tp, Err *e) {
-    size_t need = 2 * comm_local_area_bytes(n) + (size_t)dp * comm_local_area_bytes(tp) +
-                  (size_t)tp * comm_local_area_bytes(dp) + (size_t)n * comm_local_area_bytes(1);
+// it, the mesh's TP, DP and PP groups, and a pipeline's neighbour pairs
+// and embedding group (and the groups of one the splits leave) — fit in
+// the local backend's shared-memory segment (exit 2 before forking).
+static int local_room(int n, int dp, int tp, int pp, Err *e) {
+    size_t need = 2 * comm_local_area_bytes(n) + (size_t)dp * pp * comm_local_area_bytes(tp) +
+                  (size_t)tp * pp * comm_local_area_bytes(dp) + (size_t)dp * tp * comm_local_area_bytes(pp) +
+                  (size_t)n * comm_local_area_bytes(1);
+    if (pp > 1) need += (size_t)dp * tp * (5 * pp * comm_local_area_bytes(2) + comm_local_area_bytes(pp));
     if (need <= comm_local_segment_bytes()) return 0;
     int most = n;
     while (most > 1 && 3 * comm_local_area_bytes(most) + 2 * (size_t)most * comm_local_area_bytes(1) > comm_local_segment_bytes())
@@ -91,6 +95,43 @@ static int local_room(int n, int dp, int tp, Err *e) {
                    comm_local_segment_bytes() >> 20, most);
 }
 
+// The pipeline's flags into tc: the schedule, the micro-batches (the same
+// number as --grad-accum), each stage's layers (*layers, pp counts, from
+// --pp-layers; NULL for an even split) and what can be checked of the
+// split before any rank starts (the flags' model; a checkpoint's or file's
+// is checked as the run starts).
+static int pipeline_flags(TrainConfig *tc, int pp, const char *spec, const char *sched, int micro, int **layers, Err *e) {
+    if (pipe_schedule_parse(sched, &tc->schedule, e)) return -1;
+    if (micro) {
+        if (tc->accum != 1 && tc->accum != micro)
+            return err_set(e, ERR_USAGE, "--micro-batches %d and --grad-accum %d: they name the same number (give one)",
+                           micro, tc->accum);
+        tc->accum = micro;
+    }
+    if (spec) {
+        if (pp == 1) return err_set(e, ERR_USAGE, "--pp-layers splits the layers over pipeline stages: it needs --pp 2 or more");
+        if (!(*layers = calloc((size_t)pp, sizeof **layers))) return err_set(e, ERR_RUN, "out of memory");
+        const char *q = spec;
+        for (int k = 0; k < pp; k++) {
+            char *end;
+            long v = strtol(q, &end, 10);
+            if (end == q || v < 1 || v > 1 << 20 || (k + 1 < pp && *end != ',') || (k + 1 == pp && *end))
+                return err_set(e, ERR_USAGE, "--pp-layers '%s': expected %d positive layer counts separated by commas (one "
+                               "per --pp stage)", spec, pp);
+            (*layers)[k] = (int)v;
+            q = end + 1;
+        }
+        tc->pp_layers = *layers;
+    }
+    if (pp > 1 && tc->schedule == PIPE_1F1B && tc->accum < pp)
+        return err_set(e, ERR_USAGE, "--micro-batches %d is below --pp %d: the 1F1B schedule needs at least one micro-batch "
+                       "per stage to fill the pipeline (more shrink the bubble)", tc->accum, pp);
+    int begin[257];
+    if (pp > 256) return err_set(e, ERR_USAGE, "--pp %d: at most 256 stages", pp);
+    if (!tc->resume && !tc->init_from && pipe_split_layers(tc->model.n_layer, pp, tc->pp_layers, begin, e)) return -1;
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     TrainConfig tc = {
         .tokenizer = "gpt2", .eval_batches = 20, .batch = 8, .accum = 1, .steps = 100, .log_every = 10, .seed = 1337,
@@ -98,7 +139,8 @@ int cmd_train(int argc, char **argv) {
         .clip = 1.0, .bucket_mb = 25,
     };
     const char *model = "gpt2-tiny", *config = NULL, *schedule = "cosine";
-    int nproc = 0, dp = 0, tp = 1;
+    int nproc = 0, dp = 0, tp = 1, pp = 1, micro = 0;
+    const char *pp_layers = NULL, *pipe_sched = "1f1b";
     double comm_timeout = 0;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m", 0, NULL},
@@ -134,7 +176,11 @@ int cmd_train(int argc, char **argv) {
         {"dp", FLAG_INT, &dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default: ranks / --tp)", 0, NULL},
         {"tp", FLAG_INT, &tp, 1, 256, "N", "tensor-parallel ranks: each layer's heads, FFN columns and vocabulary split over N neighbouring ranks (default 1)", 0, NULL},
         {"sp", FLAG_BOOL, &tc.sp, 0, 0, "", "sequence parallelism with --tp: norms and residual stream split by rows, allgather/reduce-scatter instead of allreduce", 0, NULL},
-        {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp × --tp); under mpirun leave it out", 0, NULL},
+        {"pp", FLAG_INT, &pp, 1, 256, "N", "pipeline stages: each rank holds a contiguous range of layers, activations sent between stages per micro-batch (default 1)", 0, NULL},
+        {"pp-layers", FLAG_STR, &pp_layers, 0, 0, "a,b,…", "layers of each pipeline stage (default: an even split)", 0, NULL},
+        {"micro-batches", FLAG_INT, &micro, 1, 1 << 16, "M", "micro-batches per step through the pipeline: the same as --grad-accum (give either; both must agree)", 0, NULL},
+        {"schedule", FLAG_STR, &pipe_sched, 0, 0, "S", "pipeline schedule: 1f1b (default; at most --pp micro-batches of activations per rank) or gpipe (all M)", 0, NULL},
+        {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp × --tp × --pp); under mpirun leave it out", 0, NULL},
         {"zero", FLAG_INT, &tc.zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0, NULL},
         {"bucket-mb", FLAG_FLOAT, &tc.bucket_mb, 0.001, 1e6, "MB", "gradient bucket size of --zero 0 (ZeRO reduces layer by layer; default 25)", 0, NULL},
         {"comm-timeout", FLAG_FLOAT, &comm_timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0, NULL},
@@ -142,12 +188,15 @@ int cmd_train(int argc, char **argv) {
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
     Json *cfg = NULL;
+    int *layers = NULL;
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "train", &help, &cfg, &e)) return cli_fail("train", &e);
     if (help) {
-        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model (fp32) on one process, or data parallel\n"
-               "with ZeRO 0-3 and tensor parallel (Megatron-style, --tp, --sp) on --nproc forked ranks or the\n"
-               "ranks mpirun starts (rank = dp_rank·tp + tp_rank: tensor-parallel ranks are neighbours).\n"
+        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model (fp32) on one process, or on a 3D mesh of\n"
+               "--nproc forked ranks or the ranks mpirun starts: data parallel with ZeRO 0-3 (--dp, --zero),\n"
+               "tensor parallel (Megatron-style, --tp, --sp) and pipeline parallel (--pp, --micro-batches,\n"
+               "--schedule). rank = pp_rank·dp·tp + dp_rank·tp + tp_rank: tensor-parallel ranks are neighbours.\n"
+               "Every layout trains the same model as one process.\n"
                "Without --val-data, a --data directory's val_*.bin shards are the validation set.\n\n");
         flags_print(f, nf);
         return 0;
@@ -191,26 +240,28 @@ int cmd_train(int argc, char **argv) {
     if (!threads_given) tc.threads = omp_get_num_procs();
     tc.progress = isatty(STDOUT_FILENO);
     if (tc.sp && tp == 1) { err_set(&e, ERR_USAGE, "--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more"); goto out; }
+    if (pipeline_flags(&tc, pp, pp_layers, pipe_sched, micro, &layers, &e)) goto out;
     // the model of the flags; a checkpoint's or file's is checked by every rank as it starts
     if (!tc.resume && !tc.init_from) {   // the flags' model, padded as the trainer pads it
         ModelConfig padded = tc.model;
         config_pad_vocab(&padded, padded.vocab, tp);
         if (stage_check_split(&padded, tp, tc.sp, tc.seq, &e)) goto out;
     }
-    if (comm_mpi_launched() || nproc > 1 || dp > 1 || tp > 1 || tc.zero > 0) {   // ZeRO runs over a communicator, even of one rank
-        int world = comm_mpi_launched() ? -1 : nproc ? nproc : (dp ? dp : 1) * tp;
-        if (!dp && world > 0) dp = world / tp;   // under mpirun the rank takes the world size / tp
-        if (world > 0 && (int64_t)dp * tp != world) {
-            if (nproc % tp) err_set(&e, ERR_USAGE, "--tp %d does not divide --nproc %d", tp, nproc);
-            else err_set(&e, ERR_USAGE, "--dp %d with --nproc %d: dp × tp = %d × %d ranks must be the ranks started", dp, nproc, dp, tp);
+    if (comm_mpi_launched() || nproc > 1 || dp > 1 || tp > 1 || pp > 1 || tc.zero > 0) {   // ZeRO runs over a communicator, even of one rank
+        int world = comm_mpi_launched() ? -1 : nproc ? nproc : (dp ? dp : 1) * tp * pp;
+        if (!dp && world > 0) dp = world / (tp * pp);   // under mpirun the rank takes the world size / (tp·pp)
+        if (world > 0 && (int64_t)dp * tp * pp != world) {
+            if (nproc % (tp * pp)) err_set(&e, ERR_USAGE, "--tp %d × --pp %d = %d does not divide --nproc %d", tp, pp, tp * pp, nproc);
+            else err_set(&e, ERR_USAGE, "--dp %d with --nproc %d: dp × tp × pp = %d × %d × %d ranks must be the ranks started",
+                         dp, nproc, dp, tp, pp);
             goto out;
         }
-        if (world > 0 && local_room(world, dp, tp, &e)) goto out;
+        if (world > 0 && local_room(world, dp, tp, pp, &e)) goto out;
         if (!threads_given) {   // the cores shared by the ranks on this machine
             int local = world > 0 ? world : mpi_local_ranks();
             tc.threads = omp_get_num_procs() / local > 0 ? omp_get_num_procs() / local : 1;
         }
-        RankArgs ra = {&tc, dp, tp};
+        RankArgs ra = {&tc, dp, tp, pp};
         Err le = {0};
         if (comm_run(world > 0 ? world : 1, train_rank, &ra, comm_timeout > 0 ? comm_timeout : comm_timeout_default(), &le)) {
             fprintf(stderr, "tessera train: %s\n", le.msg);
@@ -223,6 +274,7 @@ int cmd_train(int argc, char **argv) {
     rc = train_run(&tc, &one, &e) ? e.code : 0;
 out:
     json_free(cfg);
+    free(layers);
     if (rc && e.msg[0]) return cli_fail("train", &e);
     return rc;
 }

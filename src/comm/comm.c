@@ -18,6 +18,7 @@ struct CommRequest {
     size_t count;
     CommDtype t;
     CommRedOp red;
+    int root;            // send: the peer
     int done, rc;
     Err err;
     CommRequest *next;
@@ -137,7 +138,7 @@ static void *progress_main(void *arg) {
         CommRequest *r = c->head;
         pthread_mutex_unlock(&c->q_mu);
         pthread_mutex_lock(&c->exec_mu);
-        r->rc = execute(c, r->op, r->in, r->out, r->count, r->t, r->red, 0, &r->err);
+        r->rc = execute(c, r->op, r->in, r->out, r->count, r->t, r->red, r->root, &r->err);
         pthread_mutex_unlock(&c->exec_mu);
         pthread_mutex_lock(&c->q_mu);
         c->head = r->next;
@@ -149,10 +150,11 @@ static void *progress_main(void *arg) {
     return NULL;
 }
 
-static CommRequest *enqueue(Comm *c, int op, const void *in, void *out, size_t count, CommDtype t, CommRedOp red) {
+static CommRequest *enqueue_to(Comm *c, int op, const void *in, void *out, size_t count, CommDtype t, CommRedOp red,
+                               int root) {
     CommRequest *r = calloc(1, sizeof *r);
     CHECKF(r, "out of memory");
-    *r = (CommRequest){.c = c, .op = op, .in = in, .out = out, .count = count, .t = t, .red = red};
+    *r = (CommRequest){.c = c, .op = op, .in = in, .out = out, .count = count, .t = t, .red = red, .root = root};
     pthread_mutex_lock(&c->q_mu);
     if (!c->thread_started) {
         CHECKF(pthread_create(&c->thread, NULL, progress_main, c) == 0, "cannot start the comm progress thread");
@@ -163,6 +165,10 @@ static CommRequest *enqueue(Comm *c, int op, const void *in, void *out, size_t c
     pthread_cond_signal(&c->q_cv);
     pthread_mutex_unlock(&c->q_mu);
     return r;
+}
+
+static CommRequest *enqueue(Comm *c, int op, const void *in, void *out, size_t count, CommDtype t, CommRedOp red) {
+    return enqueue_to(c, op, in, out, count, t, red, 0);
 }
 
 int comm_wait(CommRequest *r, Err *err) {
@@ -238,6 +244,10 @@ CommRequest *comm_ireduce_scatter(Comm *c, const void *in, void *out, size_t cou
 }
 CommRequest *comm_iallgather(Comm *c, const void *in, void *out, size_t count, CommDtype t) {
     return enqueue(c, OP_ALLGATHER, in, out, count, t, RED_SUM);
+}
+CommRequest *comm_isend(Comm *c, const void *buf, size_t count, CommDtype t, int peer) {
+    CHECKF(peer >= 0 && peer < c->size && peer != c->rank, "isend on %s: bad peer %d", c->name, peer);
+    return enqueue_to(c, OP_SEND, buf, NULL, count, t, RED_SUM, peer);
 }
 
 int comm_split(Comm *c, int color, int key, const char *name, Comm **out, Err *err) {

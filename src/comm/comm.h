@@ -77,6 +77,10 @@ void comm_free(Comm *c);
 CommRequest *comm_iallreduce(Comm *c, const void *in, void *out, size_t count, CommDtype t, CommRedOp op);
 CommRequest *comm_ireduce_scatter(Comm *c, const void *in, void *out, size_t count, CommDtype t, CommRedOp op);
 CommRequest *comm_iallgather(Comm *c, const void *in, void *out, size_t count, CommDtype t);
+// A send that the progress thread carries out (after what is queued
+// before it); the receiver calls comm_recv. buf stays untouched until
+// comm_wait.
+CommRequest *comm_isend(Comm *c, const void *buf, size_t count, CommDtype t, int peer);
 // Blocks until r is done, frees it; returns its status.
 int comm_wait(CommRequest *r, Err *err);
 // 1 when r is done (then comm_wait returns at once), else 0.

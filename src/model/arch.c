@@ -32,10 +32,7 @@ int64_t arch_part_params(const ModelConfig *c, Part p, int tp, int padded) {
 
 int64_t arch_tied_copy(const ModelConfig *c, int tp, int padded) {
     const Arch *a = arch_of(c);
-    if (!a->tied_head) return 0;
-    for (int i = 0; i < a->n[PART_EMBED]; i++)
-        if (a->part[PART_EMBED][i].role == ROLE_TOK_EMB) return arch_tensor_numel(c, &a->part[PART_EMBED][i], tp, padded);
-    return 0;
+    return a->tied_head ? arch_part_params(c, PART_EMBED, tp, padded) : 0;
 }
 
 int64_t config_param_count(const ModelConfig *c, int padded) {

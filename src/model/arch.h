@@ -119,8 +119,10 @@ int64_t arch_dim(const ModelConfig *c, Dim d, int padded);
 int64_t arch_tensor_numel(const ModelConfig *c, const TensorDesc *t, int tp, int padded);
 // Parameters of part p (one block for PART_BLOCK) on one of tp ranks.
 int64_t arch_part_params(const ModelConfig *c, Part p, int tp, int padded);
-// The token embedding's elements on one of tp ranks when the last stage
-// holds a copy for the tied head (0 for an untied head).
+// The elements of the copy of the embeddings part that the last stage of a
+// pipeline holds for a tied head, on one of tp ranks (0 for an untied
+// head): the whole part, so that both copies split into the same ZeRO
+// pieces (the position table's gradient there is zero).
 int64_t arch_tied_copy(const ModelConfig *c, int tp, int padded);
 
 #endif

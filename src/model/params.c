@@ -74,10 +74,12 @@ int ptable_build(ParamTable *t, const ModelConfig *c, const ModelSlice *s, Err *
     const Arch *a = arch_of(c);
     int first = slice_is_first(s), last = slice_is_last(s, c), rc = 0;
     // A tied token embedding is the output head too: the last stage of a
-    // pipeline holds it as well (see stage.h).
+    // pipeline holds a copy of the whole embeddings part, laid out as the
+    // first stage's so that both split into the same ZeRO pieces and their
+    // gradients can be summed piece by piece (parallel/pipe).
     for (int i = 0; i < a->n[PART_EMBED] && !rc; i++) {
         const TensorDesc *d = &a->part[PART_EMBED][i];
-        if (first || (last && a->tied_head && d->role == ROLE_TOK_EMB)) rc = add(&bd, d->name, PART_EMBED, i, d, -1);
+        if (first || (last && a->tied_head)) rc = add(&bd, d->name, PART_EMBED, i, d, -1);
     }
     for (int l = s->layer_begin; l < s->layer_end && !rc; l++)
         for (int i = 0; i < a->n[PART_BLOCK] && !rc; i++) {

@@ -76,8 +76,8 @@ typedef struct ParamTable {
 } ParamTable;
 
 // Builds the table of the slice's tensors from the architecture's
-// description, in flat-buffer order: the embeddings (first stage; a tied
-// token embedding on the last stage too), each block's tensors, then the
+// description, in flat-buffer order: the embeddings (first stage; with a
+// tied head the last stage holds a copy of them too), each block's tensors, then the
 // final part (last stage). Errors name the dimension that the
 // tensor-parallel size does not divide.
 int ptable_build(ParamTable *t, const ModelConfig *c, const ModelSlice *s, Err *err);

@@ -37,6 +37,7 @@ struct Dp {
     size_t *sk, *soff;       // per segment: piece floats, offset in the shard
     size_t S;
     int emb;                 // the embeddings' segment (-1: none)
+    int shared;              // a segment another stage holds and counts (-1: none)
     EmbSync *es;             // the embedding lookup's gradient rows
     int micro, last;         // the current micro-batch; it is the last of the step
     // stage 0
@@ -283,7 +284,8 @@ int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, Stage *st, Err *err) 
     CHECKF(d->emb <= 0, "the embeddings are segment %d, not the first", d->emb);
     // the lookup's rows travel whenever gradients are reduced across ranks
     int reduces = zero >= 1 || d->d > 1;
-    if (d->emb >= 0 && reduces && embsync_init(&d->es, c, st, err)) { dp_free(d); return -1; }
+    d->shared = -1;
+    if (d->emb >= 0 && slice_is_first(&st->slice) && reduces && embsync_init(&d->es, c, st, err)) { dp_free(d); return -1; }
     for (int k = 0; k < t->nseg; k++) {   // stage 0's one piece is the whole buffer (S = total)
         size_t n = t->seg[k].hi - t->seg[k].lo;
         size_t per = zero ? (size_t)d->d : 1;
@@ -388,19 +390,38 @@ static double split_sumsq(const Dp *d, const float *g, size_t lo, size_t hi) {
 
 double dp_grad_sumsq(const Dp *d) {
     if (d->zero == 0 && d->rank != 0) return 0.0;
+    // a shared copy is the embeddings' segment, the first: start after it
+    size_t from = d->shared >= 0 ? d->t->seg[d->shared].hi : 0;
     if (d->st->slice.tp_rank > 0) {
         double s = 0;
         for (int k = 0; k < d->npc; k++) {
+            if (d->zero && k == d->shared) continue;
             DpPiece p = dp_piece((Dp *)d, k);
-            s += split_sumsq(d, p.grads, p.lo, p.hi);
+            size_t lo = p.lo > from || d->zero ? p.lo : from;
+            s += split_sumsq(d, p.grads + (lo - p.lo), lo, p.hi);
         }
         return s;
     }
-    if (d->zero == 0) return sum_squares(d->st->grads, d->t->total);
-    if (d->zero >= 2) return sum_squares(d->gshard, d->S);
+    if (d->zero == 0) return sum_squares(d->st->grads + from, d->t->total - from);
+    if (d->zero >= 2) return sum_squares(d->gshard + (from ? d->sk[0] : 0), d->S - (from ? d->sk[0] : 0));
     double s = 0;
-    for (int k = 0; k < d->t->nseg; k++) s += sum_squares(piece_grads(d, k), d->sk[k]);
+    for (int k = 0; k < d->t->nseg; k++)
+        if (k != d->shared) s += sum_squares(piece_grads(d, k), d->sk[k]);
     return s;
+}
+
+void dp_set_shared(Dp *d, int seg) {
+    CHECKF(seg == 0 && d->t->seg[0].part == PART_EMBED, "a shared segment is the embeddings' (segment 0), not %d", seg);
+    d->shared = seg;
+}
+
+float *dp_owned_grads(Dp *d, int seg, size_t *n) {
+    if (d->zero == 0) {
+        *n = d->t->seg[seg].hi - d->t->seg[seg].lo;
+        return d->st->grads + d->t->seg[seg].lo;
+    }
+    *n = d->sk[seg];
+    return piece_grads(d, seg);
 }
 
 int dp_npieces(const Dp *d) { return d->npc; }

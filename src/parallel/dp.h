@@ -62,7 +62,9 @@ int dp_pad_multiple(int zero, int ranks);
 int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, Stage *st, Err *err);
 void dp_free(Dp *d);
 
-// Before micro-batch k (of K)'s forward.
+// Before micro-batch k (of K)'s forward and before its backward (a
+// pipeline schedule interleaves them): the gradients the stage finishes
+// next are micro-batch k's.
 void dp_microbatch(Dp *d, int k, int K);
 // After the last backward: waits for every gradient reduction; the owned
 // gradients are then final (summed over the DP ranks). 0, or -1 with err
@@ -75,6 +77,13 @@ int dp_finish(Dp *d, Err *err);
 // ones are the same on every TP rank). Summed over the DP and TP ranks it
 // counts every gradient exactly once.
 double dp_grad_sumsq(const Dp *d);
+// Segment seg (the embeddings', segment 0) is a copy another stage holds
+// too (a pipeline's last stage with a tied head): dp_grad_sumsq leaves it
+// out, the other stage counts it.
+void dp_set_shared(Dp *d, int seg);
+// This rank's final gradients of segment seg after dp_finish: the whole
+// segment (ZeRO-0) or the owned piece; *n gets their number.
+float *dp_owned_grads(Dp *d, int seg, size_t *n);
 // AdamW on the owned pieces (one step); then the parameters are brought
 // back in step: stages 1 and 2 allgather each piece as soon as it is
 // updated (the next forward waits for each segment's in turn), stage 3

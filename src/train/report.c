@@ -83,6 +83,8 @@ void report_step(Report *r, const StepMetrics *m) {
     jb_key(&b, "grad_comm_bytes"); jb_int(&b, (int64_t)m->grad_comm_bytes);
     jb_key(&b, "tp_comm_bytes"); jb_int(&b, (int64_t)m->tp_comm_bytes);
     jb_key(&b, "tp_comm_ms"); jb_fixed(&b, m->tp_comm_ms, 3);
+    jb_key(&b, "pp_comm_bytes"); jb_int(&b, (int64_t)m->pp_comm_bytes);
+    jb_key(&b, "pp_wait_ms"); jb_fixed(&b, m->pp_wait_ms, 3);
     jb_obj_end(&b);
     write_record(r, &b);
     jb_free(&b);

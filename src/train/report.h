@@ -19,6 +19,8 @@ typedef struct StepMetrics {
     uint64_t grad_comm_bytes;     // bytes the DP group sent for this step's gradients and parameters
     uint64_t tp_comm_bytes;       // bytes the TP group sent in this step (activations, loss statistics)
     double tp_comm_ms;            // time spent in the TP group's collectives in this step
+    uint64_t pp_comm_bytes;       // bytes this rank sent to its pipeline neighbours in this step
+    double pp_wait_ms;            // time this rank waited on pipeline sends and receives (its bubble)
 } StepMetrics;
 
 typedef struct Report Report;

@@ -32,36 +32,45 @@ struct Trainer {
     Loader *ld, *val;
     Stage st;
     Dp *dp;
+    Pipe *pipe;                // the pipeline schedule and the neighbours (one stage: the plain loop)
+    int last;                  // this rank's stage holds the loss
     AdamW opt;
     Report *rep;
-    int *inp, *tgt;            // one micro-batch (B,T)
+    int *inp, *tgt;            // the step's micro-batches (M,B,T)
     int done;                  // steps done
     double tokens_per_step, flops_tok, peak;
     const char *peak_src;
     uint64_t sent_mark;        // DP bytes sent up to the end of the last step's reductions
+    double t_steps, pp_wait;   // seconds in steps, and of them waited on pipeline sends and receives
+    uint64_t pp_sent;          // bytes sent to pipeline neighbours in steps
 };
 
 double train_flops_per_token(const ModelConfig *c, int T) {
     return 6.0 * (double)config_param_count(c, 0) + 12.0 * c->n_layer * (double)T * c->d_model;
 }
 
-double train_evaluate(Stage *st, Loader *val, int max_batches, int64_t *ntok) {
-    int B = st->B, T = st->T;
+int train_evaluate(Stage *st, Pipe *p, Loader *val, int max_batches, double *sum, int64_t *ntok, Err *err) {
+    int B = st->B, T = st->T, rc = 0;
     int *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
     CHECKF(in && tg, "out of memory");
-    double sum = 0;
+    double s = 0;
     int64_t n = 0;
     loader_rewind(val);
     for (int b = 0; max_batches <= 0 || b < max_batches; b++) {
         int got = loader_next(val, in, tg);
         if (got == 0) break;
-        sum += stage_forward(st, 0, in, tg, got, T, 0.0f);
+        double part = 0;
+        if (p) rc = pipe_forward(p, in, tg, got, T, &part, err);
+        else part = stage_forward(st, 0, in, tg, got, T, 0.0f);
+        if (rc) break;
+        s += part;
         n += (int64_t)got * T;
     }
     free(in);
     free(tg);
+    *sum = s;
     *ntok = n;
-    return n ? sum / (double)n : 0.0;
+    return rc;
 }
 
 // Bytes c has sent over all operations and (seconds non-NULL) the time
@@ -115,24 +124,32 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     double t0 = timer_now(), tp_s0, tp_s1;
     uint64_t tp_b0 = comm_totals(t->mesh->tpg, &tp_s0);
 
-    // data → micro-batches: forward and backward, gradients accumulating
+    double pp_w0 = pipe_waited(t->pipe);
+    uint64_t pp_b0 = pipe_bytes_sent(t->pipe);
+
+    // data → micro-batches through the pipeline schedule (one stage: one
+    // after another), gradients accumulating; every stage reads the same
+    // micro-batches, the first uses the tokens, the last the targets
+    size_t bt = (size_t)B * T;
+    for (int k = 0; k < K; k++) loader_next(t->ld, t->inp + k * bt, t->tgt + k * bt);
     if (st->grads) memset(st->grads, 0, st->table.total * sizeof(float));
     float dscale = (float)(1.0 / t->tokens_per_step);   // d(mean loss over the global batch)/d(loss sum)
     double loss_sum = 0;
-    for (int k = 0; k < K; k++) {
-        loader_next(t->ld, t->inp, t->tgt);
-        dp_microbatch(t->dp, k, K);
-        loss_sum += stage_forward(st, 0, t->inp, t->tgt, B, T, dscale);
-        stage_backward(st, 0, t->inp, B, T);
-    }
-    // gradient sync: the owned gradients are final
+    if (pipe_step(t->pipe, t->dp, t->inp, t->tgt, B, T, dscale, &loss_sum, err)) return -1;
+    // gradient sync: the owned gradients are final; then the tied
+    // embedding's, summed between the first and the last stage
     if (dp_finish(t->dp, err) || stage_tp_status(st, err)) return -1;
+    if (pipe_stages(t->pipe) > 1 && t->st.table.nseg && t->st.table.seg[0].part == PART_EMBED) {
+        size_t n;
+        float *ge = dp_owned_grads(t->dp, 0, &n);
+        if (pipe_tied_sum(t->pipe, ge, n, err)) return -1;
+    }
     uint64_t grad_sent = bytes_sent(t->mesh->dpg) - t->sent_mark;
     t->sent_mark += grad_sent;
 
-    // the global loss and gradient norm, every gradient counted once (every
-    // TP rank computed the same loss: the first one counts it)
-    double g[2] = {t->mesh->tp_rank == 0 ? loss_sum : 0.0, dp_grad_sumsq(t->dp)};
+    // the global loss and gradient norm, every gradient counted once (the
+    // last stage's TP ranks computed the same loss: the first one counts it)
+    double g[2] = {t->mesh->tp_rank == 0 && t->last ? loss_sum : 0.0, dp_grad_sumsq(t->dp)};
     if (sum_all(t, g, 2, err)) return -1;
     double loss = g[0] / t->tokens_per_step, norm = sqrt(g[1]);
 
@@ -145,13 +162,18 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     if (dp_update(t->dp, &t->opt, lr, &tc->adamw, gscale, err)) return -1;
 
     double dt = timer_now() - t0;
+    t->t_steps += dt;
+    t->pp_wait += pipe_waited(t->pipe) - pp_w0;
+    t->pp_sent += pipe_bytes_sent(t->pipe) - pp_b0;
     uint64_t tp_b1 = comm_totals(t->mesh->tpg, &tp_s1);
     t->done = step + 1;
     double tps = t->tokens_per_step / dt;
     *m = (StepMetrics){.step = step + 1, .steps = tc->steps, .loss = loss, .lr = lr, .grad_norm = norm,
                        .ms = dt * 1e3, .tokens_per_s = tps,
-                       .mfu = tps * t->flops_tok / (t->peak * 1e9 * t->D * t->mesh->tp),
-                       .grad_comm_bytes = grad_sent, .tp_comm_bytes = tp_b1 - tp_b0, .tp_comm_ms = (tp_s1 - tp_s0) * 1e3};
+                       .mfu = tps * t->flops_tok / (t->peak * 1e9 * t->D * t->mesh->tp * t->mesh->pp),
+                       .grad_comm_bytes = grad_sent, .tp_comm_bytes = tp_b1 - tp_b0, .tp_comm_ms = (tp_s1 - tp_s0) * 1e3,
+                       .pp_comm_bytes = pipe_bytes_sent(t->pipe) - pp_b0,
+                       .pp_wait_ms = (pipe_waited(t->pipe) - pp_w0) * 1e3};
     if (!isfinite(loss)) return err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
     if (!isfinite(norm))
         return err_set(err, ERR_RUN, "the gradient norm became %g at step %d (try a lower --lr, or --clip)", norm, step + 1);
@@ -307,15 +329,43 @@ static int check_same_start(Trainer *t, uint32_t crc, Err *err) {
     return rc;
 }
 
+// The pipeline and every rank's place in the mesh: its stage's layers and
+// its tensor-parallel slice.
+static void print_pipeline(Trainer *t) {
+    const Mesh *m = t->mesh;
+    const ModelConfig *mc = &t->mc;
+    int P = m->pp, M = t->tc->accum, n = m->dp * m->tp * m->pp, begin[257];
+    if (P > 256 || pipe_split_layers(mc->n_layer, P, t->tc->pp_layers, begin, NULL)) return;
+    printf("pipeline:  %d stages (%s backend), %s schedule, %d micro-batches per step; activations of %d micro-batches "
+           "held at once on this rank (stage 0; the memory line is its)\n", P, comm_backend(m->ppg),
+           pipe_schedule_name(t->tc->schedule), M, t->st.slots);
+    if (n > 16) {
+        printf("ranks:     %d (rank = pp_rank·%d + dp_rank·%d + tp_rank)\n", n, m->dp * m->tp, m->tp);
+        return;
+    }
+    for (int r = 0; r < n; r++) {
+        int d, tr, pr;
+        mesh_coords(r, m->dp, m->tp, m->pp, &d, &tr, &pr);
+        char tpd[96] = "";
+        if (m->tp > 1) {
+            int h = mc->n_head / m->tp, v = mc->vocab_padded / m->tp;
+            snprintf(tpd, sizeof tpd, ", tp %d/%d (heads %d–%d, vocabulary rows %d–%d)", tr, m->tp, tr * h, tr * h + h - 1,
+                     tr * v, tr * v + v - 1);
+        }
+        printf("%s rank %d: stage %d, layers %d–%d%s%s%s, dp %d/%d\n", r ? "          " : "ranks:    ", r, pr, begin[pr],
+               begin[pr + 1] - 1, pr == 0 ? " + embeddings" : "", pr == P - 1 ? " + final norm, head, loss" : "", tpd, d, m->dp);
+    }
+}
+
 static void print_header(Trainer *t) {
     const TrainConfig *tc = t->tc;
     const ModelConfig *mc = &t->mc;
     int64_t np = config_param_count(mc, 0);
     printf("model:     %s — %d layers, %d heads, d_model %d, d_ff %d, max_seq %d, vocab %d (padded %d)\n", mc->name,
            mc->n_layer, mc->n_head, mc->d_model, mc->d_ff, mc->max_seq, mc->vocab, mc->vocab_padded);
-    if (t->mesh->tp > 1)
-        printf("params:    %.2fM (%lld; %zu per tensor-parallel rank with vocabulary padding)\n", np / 1e6, (long long)np,
-               t->st.table.total);
+    if (t->mesh->tp > 1 || t->mesh->pp > 1)
+        printf("params:    %.2fM (%lld; %zu on this rank's %s with vocabulary padding)\n", np / 1e6, (long long)np,
+               t->st.table.total, t->mesh->pp > 1 ? "stage" : "tensor-parallel slice");
     else
         printf("params:    %.2fM (%lld; %zu with vocabulary padding)\n", np / 1e6, (long long)np, t->st.table.total);
     printf("data:      %s — %d file%s, %lld tokens (%s tokenizer), %lld sequences of %d+1 per epoch\n", tc->data,
@@ -325,8 +375,8 @@ static void print_header(Trainer *t) {
         printf("val:       %lld tokens, %lld sequences; evaluated %s%s, %s\n", (long long)loader_tokens(t->val),
                (long long)loader_samples(t->val), tc->eval_every > 0 ? "every --eval-every steps and " : "",
                "at the end", tc->eval_batches ? "first --eval-batches batches" : "all of it");
-    printf("batch:     %d × %d tokens × %d accumulation × %d ranks = %.0f tokens per step, %d steps\n", tc->batch, tc->seq,
-           tc->accum, t->D, t->tokens_per_step, tc->steps);
+    printf("batch:     %d × %d tokens × %d %s × %d ranks = %.0f tokens per step, %d steps\n", tc->batch, tc->seq,
+           tc->accum, t->mesh->pp > 1 ? "micro-batches" : "accumulation", t->D, t->tokens_per_step, tc->steps);
     char line[1024];
     dp_describe(t->dp, line, sizeof line);
     if (line[0]) printf("parallel:  %s\n", line);
@@ -334,6 +384,7 @@ static void print_header(Trainer *t) {
         printf("tensor:    %d-way tensor parallel (%s backend): heads, FFN columns and vocabulary rows split over the "
                "ranks (Megatron column/row layers, vocabulary-parallel embedding and loss)%s\n", t->mesh->tp,
                comm_backend(t->mesh->tpg), tc->sp ? "; sequence parallel: norms and residual stream split by rows" : "");
+    if (t->mesh->pp > 1) print_pipeline(t);
     printf("optimizer: AdamW lr %g → %g (%s, warmup %d), betas %g/%g, eps %g, weight decay %g, clip %g\n",
            (float)tc->lr.lr, (float)(tc->lr.shape == LR_COSINE ? tc->lr.min_lr : tc->lr.lr),
            tc->lr.shape == LR_COSINE ? "cosine" : "constant", tc->lr.warmup, (float)tc->adamw.beta1,
@@ -348,7 +399,6 @@ static void print_header(Trainer *t) {
 
 int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     *out = NULL;
-    CHECKF(m->pp == 1, "the trainer runs data and tensor parallel (pp=%d)", m->pp);
     if (tc->zero && !m->dpg)
         return err_set(err, ERR_USAGE, "--zero %d needs a communicator (tessera train starts one)", tc->zero);
     Trainer *t = calloc(1, sizeof *t);
@@ -365,13 +415,23 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     if (tc->threads > 0) kernels_set_threads(tc->threads);
     if (open_data(t, err)) goto fail;
     ModelSlice slice = slice_whole(&t->mc);
+    int *begin = calloc((size_t)m->pp + 1, sizeof *begin);
+    if (!begin) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
+    if (pipe_split_layers(t->mc.n_layer, m->pp, tc->pp_layers, begin, err)) { free(begin); goto fail; }
+    slice.layer_begin = begin[m->pp_rank];
+    slice.layer_end = begin[m->pp_rank + 1];
+    free(begin);
     slice.tp_rank = m->tp_rank;
     slice.tp_size = m->tp;
     slice.sp = tc->sp;
     slice.pad_multiple = dp_pad_multiple(tc->zero, t->D);   // ZeRO: every segment splits into D equal pieces
-    if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, 1, dp_stage_flags(tc->zero), err)) goto fail;
+    t->last = slice_is_last(&slice, &t->mc);
+    int slots = pipe_in_flight(tc->schedule, m->pp, m->pp_rank, tc->accum);   // the micro-batches in flight here
+    if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, dp_stage_flags(tc->zero), err)) goto fail;
     if (m->tpg && stage_set_tp(&t->st, m->tpg, err)) goto fail;
     if (dp_init(&t->dp, m->dpg, tc->zero, tc->bucket_mb, &t->st, err)) goto fail;
+    if (pipe_init(&t->pipe, m->ppg, tc->schedule, tc->accum, &t->st, err)) goto fail;
+    if (pipe_holds_tied_copy(t->pipe)) dp_set_shared(t->dp, 0);   // the first stage counts the embeddings
     if (adamw_init(&t->opt, dp_shard_floats(t->dp), err)) goto fail;   // the moments of the owned pieces
     if (init_state(t, &crc, err) || check_same_start(t, crc, err)) goto fail;
     if (m->world && comm_split(m->world, 0, comm_rank(m->world), "stats", &t->stats, err)) goto fail;
@@ -380,8 +440,8 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     int rc = report_open(&t->rep, t->first ? tc->log_path : NULL, tc->progress, err);
     if (!rc && t->first && tc->ckpt_dir && (t->lock = ckpt_lock(tc->ckpt_dir, err)) < 0) rc = -1;
     if (agree(t, rc, "to start (see its error)", err)) goto fail;
-    t->inp = malloc((size_t)tc->batch * tc->seq * sizeof *t->inp);
-    t->tgt = malloc((size_t)tc->batch * tc->seq * sizeof *t->tgt);
+    t->inp = malloc((size_t)tc->accum * tc->batch * tc->seq * sizeof *t->inp);
+    t->tgt = malloc((size_t)tc->accum * tc->batch * tc->seq * sizeof *t->tgt);
     if (!t->inp || !t->tgt) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
     t->tokens_per_step = (double)tc->batch * tc->seq * tc->accum * t->D;
     t->flops_tok = train_flops_per_token(&t->mc, tc->seq);
@@ -403,7 +463,8 @@ void trainer_close(Trainer *t) {
     if (t->lock >= 0) close(t->lock);
     free(t->inp);
     free(t->tgt);
-    dp_free(t->dp);   // first: it waits for collectives still writing into the stage's buffers
+    pipe_free(t->pipe);   // first: it and dp wait for what is still in flight from the stage's buffers
+    dp_free(t->dp);
     adamw_free(&t->opt);
     stage_free(&t->st);
     comm_free(t->stats);
@@ -439,10 +500,11 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls) {
 
 // Saves a checkpoint of the current step; every rank calls it. Each rank
 // that owns distinct pieces (every rank under ZeRO, DP rank 0 otherwise)
-// writes its parameters and moments — its TP slice's — into its own file,
-// number tp_rank·(files per TP rank) + its DP file; world rank 0 creates
-// the step first and commits it once all have written. Any failure fails
-// all.
+// writes its parameters and moments — its stage's and TP slice's — into
+// its own file, number (pp_rank·tp + tp_rank)·(files per DP group) + its
+// DP file; the last stage leaves out its copy of the tied embeddings
+// (the first stage's is the same). World rank 0 creates the step first and
+// commits it once all have written. Any failure fails all.
 static int save(Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
     double t0 = timer_now();
@@ -454,18 +516,23 @@ static int save(Trainer *t, Err *err) {
     if (t->first && !rc) rc = ckpt_begin(tc->ckpt_dir, t->done, err);
     rc = agree(t, rc, "to write its part of the checkpoint", err);
     if (!rc && dp_writes_checkpoint(t->dp)) {
+        size_t from = pipe_holds_tied_copy(t->pipe) ? t->st.table.seg[0].hi : 0;   // past the tied copy
+        int np = 0;
         for (int k = 0; k < n; k++) {
             DpPiece p = dp_piece(t->dp, k);
-            pc[k] = (CkptPiece){p.lo, p.hi, {p.params, t->opt.m + p.off, t->opt.v + p.off}};
+            if (p.hi <= from) continue;
+            size_t cut = p.lo < from ? from - p.lo : 0;
+            pc[np++] = (CkptPiece){p.lo + cut, p.hi, {p.params + cut, t->opt.m + p.off + cut, t->opt.v + p.off + cut}};
         }
         const char *const sections[3] = {"", adamw_sections[0], adamw_sections[1]};   // parameters, moments
-        // files per TP rank: its DP ranks' (ZeRO) or its first DP rank's
-        int file = t->mesh->tp_rank * dp_checkpoint_files(t->dp) + (dp_checkpoint_files(t->dp) > 1 ? t->rank : 0);
-        rc = ckpt_write_pieces(tc->ckpt_dir, t->done, file, &t->st.table, sections, 3, pc, n, err);
+        // files per (stage, TP rank): its DP ranks' (ZeRO) or its first DP rank's
+        int per = dp_checkpoint_files(t->dp);
+        int file = (t->mesh->pp_rank * t->mesh->tp + t->mesh->tp_rank) * per + (per > 1 ? t->rank : 0);
+        rc = ckpt_write_pieces(tc->ckpt_dir, t->done, file, &t->st.table, sections, 3, pc, np, err);
     }
     rc = agree(t, rc, "to write its part of the checkpoint", err);
-    CkptMeta md = {.step = t->done, .cfg = &t->mc, .nfiles = dp_checkpoint_files(t->dp) * t->mesh->tp, .dp = t->D,
-                   .tp = t->mesh->tp, .pp = 1,
+    CkptMeta md = {.step = t->done, .cfg = &t->mc, .nfiles = dp_checkpoint_files(t->dp) * t->mesh->tp * t->mesh->pp,
+                   .dp = t->D, .tp = t->mesh->tp, .pp = t->mesh->pp,
                    .zero = tc->zero, .state = state, .train = train};
     if (t->first && !rc) rc = ckpt_commit(tc->ckpt_dir, &md, tc->keep, err);
     rc = agree(t, rc, "to write its part of the checkpoint", err);
@@ -483,8 +550,16 @@ static int evaluate(Trainer *t, Err *err) {
     if (dp_sync_params(t->dp, err)) return -1;   // what the step sent is counted with it
     uint64_t b0 = bytes_sent(t->mesh->dpg);
     int64_t n;
-    double t0 = timer_now(), loss = train_evaluate(&t->st, t->val, t->tc->eval_batches, &n);
-    if (stage_tp_status(&t->st, err)) return -1;
+    double t0 = timer_now(), sum;
+    int rc = train_evaluate(&t->st, t->pipe, t->val, t->tc->eval_batches, &sum, &n, err);
+    if (rc || stage_tp_status(&t->st, err)) return -1;
+    // the last stage scored the tokens (every DP rank the same ones): one
+    // of its ranks counts them, and every rank gets the sum
+    int counts = t->last && t->mesh->tp_rank == 0 && t->rank == 0;
+    double v[2] = {counts ? sum : 0.0, counts ? (double)n : 0.0};
+    if (sum_all(t, v, 2, err)) return -1;
+    n = (int64_t)v[1];
+    double loss = v[1] > 0 ? v[0] / v[1] : 0.0;
     report_eval(t->rep, t->done, loss, n, timer_now() - t0);
     t->sent_mark += bytes_sent(t->mesh->dpg) - b0;
     return 0;
@@ -529,6 +604,16 @@ int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
                "%.1f MB sent per rank, %llu calls\n", tps, total > 0 ? 100 * tps / total : 0.0,
                sent / 1e6, (unsigned long long)(cs->calls[OP_ALLREDUCE] +
                cs->calls[OP_ALLGATHER] + cs->calls[OP_REDUCE_SCATTER]));
+    }
+    if (m->pp > 1 && start < tc->steps) {
+        // every rank's waits against every rank's step time: the mean bubble
+        double v[4] = {t->pp_wait, t->t_steps, (double)t->pp_sent, 0};
+        if (sum_all(t, v, 3, err)) goto done;
+        double P = m->pp, M = tc->accum, n = tc->steps - start;
+        printf("pipeline:  bubble %.1f%% measured (time the ranks waited on pipeline sends and receives, mean over %d "
+               "ranks) against (P−1)/(M+P−1) = %.1f%% planned; %.2f MB sent between stages per step per rank\n",
+               v[1] > 0 ? 100 * v[0] / v[1] : 0.0, m->dp * m->tp * m->pp, 100 * (P - 1) / (M + P - 1),
+               v[2] / 1e6 / n / (m->dp * m->tp * m->pp));
     }
     report_memory(t->rep);
     rc = 0;

@@ -21,6 +21,7 @@
 #include "model/stage.h"
 #include "optim/adamw.h"
 #include "parallel/mesh.h"
+#include "parallel/pipe.h"
 #include "train/report.h"
 #include "train/schedule.h"
 
@@ -40,6 +41,7 @@ typedef struct TrainConfig {
     const char *resume;        // checkpoint or run directory to continue from, or NULL
     const char *init_from;     // safetensors file (Hugging Face GPT-2 names) to start from, or NULL
     int batch, seq, accum, steps;   // per DP rank: batch sequences of seq tokens, accum micro-batches per step
+                                    // (with a pipeline, its micro-batches)
     int log_every;             // print/log every this many steps (and the last)
     int threads;
     uint64_t seed;
@@ -51,11 +53,13 @@ typedef struct TrainConfig {
     double bucket_mb;          // ZeRO-0 gradient bucket size
     int zero;                  // ZeRO stage 0..3 over the DP group
     int sp;                    // sequence parallelism over the TP group
+    PipeSchedule schedule;     // pipeline schedule (pp > 1)
+    const int *pp_layers;      // layers of each pipeline stage, or NULL for an even split
 } TrainConfig;
 
 typedef struct Trainer Trainer;
 
-// Sets up a run of tc on mesh m (its DP and TP groups; pp = 1). m->world
+// Sets up a run of tc on mesh m (its DP, TP and PP groups). m->world
 // NULL is one process. Prints the header on stdout. 0, or -1 with err.
 int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err);
 void trainer_close(Trainer *t);
@@ -73,9 +77,11 @@ int train_run(const TrainConfig *tc, Mesh *m, Err *err);
 // N parameters without padding, plus attention's score/value products).
 double train_flops_per_token(const ModelConfig *c, int T);
 
-// Mean loss per token of the model over the validation loader (from its
-// start, at most max_batches batches of the stage's B; 0 = all); the number
-// of tokens scored goes to *ntok.
-double train_evaluate(Stage *st, Loader *val, int max_batches, int64_t *ntok);
+// The sum of the per-token losses of the model over the validation loader
+// (from its start, at most max_batches batches of the stage's B; 0 = all)
+// into *sum — on a pipeline's last stage; other stages get 0 — and the
+// number of tokens scored into *ntok. p: the pipeline (NULL: the stage is
+// the whole model). 0, or -1 with err.
+int train_evaluate(Stage *st, Pipe *p, Loader *val, int max_batches, double *sum, int64_t *ntok, Err *err);
 
 #endif

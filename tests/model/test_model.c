@@ -339,6 +339,69 @@ static void test_slots(void) {
     stage_free(&two);
 }
 
+// Pipeline stages stitched by hand: the model cut into stages of 1, 2 and
+// 1 layers (activations and their gradients copied between them) gives
+// the whole model's loss and every gradient; the tied embedding's gradient
+// is the first stage's (lookup) plus the last stage's copy (head), whose
+// position table's gradient stays zero.
+static void test_pipeline_stages(void) {
+    Err e;
+    ModelConfig c = tiny_cfg(4, 2, 16, 32, 8, 40);
+    ModelSlice w = slice_whole(&c);
+    int cut[4] = {0, 1, 3, 4}, B = 2, T = 8, N = B * T, C = c.d_model;
+    Stage whole, st[3];
+    EXPECT(stage_init(&whole, &c, &w, B, T, 1, 0, &e) == 0, "%s", e.msg);
+    ptable_init(&whole.table, whole.params, 9);
+    for (int k = 0; k < 3; k++) {
+        ModelSlice s = w;
+        s.layer_begin = cut[k];
+        s.layer_end = cut[k + 1];
+        EXPECT(stage_init(&st[k], &c, &s, B, T, 2, 0, &e) == 0, "%s", e.msg);
+        ptable_init(&st[k].table, st[k].params, 9);
+    }
+    EXPECT(ptable_role(&st[2].table, ROLE_TOK_EMB) && ptable_role(&st[2].table, ROLE_POS_EMB) &&
+           st[2].table.seg[0].hi == st[0].table.seg[0].hi, "the last stage's copy of the embeddings is not laid out as the first's");
+    int tok[16], tgt[16];
+    make_batch(tok, tgt, B, T, c.vocab, 5);
+    float sc = 1.0f / N;
+    double lw = stage_forward(&whole, 0, tok, tgt, B, T, sc);
+    stage_backward(&whole, 0, tok, B, T);
+    stage_forward(&st[0], 1, tok, tgt, B, T, sc);
+    memcpy(stage_input(&st[1], 1), stage_output(&st[0], 1), (size_t)N * C * 4);
+    stage_forward(&st[1], 1, tok, tgt, B, T, sc);
+    memcpy(stage_input(&st[2], 1), stage_output(&st[1], 1), (size_t)N * C * 4);
+    double lp = stage_forward(&st[2], 1, tok, tgt, B, T, sc);
+    stage_backward(&st[2], 1, tok, B, T);
+    memcpy(stage_grad_output(&st[1], 1), stage_grad_input(&st[2], 1), (size_t)N * C * 4);
+    stage_backward(&st[1], 1, tok, B, T);
+    memcpy(stage_grad_output(&st[0], 1), stage_grad_input(&st[1], 1), (size_t)N * C * 4);
+    stage_backward(&st[0], 1, tok, B, T);
+    EXPECT(fabs(lw - lp) <= 1e-6 * fabs(lw), "pipeline loss %.9g, whole model %.9g", lp, lw);
+    int bad = 0, checked = 0;
+    for (int i = 0; i < whole.table.n; i++) {
+        const ParamInfo *p = &whole.table.p[i];
+        for (int k = 0; k < 3; k++) {
+            const ParamInfo *q = ptable_find(&st[k].table, p->name);
+            if (!q || (k == 2 && q->part == PART_EMBED)) continue;
+            for (size_t j = 0; j < p->numel; j++) {
+                float g = st[k].grads[q->offset + j];
+                if (q->part == PART_EMBED) {   // plus the last stage's copy
+                    const ParamInfo *r = ptable_find(&st[2].table, p->name);
+                    g += st[2].grads[r->offset + j];
+                    if (q->role == ROLE_POS_EMB) bad += st[2].grads[r->offset + j] != 0.0f;
+                }
+                float want = whole.grads[p->offset + j];
+                bad += fabsf(g - want) > 1e-5f * (1e-3f + fabsf(want));
+                checked++;
+            }
+        }
+    }
+    EXPECT(bad == 0 && checked == (int)config_param_count(&c, 1), "%d of %d gradients differ from the whole model's", bad,
+           checked);
+    stage_free(&whole);
+    for (int k = 0; k < 3; k++) stage_free(&st[k]);
+}
+
 // The architecture's description is the one parameter count: the table
 // built from it, whole or as tensor-parallel halves, has exactly the
 // elements arch_part_params and config_param_count say; LLaMA is described
@@ -401,6 +464,7 @@ int main(void) {
     RUN(test_segments);
     RUN(test_stage_hooks);
     RUN(test_slots);
+    RUN(test_pipeline_stages);
     RUN(test_arch_description);
     RUN(test_bad_configs);
     return test_finish();
