@@ -233,8 +233,12 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     plan_tp_comm(m, j, l, &r->bytes_tp, &r->tp_messages);
     r->t_tp = r->bytes_tp / (c->bw_intra * 1e9) + r->tp_messages * alpha;
     double bw_pp = ((int64_t)l->tp * l->dp * l->pp <= c->per_node ? c->bw_intra : c->bw_inter) * 1e9;
-    r->bytes_pp = p > 1 ? 2.0 * r->micro_batches * act_msg / (l->sp ? t : 1) : 0;
-    r->t_pp = r->bytes_pp / bw_pp + (p > 1 ? 2.0 * r->micro_batches * alpha : 0);
+    // the busiest stage sends every micro-batch's output forward and its
+    // input's gradient back (the two ends only one of them); under SP each
+    // TP rank sends its rows
+    double pp_msgs = p > 2 ? 2.0 * r->micro_batches : p > 1 ? (double)r->micro_batches : 0;
+    r->bytes_pp = pp_msgs * act_msg / (l->sp ? t : 1);
+    r->t_pp = r->bytes_pp / bw_pp + pp_msgs * alpha;
     r->t_step = r->t_compute + r->t_bubble + r->t_dp_exposed + r->t_tp + r->t_pp;
     r->tokens_per_s = tokens_step / r->t_step;
     r->mfu = r->tokens_per_s * r->flops_token / ((double)c->devices * c->tflops * 1e12);

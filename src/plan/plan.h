@@ -18,7 +18,8 @@
 //   reduce-scatter and allgather (n−1)/n, ZeRO-3 1.5× the data-parallel
 //   volume, tensor parallel 4 allreduces of s·b·h per layer and micro-batch
 //   (plus the embedding's, the head's and the loss statistics:
-//   plan_tp_comm), pipeline 2·s·b·h per stage boundary and micro-batch.
+//   plan_tp_comm), pipeline s·b·h per stage boundary, direction and
+//   micro-batch (a middle stage sends both ways, an end stage one).
 // - The vocabulary is padded as the trainer pads it: to a multiple of
 //   128·tp (Megatron-LM).
 #ifndef TSR_PLAN_PLAN_H
