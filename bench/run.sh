@@ -103,3 +103,31 @@ awk -v p="$pstep" -v t="$ptp" -v m="$tp_ms" -v g="$sg1" -v f="$one_mfu" -v b="$b
   printf "%-34s tessera plan: step %.1f ms (TP comm %.1f ms) with --device-tflops %.4f (1-core SGEMM) --mfu %.3f --bw-intra %s --alpha-us %s;\n", "",
          p * 1e3, t * 1e3, g / 1000, f, b, a
   printf "%-34s measured %.1f ms: predicted/measured %.2f (goal within 25%%)\n", "", m, p * 1e3 / m }'
+
+echo
+# The last stage holds the output head (38.6M of gpt2-124m's 124M
+# parameters, a third of its FLOPs at T=64): an even 6/6 split leaves stage
+# 0 waiting for stage 1 a quarter of the step, so the stages get 9 and 3
+# layers, which balances their compute.
+echo "Pipeline parallel, gpt2-124m, B=4 T=64 per micro-batch, 32 sequences per step, --pp-layers 9,3, 4 steps (median of steps 2-4):"
+ppbench() {   # label, then tessera train flags; sets PP_TOK, PP_BUBBLE (%), PP_ACTS (bytes)
+  local label=$1; shift
+  local log; log=$(mktemp)
+  ./tessera train --model gpt2-124m --data "$TEXT" --batch 4 --seq 64 --steps 4 --log-every 1 --log "$log" "$@" >"$log.out" 2>&1
+  local ms; ms=$(grep -o '"ms":[0-9.]*' "$log" | tail -3 | cut -d: -f2 | sort -n | sed -n 2p)
+  PP_TOK=$(grep -o '"tokens_per_s":[0-9.]*' "$log" | tail -3 | cut -d: -f2 | sort -n | sed -n 2p)
+  PP_ACTS=$(grep -o '"acts":[0-9]*' "$log" | tail -1 | cut -d: -f2)
+  PP_BUBBLE=$(grep -o 'bubble [0-9.]*% measured' "$log.out" | grep -o '[0-9.]*' | head -1)
+  printf '%-34s %9.1f ms/step %9.1f tokens/s   activations %6.1f MiB on rank 0%s\n' "$label" "$ms" "$PP_TOK" \
+    "$(awk -v a="$PP_ACTS" 'BEGIN { print a / 1048576 }')" "${PP_BUBBLE:+, bubble $PP_BUBBLE% measured}"
+  rm -f "$log" "$log.out"
+}
+ppbench "one process, 2 threads" --threads 2 --grad-accum 8; p_one=$PP_TOK
+ppbench "dp=2 (1 thread each)" --nproc 2 --dp 2 --grad-accum 4; p_dp=$PP_TOK
+ppbench "pp=2 gpipe, M=8 (1 thread each)" --nproc 2 --pp 2 --pp-layers 9,3 --micro-batches 8 --schedule gpipe; g_tok=$PP_TOK; g_acts=$PP_ACTS
+ppbench "pp=2 1f1b, M=8 (1 thread each)" --nproc 2 --pp 2 --pp-layers 9,3 --micro-batches 8; f_tok=$PP_TOK; f_acts=$PP_ACTS; f_bub=$PP_BUBBLE
+awk -v f="$f_tok" -v g="$g_tok" -v d="$p_dp" -v o="$p_one" -v fa="$f_acts" -v ga="$g_acts" -v b="$f_bub" 'BEGIN {
+  plan = 100 * 1 / 9
+  printf "%-34s 1f1b: %.2fx the dp=2 throughput (goal >= 0.8), %.2fx the 2-thread process; gpipe %.2fx dp=2\n", "", f / d, f / o, g / d
+  printf "%-34s 1f1b activations %.3f of gpipe'"'"'s (goal <= 0.25); bubble %.1f%% measured vs (P-1)/(M+P-1) = %.1f%% (%.2fx, goal within 20%%)\n", "",
+         fa / ga, b, plan, b / plan }'

@@ -177,7 +177,7 @@ int cmd_train(int argc, char **argv) {
         {"tp", FLAG_INT, &tp, 1, 256, "N", "tensor-parallel ranks: each layer's heads, FFN columns and vocabulary split over N neighbouring ranks (default 1)", 0, NULL},
         {"sp", FLAG_BOOL, &tc.sp, 0, 0, "", "sequence parallelism with --tp: norms and residual stream split by rows, allgather/reduce-scatter instead of allreduce", 0, NULL},
         {"pp", FLAG_INT, &pp, 1, 256, "N", "pipeline stages: each rank holds a contiguous range of layers, activations sent between stages per micro-batch (default 1)", 0, NULL},
-        {"pp-layers", FLAG_STR, &pp_layers, 0, 0, "a,b,…", "layers of each pipeline stage (default: an even split)", 0, NULL},
+        {"pp-layers", FLAG_STR, &pp_layers, 0, 0, "N,N,...", "layers of each pipeline stage (default: an even split)", 0, NULL},
         {"micro-batches", FLAG_INT, &micro, 1, 1 << 16, "M", "micro-batches per step through the pipeline: the same as --grad-accum (give either; both must agree)", 0, NULL},
         {"schedule", FLAG_STR, &pipe_sched, 0, 0, "S", "pipeline schedule: 1f1b (default; at most --pp micro-batches of activations per rank) or gpipe (all M)", 0, NULL},
         {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp × --tp × --pp); under mpirun leave it out", 0, NULL},
