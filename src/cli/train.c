@@ -251,7 +251,8 @@ int cmd_train(int argc, char **argv) {
         int world = comm_mpi_launched() ? -1 : nproc ? nproc : (dp ? dp : 1) * tp * pp;
         if (!dp && world > 0) dp = world / (tp * pp);   // under mpirun the rank takes the world size / (tp·pp)
         if (world > 0 && (int64_t)dp * tp * pp != world) {
-            if (nproc % (tp * pp)) err_set(&e, ERR_USAGE, "--tp %d × --pp %d = %d does not divide --nproc %d", tp, pp, tp * pp, nproc);
+            if (nproc % (tp * pp) && pp == 1) err_set(&e, ERR_USAGE, "--tp %d does not divide --nproc %d", tp, nproc);
+            else if (nproc % (tp * pp)) err_set(&e, ERR_USAGE, "--tp %d × --pp %d = %d does not divide --nproc %d", tp, pp, tp * pp, nproc);
             else err_set(&e, ERR_USAGE, "--dp %d with --nproc %d: dp × tp × pp = %d × %d × %d ranks must be the ranks started",
                          dp, nproc, dp, tp, pp);
             goto out;
