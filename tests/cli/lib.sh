@@ -10,3 +10,21 @@ fail=0
 
 ok()  { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
+
+# Comparing runs: losses_match REF.jsonl RUN.jsonl (same number of steps,
+# each loss within 1e-5 relative), params_rel DIR_A DIR_B (ckpt diff's max
+# relative difference), same_bits DIR1 DIR2 (the final checkpoints' rank
+# files are identical), field FILE KEY (a number of the last record).
+losses_match() {
+  [ "$(grep -c '"loss"' "$1")" -eq "$(grep -c '"loss"' "$2")" ] || return 1
+  paste -d' ' <(grep -o '"loss":[0-9.]*' "$1" | cut -d: -f2) <(grep -o '"loss":[0-9.]*' "$2" | cut -d: -f2) |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1 } END { exit bad }'
+}
+params_rel() { "$BIN" ckpt diff "$1" "$2" 2>&1 | sed 's/.*max relative difference //'; }
+same_bits() {
+  local a b
+  a=$(cat "$1"/latest) && b=$(cat "$2"/latest) || return 1
+  [ "$(ls "$1/$a")" = "$(ls "$2/$b")" ] || return 1
+  for f in "$1/$a"/rank_*.tsr; do cmp -s "$f" "$2/$b/$(basename "$f")" || return 1; done
+}
+field() { tail -1 "$1" | sed "s/.*\"$2\":\([0-9.]*\).*/\1/"; }

@@ -7,20 +7,6 @@
 # and bad layouts are refused before any work. Run from the repository root.
 source "$(dirname "$0")/lib.sh"
 
-losses_match() {   # REF.jsonl RUN.jsonl: same number of steps, each loss within 1e-5 relative
-  [ "$(grep -c '"loss"' "$1")" -eq "$(grep -c '"loss"' "$2")" ] || return 1
-  paste -d' ' <(grep -o '"loss":[0-9.]*' "$1" | cut -d: -f2) <(grep -o '"loss":[0-9.]*' "$2" | cut -d: -f2) |
-    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1 } END { exit bad }'
-}
-params_rel() { "$BIN" ckpt diff "$1" "$2" 2>&1 | sed 's/.*max relative difference //'; }
-same_bits() {   # DIR1 DIR2: the final checkpoints' rank files are identical
-  local a b
-  a=$(cat "$1"/latest) && b=$(cat "$2"/latest) || return 1
-  [ "$(ls "$1/$a")" = "$(ls "$2/$b")" ] || return 1
-  for f in "$1/$a"/rank_*.tsr; do cmp -s "$f" "$2/$b/$(basename "$f")" || return 1; done
-}
-field() { tail -1 "$1" | sed "s/.*\"$2\":\([0-9.]*\).*/\1/"; }   # FILE KEY: a number of the last record
-
 # ---- every layout against one process ----
 # gpt2-tiny (4 layers) and a model of 5 layers that no stage count divides
 # evenly (its stages given with --pp-layers). Global batch 8 sequences:
