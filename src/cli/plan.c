@@ -47,10 +47,14 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
     printf("params     %s, final norm included", p);
     if (m->arch == PLAN_GPT) printf(" (12Lh²+13Lh+(V+s)h = %s leaves it out)", f12);
     printf("; busiest device holds %s\n", pd);
-    printf("layout     dp %d × tp %d × pp %d = %lld devices, ZeRO-%d, %s, recompute %s, %s%s, micro-batch %lld × %lld per step (%lld in flight)\n",
-           l->dp, l->tp, l->pp, (long long)c->devices, l->zero, sched_name[l->schedule], rec_name[l->recompute],
+    int V = l->vstages > 1 ? l->vstages : 1;
+    char sched[64];
+    if (V > 1) snprintf(sched, sizeof sched, "interleaved 1f1b (%d virtual stages)", V);
+    else snprintf(sched, sizeof sched, "%s", sched_name[l->schedule]);
+    printf("layout     dp %d × tp %d × pp %d = %lld devices, ZeRO-%d, %s, recompute %s, %s%s, micro-batch %lld × %lld per step (%lld %sin flight)\n",
+           l->dp, l->tp, l->pp, (long long)c->devices, l->zero, sched, rec_name[l->recompute],
            prec_name[l->precision], l->sp ? ", sequence parallel" : "", (long long)j->micro_batch,
-           (long long)r->micro_batches, (long long)r->inflight);
+           (long long)r->micro_batches, (long long)r->inflight, V > 1 ? "chunks " : "");
     printf("memory     weights %.2f + gradients %.2f + optimizer %.2f = model states %.2f GiB; activations %.2f; comm buffers %.2f\n",
            r->weights / GiB, r->grads / GiB, r->optim / GiB, r->model_states / GiB, r->acts / GiB, r->comm_buf / GiB);
     printf("           total %.2f GiB per device of %.0f GiB: %s\n", r->total / GiB, c->mem_gb, r->fits ? "fits" : "DOES NOT FIT");
@@ -58,8 +62,8 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
         int mixed = l->precision != PREC_FP32;
         printf("  = states: (%s) × Ψ=%s%s\n", mixed ? "2 weights + 2 gradients + 12 fp32 master/m/v" : "4 + 4 + 8 (m, v)", pd,
                l->zero ? (l->zero == 1 ? ", optimizer / dp" : l->zero == 2 ? ", gradients and optimizer / dp" : ", all / dp") : "");
-        printf("  = activations: %.3g B per layer per micro-batch × %lld layers × %lld in flight (+ stage input and final norm)\n",
-               r->act_layer, (long long)(m->L / l->pp), (long long)r->inflight);
+        printf("  = activations: %.3g B per layer per micro-batch × %lld layers × %lld %sin flight (+ stage input and final norm)\n",
+               r->act_layer, (long long)(m->L / l->pp / V), (long long)r->inflight, V > 1 ? "chunks " : "");
         printf("    per layer: tensors tessera keeps for backward (norm outputs, q/k/v, attention output and log-sum-exp,\n"
                "    residual, FFN pre- and post-activation, output); Korthikanti et al. s·b·h·(34+5as/h) for a 16-bit\n"
                "    Megatron layer = %.3g B%s\n", r->act_korthikanti,
@@ -79,11 +83,12 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
                                     "one allgather",
                                     "(d−1)/d × (2 × parameter bytes − embeddings/head + gradient bytes) per micro-batch: "
                                     "parameters gathered for forward and backward (≈1.5× DDP)"};
-        printf("  = bubble: compute × (pp−1)/micro-batches; dp: %s;\n    tp: per micro-batch 4 allreduces of s·b·h per layer"
+        printf("  = bubble: compute × (pp−1)/(%smicro-batches); dp: %s;\n    tp: per micro-batch 4 allreduces of s·b·h per layer"
                " (2(t−1)/t each; with --sp a reduce-scatter and an allgather, (t−1)/t each) + 1 for the\n"
                "    vocabulary-parallel embedding + 1 for the output head + (t−1)·3·s·b floats of loss statistics%s;\n"
-               "    pp: 2·s·b·h per micro-batch per boundary; latency α per message (%.0f tensor-parallel messages per step)\n",
-               dpw[l->zero], l->sp ? " + the norms' gradient sums (4h per layer, 2h final)" : "", r->tp_messages);
+               "    pp: 2·s·b·h per micro-batch per boundary%s; latency α per message (%.0f tensor-parallel messages per step)\n",
+               V > 1 ? "V × " : "", dpw[l->zero], l->sp ? " + the norms' gradient sums (4h per layer, 2h final)" : "",
+               V > 1 ? " of each of a stage's V chunks" : "", r->tp_messages);
     }
     printf("speed      %.4g tokens/s, MFU %.1f%%\n", r->tokens_per_s, 100 * r->mfu);
     if (j->tokens > 0)
@@ -101,6 +106,7 @@ static void json_layout(const PlanModel *m, const PlanCluster *c, const PlanLayo
     jb_key(&b, "layout"); jb_obj_begin(&b);
     jb_key(&b, "dp"); jb_int(&b, l->dp); jb_key(&b, "tp"); jb_int(&b, l->tp); jb_key(&b, "pp"); jb_int(&b, l->pp);
     jb_key(&b, "zero"); jb_int(&b, l->zero); jb_key(&b, "schedule"); jb_str(&b, sched_name[l->schedule]);
+    jb_key(&b, "virtual_stages"); jb_int(&b, l->vstages > 1 ? l->vstages : 1);
     jb_key(&b, "recompute"); jb_str(&b, rec_name[l->recompute]); jb_key(&b, "precision"); jb_str(&b, prec_name[l->precision]);
     jb_key(&b, "sp"); jb_bool(&b, l->sp);
     jb_obj_end(&b);
@@ -176,7 +182,7 @@ int cmd_plan(int argc, char **argv) {
                *attention = "fused", *why_not = NULL, *config = NULL;
     int64_t devices = 8, per_node = 8, seq = 0, gbatch = 512, mbatch = 1, vocab = 0;
     double mem = 80, tflops = 312, mfu = 0.5, bw_intra = 300, bw_inter = 25, alpha = 5, tokens = 0;
-    int dp = 0, tp = 0, pp = 0, zero = -1, sp = 0, json = 0, explain = 0, top = 5, tut = 0;
+    int dp = 0, tp = 0, pp = 0, zero = -1, sp = 0, json = 0, explain = 0, top = 5, tut = 0, vstages = 1;
     int layers = 0, d_model = 0, heads = 0, kv_heads = 0, d_ff = 0, positions = 0;
     const char *arch = NULL;
     Flag f[] = {
@@ -207,6 +213,7 @@ int cmd_plan(int argc, char **argv) {
         {"pp", FLAG_INT, &pp, 1, 1 << 30, "N", "pipeline-parallel size", 0, NULL},
         {"zero", FLAG_INT, &zero, 0, 3, "Z", "ZeRO stage 0..3 (default 0 for a layout, all in a search)", 0, NULL},
         {"schedule", FLAG_STR, &schedule, 0, 0, "S", "1f1b (default) or gpipe", 0, NULL},
+        {"virtual-stages", FLAG_INT, &vstages, 1, 64, "V", "interleaved 1F1B with V chunks per stage (a layout's; the search uses 1)", 0, NULL},
         {"recompute", FLAG_STR, &recompute, 0, 0, "R", "none (default), selective or full", 0, NULL},
         {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32, bf16 (default) or fp16", 0, NULL},
         {"reduce-dtype", FLAG_STR, &reduce, 0, 0, "T", "gradient reduction dtype under bf16/fp16: fp32 (default) or bf16", 0, NULL},
@@ -276,6 +283,7 @@ int cmd_plan(int argc, char **argv) {
     l.reduce_fp32 = red_;
     l.fused_attention = att_;
     l.sp = sp;
+    l.vstages = vstages;
     if (why_not && parse_why_not(why_not, &dp, &tp, &pp, &zero, &e)) return cli_fail("plan", &e);
     PlanResult r;
     if (dp || tp || pp) {
@@ -308,6 +316,7 @@ int cmd_plan(int argc, char **argv) {
                 for (int rc = 0; rc < 3; rc++) {
                     PlanLayout x = l;
                     x.tp = t; x.pp = p; x.dp = (int)(devices / ((int64_t)t * p)); x.zero = z; x.recompute = rc;
+                    x.vstages = 1;
                     if (x.dp > 1 << 30) continue;
                     if (plan_check(&m, &c, &j, &x, NULL)) { rejected_rule++; continue; }
                     PlanResult y;

@@ -123,12 +123,11 @@ static int pipeline_flags(TrainConfig *tc, int pp, const char *spec, const char 
         }
         tc->pp_layers = *layers;
     }
-    if (pp > 1 && tc->schedule == PIPE_1F1B && tc->accum < pp)
-        return err_set(e, ERR_USAGE, "--micro-batches %d is below --pp %d: the 1F1B schedule needs at least one micro-batch "
-                       "per stage to fill the pipeline (more shrink the bubble)", tc->accum, pp);
-    int begin[257];
-    if (pp > 256) return err_set(e, ERR_USAGE, "--pp %d: at most 256 stages", pp);
-    if (!tc->resume && !tc->init_from && pipe_split_layers(tc->model.n_layer, pp, tc->pp_layers, begin, e)) return -1;
+    int V = tc->virtual_stages;
+    if (pipe_check(tc->schedule, pp, tc->accum, V, tc->pp_layers, e)) return -1;
+    if (pp > 256 || (int64_t)pp * V > 4096) return err_set(e, ERR_USAGE, "--pp %d × --virtual-stages %d: at most 256 stages and 4096 chunks", pp, V);
+    int begin[4097];
+    if (!tc->resume && !tc->init_from && pipe_split_layers(tc->model.n_layer, pp, V, tc->pp_layers, begin, e)) return -1;
     return 0;
 }
 
@@ -140,6 +139,7 @@ int cmd_train(int argc, char **argv) {
     };
     const char *model = "gpt2-tiny", *config = NULL, *schedule = "cosine";
     int nproc = 0, dp = 0, tp = 1, pp = 1, micro = 0;
+    tc.virtual_stages = 1;
     const char *pp_layers = NULL, *pipe_sched = "1f1b";
     double comm_timeout = 0;
     Flag f[] = {
@@ -180,6 +180,7 @@ int cmd_train(int argc, char **argv) {
         {"pp-layers", FLAG_STR, &pp_layers, 0, 0, "N,N,...", "layers of each pipeline stage (default: an even split)", 0, NULL},
         {"micro-batches", FLAG_INT, &micro, 1, 1 << 16, "M", "micro-batches per step through the pipeline: the same as --grad-accum (give either; both must agree)", 0, NULL},
         {"schedule", FLAG_STR, &pipe_sched, 0, 0, "S", "pipeline schedule: 1f1b (default; at most --pp micro-batches of activations per rank) or gpipe (all M)", 0, NULL},
+        {"virtual-stages", FLAG_INT, &tc.virtual_stages, 1, 64, "V", "interleaved 1F1B: each rank holds V chunks of layers, P apart, and a micro-batch goes round the stages V times; the bubble shrinks V-fold (default 1; needs --micro-batches a multiple of --pp)", 0, NULL},
         {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp × --tp × --pp); under mpirun leave it out", 0, NULL},
         {"zero", FLAG_INT, &tc.zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0, NULL},
         {"bucket-mb", FLAG_FLOAT, &tc.bucket_mb, 0.001, 1e6, "MB", "gradient bucket size of --zero 0 (ZeRO reduces layer by layer; default 25)", 0, NULL},
@@ -195,7 +196,7 @@ int cmd_train(int argc, char **argv) {
         printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model (fp32) on one process, or on a 3D mesh of\n"
                "--nproc forked ranks or the ranks mpirun starts: data parallel with ZeRO 0-3 (--dp, --zero),\n"
                "tensor parallel (Megatron-style, --tp, --sp) and pipeline parallel (--pp, --micro-batches,\n"
-               "--schedule). rank = pp_rank·dp·tp + dp_rank·tp + tp_rank: tensor-parallel ranks are neighbours.\n"
+               "--schedule, --virtual-stages). rank = pp_rank·dp·tp + dp_rank·tp + tp_rank: tensor-parallel ranks are neighbours.\n"
                "Every layout trains the same model as one process.\n"
                "Without --val-data, a --data directory's val_*.bin shards are the validation set.\n\n");
         flags_print(f, nf);

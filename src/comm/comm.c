@@ -182,6 +182,15 @@ int comm_wait(CommRequest *r, Err *err) {
     return rc;
 }
 
+int comm_wait_timed(CommRequest **r, double *waited, Err *err) {
+    if (!*r) return 0;
+    double t0 = timer_now();
+    int rc = comm_wait(*r, err);
+    *r = NULL;
+    *waited += timer_now() - t0;
+    return rc;
+}
+
 int comm_test(CommRequest *r) {
     pthread_mutex_lock(&r->c->q_mu);
     int d = r->done;

@@ -83,6 +83,9 @@ CommRequest *comm_iallgather(Comm *c, const void *in, void *out, size_t count, C
 CommRequest *comm_isend(Comm *c, const void *buf, size_t count, CommDtype t, int peer);
 // Blocks until r is done, frees it; returns its status.
 int comm_wait(CommRequest *r, Err *err);
+// comm_wait on *r unless it is NULL, which it then becomes; adds the
+// seconds blocked to *waited (the time a caller could not hide).
+int comm_wait_timed(CommRequest **r, double *waited, Err *err);
 // 1 when r is done (then comm_wait returns at once), else 0.
 int comm_test(CommRequest *r);
 

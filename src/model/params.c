@@ -7,9 +7,21 @@
 
 #include "core/rng.h"
 
-ModelSlice slice_whole(const ModelConfig *c) { return (ModelSlice){0, c->n_layer, 0, 1, 1, 0}; }
+ModelSlice slice_whole(const ModelConfig *c) { return (ModelSlice){0, c->n_layer, 0, 1, 1, 0, 1, 0}; }
+int slice_chunks(const ModelSlice *s) { return s->chunks > 1 ? s->chunks : 1; }
 int slice_is_first(const ModelSlice *s) { return s->layer_begin == 0; }
-int slice_is_last(const ModelSlice *s, const ModelConfig *c) { return s->layer_end == c->n_layer; }
+
+int slice_is_last(const ModelSlice *s, const ModelConfig *c) {
+    int b, e;
+    slice_chunk_layers(s, slice_chunks(s) - 1, &b, &e);
+    return e == c->n_layer;
+}
+
+void slice_chunk_layers(const ModelSlice *s, int v, int *begin, int *end) {
+    CHECKF(v >= 0 && v < slice_chunks(s), "chunk %d of %d", v, slice_chunks(s));
+    *begin = s->layer_begin + v * s->chunk_stride;
+    *end = s->layer_end + v * s->chunk_stride;
+}
 
 typedef struct {
     ParamTable *t;
@@ -81,14 +93,18 @@ int ptable_build(ParamTable *t, const ModelConfig *c, const ModelSlice *s, Err *
         const TensorDesc *d = &a->part[PART_EMBED][i];
         if (first || (last && a->tied_head)) rc = add(&bd, d->name, PART_EMBED, i, d, -1);
     }
-    for (int l = s->layer_begin; l < s->layer_end && !rc; l++)
-        for (int i = 0; i < a->n[PART_BLOCK] && !rc; i++) {
-            const TensorDesc *d = &a->part[PART_BLOCK][i];
-            char nm[64];
-            int k = snprintf(nm, sizeof nm, a->block_prefix, l);
-            snprintf(nm + k, sizeof nm - (size_t)k, "%s", d->name);
-            rc = add(&bd, nm, PART_BLOCK, i, d, l);
-        }
+    for (int v = 0; v < slice_chunks(s) && !rc; v++) {   // the blocks, chunk by chunk
+        int lb, le;
+        slice_chunk_layers(s, v, &lb, &le);
+        for (int l = lb; l < le && !rc; l++)
+            for (int i = 0; i < a->n[PART_BLOCK] && !rc; i++) {
+                const TensorDesc *d = &a->part[PART_BLOCK][i];
+                char nm[64];
+                int k = snprintf(nm, sizeof nm, a->block_prefix, l);
+                snprintf(nm + k, sizeof nm - (size_t)k, "%s", d->name);
+                rc = add(&bd, nm, PART_BLOCK, i, d, l);
+            }
+    }
     for (int i = 0; last && i < a->n[PART_FINAL] && !rc; i++)
         rc = add(&bd, a->part[PART_FINAL][i].name, PART_FINAL, i, &a->part[PART_FINAL][i], -1);
     if (rc) { ptable_free(t); return -1; }

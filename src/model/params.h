@@ -21,17 +21,24 @@
 
 // The part of the model one rank runs: layers [layer_begin, layer_end) and
 // tensor-parallel slice tp_rank of tp_size. The whole model is
-// {0, L, 0, 1}.
+// {0, L, 0, 1}. Under an interleaved pipeline schedule a rank runs
+// `chunks` such ranges, chunk v being [layer_begin + v·chunk_stride,
+// layer_end + v·chunk_stride): non-adjacent pieces of the model, each a
+// virtual stage of its own (chunks 0 or 1: one range).
 typedef struct ModelSlice {
     int layer_begin, layer_end;
     int tp_rank, tp_size;
     int pad_multiple;   // each segment is padded to a multiple of this many floats (ZeRO shards); 0 or 1: none
     int sp;             // sequence parallel (tp_size > 1): the residual stream's rows are split over the TP ranks too
+    int chunks, chunk_stride;
 } ModelSlice;
 
 ModelSlice slice_whole(const ModelConfig *c);
-int slice_is_first(const ModelSlice *s);   // holds the embeddings
-int slice_is_last(const ModelSlice *s, const ModelConfig *c);   // holds the final norm and the head
+int slice_is_first(const ModelSlice *s);   // holds the embeddings (in its chunk 0)
+int slice_is_last(const ModelSlice *s, const ModelConfig *c);   // holds the final norm and the head (in its last chunk)
+int slice_chunks(const ModelSlice *s);     // its layer ranges (1 without interleaving)
+// Chunk v's layers [*begin, *end).
+void slice_chunk_layers(const ModelSlice *s, int v, int *begin, int *end);
 
 enum { PARAM_MAX_DIM = ARCH_MAX_DIM };
 
@@ -77,9 +84,10 @@ typedef struct ParamTable {
 
 // Builds the table of the slice's tensors from the architecture's
 // description, in flat-buffer order: the embeddings (first stage; with a
-// tied head the last stage holds a copy of them too), each block's tensors, then the
-// final part (last stage). Errors name the dimension that the
-// tensor-parallel size does not divide.
+// tied head the last stage holds a copy of them too), each block's
+// tensors (chunk by chunk, in layer order), then the final part (last
+// stage). Errors name the dimension that the tensor-parallel size does not
+// divide.
 int ptable_build(ParamTable *t, const ModelConfig *c, const ModelSlice *s, Err *err);
 void ptable_free(ParamTable *t);
 // The tensor named name, or NULL (a scan: for tools and tests, not for a step).

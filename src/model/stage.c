@@ -18,11 +18,12 @@ enum { HEAD_CHUNK_FLOATS = 16 << 20 };
 // One micro-batch's saved activations.
 typedef struct {
     float *x0;            // (Ns,C) stage input / embeddings (the rank's rows of the residual stream)
-    float **blk;          // nl × nact: each block's activations (Arch.act_floats)
+    float **blk;          // cl × nact: the activations of each of its chunk's blocks (Arch.act_floats)
     float *fin[3];        // final norm: output (N,C) gathered, mean (Ns), rstd (Ns)
     float *losses;        // (N)
     float *dres;          // (Ns,C) gradient of the residual stream: the head's leaves it here for stage_backward
     int rows;             // this backward pass's embedding rows go to the rows hook
+    int chunk;            // the chunk whose blocks it runs
 } Slot;
 
 struct StageActs {
@@ -30,6 +31,7 @@ struct StageActs {
     LocalDims dim;                          // capacity (B, T, N = B·T) and the local slice
     Tp *tp;                                 // the TP group (NULL: one rank)
     int nl;                                 // blocks on this stage
+    int cl;                                 // of them in each chunk (chunk v: blocks v·cl .. v·cl + cl − 1)
     size_t (*blk_off)[ARCH_MAX_TENSORS];    // flat-buffer offset of each block tensor
     int *blk_seg;                           // each block's segment
     int seg_emb, seg_fin, seg_head;         // segments of the embeddings, the final part, the head; -1 if absent
@@ -90,7 +92,7 @@ static size_t layout_acts(StageActs *a, int slots, char *base) {
     for (int k = 0; k < slots; k++) {
         Slot *sl = &a->slot[k];
         sl->x0 = carve(base, &off, Ns * C);
-        for (int i = 0; i < a->nl; i++)
+        for (int i = 0; i < a->cl; i++)
             for (int j = 0; j < ar->nact; j++) sl->blk[i * ar->nact + j] = carve(base, &off, ar->act_floats(&a->dim, j));
         sl->fin[0] = carve(base, &off, N * C);
         sl->fin[1] = carve(base, &off, Ns);
@@ -111,18 +113,20 @@ static size_t layout_scratch(StageActs *a, int slots, char *base) {
     return off;
 }
 
-// Finds every tensor's place once, by part and position in the arch's table.
+// Finds every tensor's place once, by part and position in the arch's
+// table; the blocks are the table's block segments in order.
 static void index_tensors(Stage *s) {
     StageActs *a = s->acts;
     const ParamTable *t = &s->table;
     a->seg_emb = a->seg_fin = a->seg_head = -1;
     a->off_tok = a->off_pos = a->off_head = SIZE_MAX;
+    int b = -1;
     for (int k = 0; k < t->nseg; k++) {
         const ParamSeg *g = &t->seg[k];
+        b += g->part == PART_BLOCK;
         for (int i = g->first; i < g->first + g->n; i++) {
             const ParamInfo *p = &t->p[i];
             if (p->part == PART_BLOCK) {
-                int b = p->layer - s->slice.layer_begin;
                 a->blk_off[b][p->desc] = p->offset;
                 a->blk_seg[b] = k;
             } else if (p->part == PART_EMBED) {
@@ -173,12 +177,15 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     s->B = B;
     s->T = T;
     s->slots = slots;
+    s->chunks = slice_chunks(slice);
     if (ptable_build(&s->table, cfg, slice, err)) return -1;
+
     StageActs *a = calloc(1, sizeof *a);
     if (!a) { stage_free(s); return err_set(err, ERR_RUN, "out of memory"); }
     s->acts = a;
     a->arch = ar;
-    a->nl = slice->layer_end - slice->layer_begin;
+    a->cl = slice->layer_end - slice->layer_begin;
+    a->nl = a->cl * s->chunks;
     a->dim = (LocalDims){.B = B, .T = T, .N = B * T, .C = cfg->d_model, .Cl = cfg->d_model / tp,
                          .NHl = cfg->n_head / tp, .Fl = cfg->d_ff / tp, .Vl = cfg->vocab_padded / tp};
     a->dim.v0 = a->dim.Vl * slice->tp_rank;
@@ -190,7 +197,7 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     a->blk_seg = calloc((size_t)a->nl + 1, sizeof *a->blk_seg);
     a->slot = calloc((size_t)slots, sizeof *a->slot);
     int ok = a->blk_off && a->blk_seg && a->slot;
-    for (int k = 0; ok && k < slots; k++) ok = (a->slot[k].blk = calloc((size_t)a->nl * ar->nact + 1, sizeof(float *))) != NULL;
+    for (int k = 0; ok && k < slots; k++) ok = (a->slot[k].blk = calloc((size_t)a->cl * ar->nact + 1, sizeof(float *))) != NULL;
     if (!ok) { stage_free(s); return err_set(err, ERR_RUN, "out of memory"); }
     index_tensors(s);
     size_t pbytes = s->table.total * sizeof(float);
@@ -230,20 +237,48 @@ void stage_free(Stage *s) {
     memset(s, 0, sizeof *s);
 }
 
+static LocalDims call_dims(const Stage *s, int B, int T) {
+    LocalDims d = s->acts->dim;
+    d.B = B;
+    d.T = T;
+    d.N = B * T;
+    d.Ns = d.sp ? d.N / s->slice.tp_size : d.N;
+    d.s0 = d.sp ? d.Ns * s->slice.tp_rank : 0;
+    return d;
+}
+
 static Slot *slot_of(Stage *s, int slot) {
     CHECKF(slot >= 0 && slot < s->slots, "stage slot %d of %d", slot, s->slots);
     return &s->acts->slot[slot];
 }
 
-// Block i's output in the slot (the input of block i + 1).
-static float *block_output(Stage *s, Slot *sl, int i) {
-    return i < 0 ? sl->x0 : sl->blk[i * s->acts->arch->nact + s->acts->arch->act_out];
+// Whether the slot's chunk starts the model (embeds the tokens) and ends
+// it (has the final norm, the head and the loss).
+static int chunk_first(const Stage *s, const Slot *sl) { return sl->chunk == 0 && slice_is_first(&s->slice); }
+static int chunk_last(const Stage *s, const Slot *sl) {
+    return sl->chunk == s->chunks - 1 && slice_is_last(&s->slice, &s->cfg);
+}
+
+// The output of the slot's j-th block (the input of block j + 1; j = −1:
+// the chunk's input).
+static float *block_output(Stage *s, Slot *sl, int j) {
+    return j < 0 ? sl->x0 : sl->blk[j * s->acts->arch->nact + s->acts->arch->act_out];
+}
+
+void stage_bind(Stage *s, int slot, int chunk) {
+    CHECKF(chunk >= 0 && chunk < s->chunks, "chunk %d of %d", chunk, s->chunks);
+    slot_of(s, slot)->chunk = chunk;
 }
 
 float *stage_input(Stage *s, int slot) { return slot_of(s, slot)->x0; }
-float *stage_output(Stage *s, int slot) { return block_output(s, slot_of(s, slot), s->acts->nl - 1); }
+float *stage_output(Stage *s, int slot) { return block_output(s, slot_of(s, slot), s->acts->cl - 1); }
 float *stage_grad_output(Stage *s, int slot) { return slot_of(s, slot)->dres; }
 float *stage_grad_input(Stage *s, int slot) { return slot_of(s, slot)->dres; }
+
+size_t stage_boundary_floats(const Stage *s, int B, int T) {
+    LocalDims d = call_dims(s, B, T);
+    return (size_t)d.Ns * (size_t)d.C;
+}
 
 // Points w (and g) at block i's tensors in its segment's buffers.
 static void block_tensors(const Stage *s, int i, const float *params, const float *grads, float **w, float **g) {
@@ -261,23 +296,15 @@ static void final_tensors(const Stage *s, const float *buf, float **w) {
     for (int k = 0; k < a->arch->n[PART_FINAL]; k++) w[k] = at(s, buf, a->seg_fin, a->off_fin[k]);
 }
 
-// A pass of block i (i = -1: the final norm, after the last block) of the slot's micro-batch.
-static BlockRun run_of(Stage *s, const LocalDims *d, Slot *sl, int i, float **w, float **g) {
+// A pass of the slot's j-th block (j = -1: the final norm, after the last
+// block) of its micro-batch.
+static BlockRun run_of(Stage *s, const LocalDims *d, Slot *sl, int j, float **w, float **g) {
     StageActs *a = s->acts;
-    return (BlockRun){.cfg = &s->cfg, .d = d, .tp = a->tp, .w = w, .g = g, .act = i >= 0 ? sl->blk + i * a->arch->nact : sl->fin,
-                      .scr = a->scr, .x = block_output(s, sl, i >= 0 ? i - 1 : a->nl - 1), .tmp = a->tmp,
+    return (BlockRun){.cfg = &s->cfg, .d = d, .tp = a->tp, .w = w, .g = g, .act = j >= 0 ? sl->blk + j * a->arch->nact : sl->fin,
+                      .scr = a->scr, .x = block_output(s, sl, j >= 0 ? j - 1 : a->cl - 1), .tmp = a->tmp,
                       .dres = sl->dres};
 }
 
-static LocalDims call_dims(const Stage *s, int B, int T) {
-    LocalDims d = s->acts->dim;
-    d.B = B;
-    d.T = T;
-    d.N = B * T;
-    d.Ns = d.sp ? d.N / s->slice.tp_size : d.N;
-    d.s0 = d.sp ? d.Ns * s->slice.tp_rank : 0;
-    return d;
-}
 
 int stage_head_rows(int Vl, int N) {
     int rows = (int)(HEAD_CHUNK_FLOATS / (size_t)Vl);
@@ -303,14 +330,15 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     const Arch *ar = a->arch;
     Slot *sl = slot_of(s, slot);
     LocalDims d = call_dims(s, B, T);
-    int N = d.N, C = d.C, first = slice_is_first(&s->slice), last = slice_is_last(&s->slice, &s->cfg);
-    int se = a->seg_emb, sf = a->seg_fin, nl = a->nl, tied = ar->tied_head;
+    int N = d.N, C = d.C, first = chunk_first(s, sl), last = chunk_last(s, sl);
+    int se = a->seg_emb, sf = a->seg_fin, nl = a->cl, tied = ar->tied_head;
+    const int *bseg = a->blk_seg + sl->chunk * a->cl;   // the chunk's blocks' segments
     int after_blocks = last ? sf : -1;
     float *w[ARCH_MAX_TENSORS], *g[ARCH_MAX_TENSORS];
     const float *pe = NULL;
     if (first) {
         // a tied embedding stays at hand for the output head
-        pe = seg_params(s, se, nl ? a->blk_seg[0] : after_blocks);
+        pe = seg_params(s, se, nl ? bseg[0] : after_blocks);
         const float *wte = at(s, pe, se, a->off_tok), *wpe = a->off_pos != SIZE_MAX ? at(s, pe, se, a->off_pos) : NULL;
         if (!a->tp) {
             embedding_forward(sl->x0, tokens, wte, wpe, B, T, C, d.v0, d.Vl);
@@ -320,17 +348,17 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
         }
         if (!last || !tied) seg_params_done(s, se);
     }
-    for (int i = 0; i < nl; i++) {
-        const float *pb = seg_params(s, a->blk_seg[i], i + 1 < nl ? a->blk_seg[i + 1] : after_blocks);
-        block_tensors(s, i, pb, NULL, w, NULL);
-        BlockRun r = run_of(s, &d, sl, i, w, NULL);
+    for (int j = 0; j < nl; j++) {
+        const float *pb = seg_params(s, bseg[j], j + 1 < nl ? bseg[j + 1] : after_blocks);
+        block_tensors(s, sl->chunk * a->cl + j, pb, NULL, w, NULL);
+        BlockRun r = run_of(s, &d, sl, j, w, NULL);
         ar->block_forward(&r);
-        seg_params_done(s, a->blk_seg[i]);
+        seg_params_done(s, bseg[j]);
     }
     if (!last) return 0.0;
 
     // backward starts with the last block: fetch it during the head
-    const float *pf = seg_params(s, sf, dscale != 0.0f && nl ? a->blk_seg[nl - 1] : -1);
+    const float *pf = seg_params(s, sf, dscale != 0.0f && nl ? bseg[nl - 1] : -1);
     if (tied && !pe) pe = seg_params(s, se, -1);
     final_tensors(s, pf, w);
     BlockRun fr = run_of(s, &d, sl, -1, w, NULL);
@@ -372,23 +400,21 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     return sum;
 }
 
-// The stage's output head is the tied token embedding (its segment's
-// gradient is reported done right after the head).
-static int tied_head_here(const Stage *s) { return s->acts->arch->tied_head && slice_is_last(&s->slice, &s->cfg); }
-
 void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     StageActs *a = s->acts;
     Slot *sl = slot_of(s, slot);
     LocalDims d = call_dims(s, B, T);
-    int first = slice_is_first(&s->slice);
-    if (first && !slice_is_last(&s->slice, &s->cfg)) sl->rows = take_rows(s);
+    // the slot's output head is the tied token embedding (its segment's
+    // gradient was reported done right after the head)
+    int first = chunk_first(s, sl), tied_head_here = a->arch->tied_head && chunk_last(s, sl);
+    if (first && !chunk_last(s, sl)) sl->rows = take_rows(s);
     float *w[ARCH_MAX_TENSORS], *g[ARCH_MAX_TENSORS];
-    for (int i = a->nl - 1; i >= 0; i--) {
-        int sg = a->blk_seg[i];
-        const float *pb = seg_params(s, sg, i > 0 ? a->blk_seg[i - 1] : -1);
+    for (int j = a->cl - 1; j >= 0; j--) {
+        int i = sl->chunk * a->cl + j, sg = a->blk_seg[i];
+        const float *pb = seg_params(s, sg, j > 0 ? a->blk_seg[i - 1] : -1);
         block_tensors(s, i, pb, seg_grads(s, sg), w, g);
-        BlockRun r = run_of(s, &d, sl, i, w, g);
+        BlockRun r = run_of(s, &d, sl, j, w, g);
         a->arch->block_backward(&r);
         seg_params_done(s, sg);
         seg_grads_done(s, sg);
@@ -401,7 +427,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         dx = a->tmp;
     }
     if (first && sl->rows) {
-        if (!tied_head_here(s)) {   // no head wrote into the embeddings: their (zero) dense part is done now
+        if (!tied_head_here) {   // no head wrote into the embeddings: their (zero) dense part is done now
             seg_grads(s, a->seg_emb);
             seg_grads_done(s, a->seg_emb);
         }
@@ -417,9 +443,9 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
 }
 
 void stage_logits(Stage *s, int slot, int B, int T, int pos, float *logits) {
-    CHECK(slice_is_last(&s->slice, &s->cfg) && pos >= 0 && pos < T);
     StageActs *a = s->acts;
     Slot *sl = slot_of(s, slot);
+    CHECK(chunk_last(s, sl) && pos >= 0 && pos < T);
     int C = s->cfg.d_model, sh = a->seg_head;
     const float *head = at(s, seg_params(s, sh, -1), sh, a->off_head);
     for (int b = 0; b < B; b++)

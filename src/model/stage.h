@@ -14,6 +14,12 @@
 // stage_input(). The last stage computes the loss (and the output head);
 // others leave stage_output().
 //
+// Under an interleaved schedule the slice has several chunks (model/params),
+// each a stage of the pipeline of its own, all of one length: a slot holds
+// a micro-batch of any chunk (stage_bind says which) and a pass runs that
+// chunk's blocks. Only chunk 0 of the first stage embeds; only the last
+// chunk of the last stage has the head and the loss.
+//
 // Gradients accumulate (+=) into the gradient buffer across calls until the
 // caller zeroes it, which is what gradient accumulation needs.
 //
@@ -72,12 +78,14 @@ typedef struct Stage {
     float *grads;      // table.total floats (MEM_GRADS), or NULL with STAGE_NO_GRADS
     int B, T;          // activation capacity per slot
     int slots;         // micro-batches whose activations it can hold at once
+    int chunks;        // the slice's chunks (slice_chunks)
     StageHooks hooks;
     StageActs *acts;
 } Stage;
 
 // Allocates parameters (uninitialised: call ptable_init or load them),
-// gradients (zero) and `slots` sets of activations for up to B×T tokens;
+// gradients (zero) and `slots` sets of activations for up to B×T tokens
+// of one chunk;
 // flags (STAGE_NO_PARAMS, STAGE_NO_GRADS) leave out flat buffers that
 // hooks will provide. Refuses an architecture described for planning only.
 int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, int slots, unsigned flags,
@@ -109,7 +117,8 @@ int stage_tp_status(const Stage *s, Err *err);
 // Runs the stage forward on B×T tokens (B ≤ s->B, T ≤ s->T), keeping the
 // activations in `slot`. tokens (B,T) are read by the first stage (and for
 // position ids), targets (B,T) by the last, where -1 skips a position. On
-// the last stage returns the sum of the per-token losses; when dscale != 0
+// the last stage (in its last chunk) returns the sum of the per-token
+// losses; when dscale != 0
 // it also back-propagates the head with d(loss_sum)·dscale, so
 // stage_backward can follow.
 double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale);
@@ -125,11 +134,17 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T);
 // with dscale == 0 and targets == NULL.
 void stage_logits(Stage *s, int slot, int B, int T, int pos, float *logits);
 
+// The chunk whose blocks the slot's passes run, from its next forward pass
+// until it is bound again (initially chunk 0).
+void stage_bind(Stage *s, int slot, int chunk);
+
 // Pipeline boundaries of a slot's micro-batch, (B,T,C) each — under
 // sequence parallelism the rank's rows of it, (B·T/tp, C).
 float *stage_input(Stage *s, int slot);         // input of a non-first stage
 float *stage_output(Stage *s, int slot);        // output of a non-last stage
 float *stage_grad_output(Stage *s, int slot);   // gradient arriving at a non-last stage
 float *stage_grad_input(Stage *s, int slot);    // gradient leaving the stage's input (after stage_backward)
+// Floats of each of them for a micro-batch of B×T tokens.
+size_t stage_boundary_floats(const Stage *s, int B, int T);
 
 #endif

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "core/timer.h"
 #include "parallel/embsync.h"
 
 enum { POOL_EMB, POOL_LNF, POOL_BLK0, POOL_BLK1, NPOOL };
@@ -78,12 +77,8 @@ static void keep_failure(Dp *d, const Err *e) {
 
 // Waits for r (the time counts as not hidden).
 static void wait_req(Dp *d, CommRequest **r) {
-    if (!*r) return;
-    double t0 = timer_now();
     Err e;
-    if (comm_wait(*r, &e)) keep_failure(d, &e);
-    *r = NULL;
-    d->waited += timer_now() - t0;
+    if (comm_wait_timed(r, &d->waited, &e)) keep_failure(d, &e);
 }
 
 // 0, or -1 with the first failure of a collective of this module.

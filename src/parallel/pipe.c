@@ -5,17 +5,28 @@
 
 #include "core/timer.h"
 
+// A communicator and the rank to talk to in it (c NULL: no such neighbour).
+typedef struct {
+    Comm *c;
+    int peer;
+} Link;
+
 struct Pipe {
     PipeSchedule sched;
-    int P, rank, M;
+    int P, rank, M, V;
     Stage *st;
-    // one communicator per neighbour and direction (NULL at the ends); in
-    // each the lower stage is rank 0
+    // one communicator per neighbour pair and direction (NULL at the ends);
+    // in each the lower stage is rank 0
     Comm *act_in, *act_out;     // activations from the previous stage, to the next
     Comm *grad_in, *grad_out;   // their gradients from the next stage, to the previous
+    // interleaved: the last stage's chunk v hands on to the first stage's
+    // chunk v + 1 (the first stage is rank 0 in both)
+    Comm *wrap_act, *wrap_grad;
     Comm *tied;                 // the first and the last stage (a tied head, P > 1), else NULL
     PipeOp *ops;
     int nops;
+    int *slot_of;               // (V, M): the slot holding chunk v's micro-batch m (-1: none)
+    int *free_slots, nfree;
     CommRequest **act_req, **grad_req;   // per slot: its output's and its input gradient's send in flight
     double waited;
 };
@@ -29,37 +40,81 @@ int pipe_schedule_parse(const char *s, PipeSchedule *out, Err *err) {
 
 const char *pipe_schedule_name(PipeSchedule s) { return s == PIPE_GPIPE ? "gpipe" : "1f1b"; }
 
-int pipe_schedule(PipeSchedule s, int P, int rank, int M, PipeOp *ops) {
+int pipe_check(PipeSchedule s, int P, int M, int V, const int *layers, Err *err) {
+    if (V > 1 && P < 2)
+        return err_set(err, ERR_USAGE, "--virtual-stages %d interleaves the chunks of several pipeline stages: it needs "
+                       "--pp 2 or more", V);
+    if (V > 1 && s != PIPE_1F1B)
+        return err_set(err, ERR_USAGE, "--virtual-stages %d: the interleaved schedule is 1F1B's (leave out --schedule %s)",
+                       V, pipe_schedule_name(s));
+    if (P > 1 && s == PIPE_1F1B && M < P)
+        return err_set(err, ERR_USAGE, "--micro-batches %d is below --pp %d: the 1F1B schedule needs at least one micro-batch "
+                       "per stage to fill the pipeline (more shrink the bubble)", M, P);
+    if (V > 1 && layers)
+        return err_set(err, ERR_USAGE, "--pp-layers: the interleaved schedule (--virtual-stages %d) splits the layers evenly; "
+                       "leave one of them out", V);
+    if (V > 1 && M % P)
+        return err_set(err, ERR_USAGE, "--micro-batches %d is not a multiple of --pp %d: the interleaved schedule runs the "
+                       "micro-batches in groups of one per stage", M, P);
+    return 0;
+}
+
+// The k-th forward (bwd 0) or backward of the interleaved schedule: group
+// k / (P·V) of P micro-batches, in it chunk after chunk (backward: from the
+// last), in each chunk the group's micro-batches in order.
+static PipeOp interleaved_op(int k, int bwd, int P, int V) {
+    int in = k % (P * V), chunk = in / P;
+    return (PipeOp){bwd, bwd ? V - 1 - chunk : chunk, k / (P * V) * P + in % P};
+}
+
+int pipe_schedule(PipeSchedule s, int P, int rank, int M, int V, PipeOp *ops) {
+    CHECKF(pipe_check(s, P, M, V, NULL, NULL) == 0, "schedule %s, P %d, M %d, V %d", pipe_schedule_name(s), P, M, V);
     int n = 0;
     if (s == PIPE_GPIPE) {
-        for (int m = 0; m < M; m++) ops[n++] = (PipeOp){0, m};
-        for (int m = 0; m < M; m++) ops[n++] = (PipeOp){1, m};
+        for (int m = 0; m < M; m++) ops[n++] = (PipeOp){0, 0, m};
+        for (int m = 0; m < M; m++) ops[n++] = (PipeOp){1, 0, m};
         return n;
     }
-    int warm = P - rank - 1 < M ? P - rank - 1 : M;
-    for (int m = 0; m < warm; m++) ops[n++] = (PipeOp){0, m};
-    for (int i = 0; i < M - warm; i++) {
-        ops[n++] = (PipeOp){0, warm + i};
-        ops[n++] = (PipeOp){1, i};
+    // 1F1B: warm-up forwards, then one forward and one backward, then the
+    // remaining backwards; with one chunk, op k is micro-batch k
+    int total = M * V, warm = V == 1 ? P - rank - 1 : 2 * (P - rank - 1) + (V - 1) * P;
+    if (warm > total) warm = total;
+    for (int k = 0; k < warm; k++) ops[n++] = interleaved_op(k, 0, P, V);
+    for (int k = 0; k < total - warm; k++) {
+        ops[n++] = interleaved_op(warm + k, 0, P, V);
+        ops[n++] = interleaved_op(k, 1, P, V);
     }
-    for (int m = M - warm; m < M; m++) ops[n++] = (PipeOp){1, m};
+    for (int k = total - warm; k < total; k++) ops[n++] = interleaved_op(k, 1, P, V);
     return n;
 }
 
-int pipe_in_flight(PipeSchedule s, int P, int rank, int M) {
-    if (s == PIPE_GPIPE) return M;
-    return P - rank < M ? P - rank : M;
+int pipe_in_flight(PipeSchedule s, int P, int rank, int M, int V) {
+    PipeOp *ops = malloc(2 * (size_t)M * (size_t)V * sizeof *ops);
+    CHECKF(ops, "out of memory");
+    int n = pipe_schedule(s, P, rank, M, V, ops), held = 0, most = 0;
+    for (int i = 0; i < n; i++) {
+        held += ops[i].bwd ? -1 : 1;
+        if (held > most) most = held;
+    }
+    free(ops);
+    return most;
 }
 
-int pipe_split_layers(int n_layer, int P, const int *layers, int *begin, Err *err) {
+double pipe_bubble(int P, int M, int V) { return (double)(P - 1) / ((double)V * M + P - 1); }
+
+int pipe_split_layers(int n_layer, int P, int V, const int *layers, int *begin, Err *err) {
     if (P > n_layer)
         return err_set(err, ERR_USAGE, "--pp %d: the model has only %d layers (at least one per stage)", P, n_layer);
+    CHECKF(V == 1 || !layers, "an interleaved schedule with stages of given layers");
     begin[0] = 0;
     if (!layers) {
+        if (V > 1 && n_layer % (P * V))
+            return err_set(err, ERR_USAGE, "--virtual-stages %d × --pp %d = %d chunks do not divide the model's %d layers",
+                           V, P, P * V, n_layer);
         if (n_layer % P)
             return err_set(err, ERR_USAGE, "--pp %d does not divide the model's %d layers: give each stage's layers with "
                            "--pp-layers a,b,…", P, n_layer);
-        for (int k = 0; k < P; k++) begin[k + 1] = begin[k] + n_layer / P;
+        for (int k = 0; k < P * V; k++) begin[k + 1] = begin[k] + n_layer / (P * V);
         return 0;
     }
     for (int k = 0; k < P; k++) {
@@ -69,6 +124,13 @@ int pipe_split_layers(int n_layer, int P, const int *layers, int *begin, Err *er
     if (begin[P] != n_layer)
         return err_set(err, ERR_USAGE, "--pp-layers: the stages' layers sum to %d, but the model has %d", begin[P], n_layer);
     return 0;
+}
+
+void pipe_stage_slice(ModelSlice *s, const int *begin, int P, int V, int rank) {
+    s->layer_begin = begin[rank];
+    s->layer_end = begin[rank + 1];
+    s->chunks = V;
+    s->chunk_stride = V > 1 ? begin[P] - begin[0] : 0;   // an even split: chunk v is P virtual stages on
 }
 
 // ---- setup ----
@@ -81,14 +143,22 @@ int pipe_init(Pipe **out, Comm *ppg, PipeSchedule s, int M, Stage *st, Err *err)
     p->P = ppg ? comm_size(ppg) : 1;
     p->rank = ppg ? comm_rank(ppg) : 0;
     p->M = M;
+    p->V = st->chunks;
     p->st = st;
-    p->ops = calloc(2 * (size_t)M, sizeof *p->ops);
+    size_t vm = (size_t)p->V * (size_t)M;
+    p->ops = calloc(2 * vm, sizeof *p->ops);
+    p->slot_of = malloc(vm * sizeof *p->slot_of);
+    p->free_slots = calloc((size_t)st->slots, sizeof *p->free_slots);
     p->act_req = calloc((size_t)st->slots, sizeof *p->act_req);
     p->grad_req = calloc((size_t)st->slots, sizeof *p->grad_req);
-    if (!p->ops || !p->act_req || !p->grad_req) { pipe_free(p); return err_set(err, ERR_RUN, "out of memory"); }
-    p->nops = pipe_schedule(s, p->P, p->rank, M, p->ops);
-    CHECKF(st->slots >= pipe_in_flight(s, p->P, p->rank, M), "the stage has %d slots, the schedule needs %d", st->slots,
-           pipe_in_flight(s, p->P, p->rank, M));
+    if (!p->ops || !p->slot_of || !p->free_slots || !p->act_req || !p->grad_req) {
+        pipe_free(p);
+        return err_set(err, ERR_RUN, "out of memory");
+    }
+    if (pipe_check(s, p->P, M, p->V, NULL, err)) { pipe_free(p); return -1; }
+    p->nops = pipe_schedule(s, p->P, p->rank, M, p->V, p->ops);
+    int need = pipe_in_flight(s, p->P, p->rank, M, p->V);
+    CHECKF(st->slots >= need, "the stage has %d slots, the schedule needs %d", st->slots, need);
     if (p->P == 1) { *out = p; return 0; }
     // neighbour pairs (2j, 2j+1) from one pair of splits, (2j+1, 2j+2) from
     // another; a rank's group of one (an end of the chain) is dropped
@@ -102,11 +172,19 @@ int pipe_init(Pipe **out, Comm *ppg, PipeSchedule s, int M, Stage *st, Err *err)
         if (r > 0) { p->act_in = c[pv]; p->grad_out = c[pv + 1]; c[pv] = c[pv + 1] = NULL; }
     }
     for (int k = 0; k < 4; k++) comm_free(c[k]);
-    if (!rc && arch_of(&st->cfg)->tied_head) {
-        Comm *e = NULL;
-        int ends = r == 0 || r == P - 1;
-        rc = comm_split(ppg, ends ? 0 : 1, r, "embedding", &e, err);
-        if (ends) p->tied = e; else comm_free(e);
+    // the two ends: the interleaved schedule's wrap-around, and the tied embedding
+    int ends = r == 0 || r == P - 1;
+    Comm *e[3] = {0};
+    if (!rc && p->V > 1)
+        rc = comm_split(ppg, ends ? 0 : 1, r, "pp_act_wrap", &e[0], err) ||
+             comm_split(ppg, ends ? 0 : 1, r, "pp_grad_wrap", &e[1], err);
+    if (!rc && arch_of(&st->cfg)->tied_head) rc = comm_split(ppg, ends ? 0 : 1, r, "embedding", &e[2], err);
+    if (ends) {
+        p->wrap_act = e[0];
+        p->wrap_grad = e[1];
+        p->tied = e[2];
+    } else {
+        for (int k = 0; k < 3; k++) comm_free(e[k]);
     }
     if (rc) { pipe_free(p); return -1; }
     *out = p;
@@ -124,88 +202,115 @@ void pipe_free(Pipe *p) {
     comm_free(p->act_out);
     comm_free(p->grad_in);
     comm_free(p->grad_out);
+    comm_free(p->wrap_act);
+    comm_free(p->wrap_grad);
     comm_free(p->tied);
     free(p->ops);
+    free(p->slot_of);
+    free(p->free_slots);
     free(p->act_req);
     free(p->grad_req);
     free(p);
 }
 
+// ---- where a chunk's messages come from and go to ----
+
+static Link act_from(const Pipe *p, int v) {
+    if (p->rank > 0) return (Link){p->act_in, 0};
+    return v > 0 ? (Link){p->wrap_act, 1} : (Link){NULL, 0};   // the last stage's previous chunk
+}
+
+static Link act_to(const Pipe *p, int v) {
+    if (p->rank < p->P - 1) return (Link){p->act_out, 1};
+    return v < p->V - 1 ? (Link){p->wrap_act, 0} : (Link){NULL, 0};
+}
+
+static Link grad_from(const Pipe *p, int v) {
+    if (p->rank < p->P - 1) return (Link){p->grad_in, 1};
+    return v < p->V - 1 ? (Link){p->wrap_grad, 0} : (Link){NULL, 0};
+}
+
+static Link grad_to(const Pipe *p, int v) {
+    if (p->rank > 0) return (Link){p->grad_out, 0};
+    return v > 0 ? (Link){p->wrap_grad, 1} : (Link){NULL, 0};
+}
+
 // ---- sends and receives, timed ----
 
-// Waits for a send in flight; 0, or -1 with err.
-static int settle(Pipe *p, CommRequest **r, Err *err) {
-    if (!*r) return 0;
+static int receive(Pipe *p, Link l, float *buf, size_t n, Err *err) {
+    if (!l.c) return 0;
     double t0 = timer_now();
-    int rc = comm_wait(*r, err);
-    *r = NULL;
+    int rc = comm_recv(l.c, buf, n, DT_F32, l.peer, err);
     p->waited += timer_now() - t0;
     return rc;
 }
 
-static int receive(Pipe *p, Comm *c, float *buf, size_t n, int peer, Err *err) {
-    double t0 = timer_now();
-    int rc = comm_recv(c, buf, n, DT_F32, peer, err);
-    p->waited += timer_now() - t0;
-    return rc;
+static CommRequest *send(Link l, const float *buf, size_t n) {
+    return l.c ? comm_isend(l.c, buf, n, DT_F32, l.peer) : NULL;
 }
 
-// Floats of a pipeline message: the micro-batch's residual stream, the
-// rank's rows of it under sequence parallelism.
-static size_t message_floats(const Stage *st, int B, int T) {
-    size_t N = (size_t)B * T;
-    if (st->slice.sp && st->slice.tp_size > 1) N /= (size_t)st->slice.tp_size;
-    return N * (size_t)st->cfg.d_model;
+// Waits for the slot's sends: its memory is about to be written again.
+static int settle(Pipe *p, int slot, Err *err) {
+    return comm_wait_timed(&p->act_req[slot], &p->waited, err) || comm_wait_timed(&p->grad_req[slot], &p->waited, err);
 }
 
-static int forward_one(Pipe *p, int slot, const int *tok, const int *tgt, int B, int T, float dscale, double *sum,
+static int forward_one(Pipe *p, int slot, int v, const int *tok, const int *tgt, int B, int T, float dscale, double *sum,
                        Err *err) {
     Stage *st = p->st;
-    size_t n = message_floats(st, B, T);
-    if (settle(p, &p->act_req[slot], err) || settle(p, &p->grad_req[slot], err)) return -1;
-    if (p->act_in && receive(p, p->act_in, stage_input(st, slot), n, 0, err)) return -1;
+    size_t n = stage_boundary_floats(st, B, T);
+    if (settle(p, slot, err)) return -1;
+    stage_bind(st, slot, v);
+    if (receive(p, act_from(p, v), stage_input(st, slot), n, err)) return -1;
     *sum += stage_forward(st, slot, tok, tgt, B, T, dscale);
-    if (p->act_out) p->act_req[slot] = comm_isend(p->act_out, stage_output(st, slot), n, DT_F32, 1);
+    p->act_req[slot] = send(act_to(p, v), stage_output(st, slot), n);
     return 0;
 }
 
 int pipe_step(Pipe *p, Dp *dp, const int *tokens, const int *targets, int B, int T, float dscale, double *loss_sum,
               Err *err) {
     Stage *st = p->st;
-    size_t n = message_floats(st, B, T), bt = (size_t)B * T;
+    size_t n = stage_boundary_floats(st, B, T), bt = (size_t)B * T;
     double sum = 0;
     *loss_sum = 0;
+    p->nfree = st->slots;
+    for (int k = 0; k < st->slots; k++) p->free_slots[k] = st->slots - 1 - k;   // slot 0 first
     for (int i = 0; i < p->nops; i++) {
         PipeOp op = p->ops[i];
-        int slot = op.mb % st->slots;
+        int *slot = &p->slot_of[op.chunk * p->M + op.mb];
         const int *tok = tokens + op.mb * bt, *tgt = targets + op.mb * bt;
         dp_microbatch(dp, op.mb, p->M);
         if (!op.bwd) {
-            if (forward_one(p, slot, tok, tgt, B, T, dscale, &sum, err)) return -1;
+            CHECKF(p->nfree > 0, "no free slot for micro-batch %d of chunk %d", op.mb, op.chunk);
+            *slot = p->free_slots[--p->nfree];
+            if (forward_one(p, *slot, op.chunk, tok, tgt, B, T, dscale, &sum, err)) return -1;
             continue;
         }
-        if (p->grad_in && receive(p, p->grad_in, stage_grad_output(st, slot), n, 1, err)) return -1;
-        stage_backward(st, slot, tok, B, T);
-        if (p->grad_out) p->grad_req[slot] = comm_isend(p->grad_out, stage_grad_input(st, slot), n, DT_F32, 0);
+        if (receive(p, grad_from(p, op.chunk), stage_grad_output(st, *slot), n, err)) return -1;
+        stage_backward(st, *slot, tok, B, T);
+        p->grad_req[*slot] = send(grad_to(p, op.chunk), stage_grad_input(st, *slot), n);
+        p->free_slots[p->nfree++] = *slot;
     }
     for (int k = 0; k < st->slots; k++)
-        if (settle(p, &p->act_req[k], err) || settle(p, &p->grad_req[k], err)) return -1;
+        if (settle(p, k, err)) return -1;
     *loss_sum = sum;
     return 0;
 }
 
 int pipe_forward(Pipe *p, const int *tokens, const int *targets, int B, int T, double *loss_sum, Err *err) {
     *loss_sum = 0;
-    if (forward_one(p, 0, tokens, targets, B, T, 0.0f, loss_sum, err)) return -1;
-    return settle(p, &p->act_req[0], err);
+    for (int v = 0; v < p->V; v++)   // round the stages once per chunk, in slot 0
+        if (forward_one(p, 0, v, tokens, targets, B, T, 0.0f, loss_sum, err)) return -1;
+    return settle(p, 0, err);
 }
 
 // ---- the tied embedding ----
 
 int pipe_holds_tied_copy(const Pipe *p) { return p->tied && p->rank == p->P - 1; }
 
-int pipe_tied_sum(Pipe *p, float *g, size_t n, Err *err) {
+int pipe_tied_sum(Pipe *p, Dp *dp, Err *err) {
     if (!p->tied) return 0;
+    size_t n;
+    float *g = dp_owned_grads(dp, 0, &n);   // the embeddings' segment is the first on both
     return comm_allreduce(p->tied, g, g, n, DT_F32, RED_SUM, err);
 }
 
@@ -213,8 +318,9 @@ double pipe_waited(const Pipe *p) { return p->waited; }
 int pipe_stages(const Pipe *p) { return p->P; }
 
 uint64_t pipe_bytes_sent(const Pipe *p) {
+    Comm *c[6] = {p->act_in, p->act_out, p->grad_in, p->grad_out, p->wrap_act, p->wrap_grad};
     uint64_t b = 0;
-    if (p->act_out) b += comm_stats(p->act_out)->bytes_sent[OP_SEND];
-    if (p->grad_out) b += comm_stats(p->grad_out)->bytes_sent[OP_SEND];
+    for (int k = 0; k < 6; k++)
+        if (c[k]) b += comm_stats(c[k])->bytes_sent[OP_SEND];
     return b;
 }

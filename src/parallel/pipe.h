@@ -19,12 +19,25 @@
 // 1F1B is the plain loop: forward and backward of one micro-batch after
 // another, one set of activations.
 //
-// The micro-batch in flight lives in a stage slot (model/stage); a
-// forward receives the previous stage's output into its slot's input
-// before it runs and sends its output on; a backward receives the
-// gradient of its output and sends the gradient of its input back. Sends
-// go through the communicators' progress threads (comm_isend) and each
-// neighbour pair has one communicator per direction, so a rank never
+// Interleaved 1F1B (V virtual stages, Narayanan et al. 2021 §2.2): the
+// layers are cut into V·P chunks and rank r holds chunks r, r + P, …,
+// r + (V−1)·P (its chunk v is virtual stage v·P + r), so a micro-batch
+// goes round the ranks V times, the last rank handing it back to the
+// first. The operations are those of chunk and micro-batch: forwards in
+// groups of P micro-batches, chunk 0 of the group first; backwards alike
+// from the last chunk down; stage r runs 2·(P − r − 1) + (V − 1)·P
+// forwards ahead, then one forward and one backward, then drains. Each
+// operation is 1/V of a stage's work, so the bubble shrinks to
+// (P − 1)/(V·M + P − 1), for V times the messages and a little more
+// activation memory. M must be a multiple of P.
+//
+// A micro-batch in flight lives in a stage slot (model/stage), any free
+// one, bound to its chunk; a forward receives the previous stage's output
+// into its slot's input before it runs and sends its output on; a
+// backward receives the gradient of its output and sends the gradient of
+// its input back. Sends go through the communicators' progress threads
+// (comm_isend) and each neighbour pair has one communicator per direction
+// (the interleaved schedule adds the pair last → first), so a rank never
 // blocks on a send: it blocks only to receive what the schedule needs
 // next, or, before it reuses a slot, until that slot's sends have left.
 // Every such wait is the pipeline bubble this rank sees, and is timed.
@@ -46,28 +59,42 @@ const char *pipe_schedule_name(PipeSchedule s);
 
 // One operation of a stage's schedule.
 typedef struct PipeOp {
-    int bwd;   // 0: forward, 1: backward
-    int mb;    // the micro-batch
+    int bwd;     // 0: forward, 1: backward
+    int chunk;   // the rank's chunk (0 without interleaving)
+    int mb;      // the micro-batch
 } PipeOp;
 
-// Stage `rank` of P's operations for M micro-batches into ops (2·M of
-// them); returns their number.
-int pipe_schedule(PipeSchedule s, int P, int rank, int M, PipeOp *ops);
-// The largest number of micro-batches whose activations are held at once
-// on stage `rank` (forwarded, not yet backwarded): the stage's slots.
-int pipe_in_flight(PipeSchedule s, int P, int rank, int M);
+// Whether schedule s can run M micro-batches on P stages of V chunks each
+// (layers: the stages' layer counts, or NULL for an even split);
+// ERR_USAGE naming the flag (--micro-batches, --virtual-stages, --schedule,
+// --pp-layers) otherwise.
+int pipe_check(PipeSchedule s, int P, int M, int V, const int *layers, Err *err);
+// Stage `rank` of P's operations for M micro-batches through its V chunks
+// (V > 1: interleaved 1F1B) into ops (2·M·V of them); returns their
+// number. The arguments pass pipe_check.
+int pipe_schedule(PipeSchedule s, int P, int rank, int M, int V, PipeOp *ops);
+// The largest number of micro-batch chunks whose activations are held at
+// once on stage `rank` (forwarded, not yet backwarded): the stage's slots.
+int pipe_in_flight(PipeSchedule s, int P, int rank, int M, int V);
+// The planned bubble: (P − 1)/(V·M + P − 1) of the step.
+double pipe_bubble(int P, int M, int V);
 
-// The layer ranges of P stages for n_layer layers: an even split, or
-// `layers` (P counts, NULL for even). -1 with ERR_USAGE naming --pp or
-// --pp-layers when the split is impossible. begin gets P + 1 entries.
-int pipe_split_layers(int n_layer, int P, const int *layers, int *begin, Err *err);
+// The layer ranges of P·V virtual stages for n_layer layers (V = 1: the
+// stages): an even split, or `layers` (P counts, NULL for even; only with
+// V = 1, as pipe_check says). -1 with ERR_USAGE naming --pp, --pp-layers
+// or --virtual-stages when the split is impossible. begin gets P·V + 1 entries.
+int pipe_split_layers(int n_layer, int P, int V, const int *layers, int *begin, Err *err);
+// Stage `rank`'s layers into s: chunk v is virtual stage v·P + rank of the
+// split `begin` (pipe_split_layers).
+void pipe_stage_slice(ModelSlice *s, const int *begin, int P, int V, int rank);
 
 typedef struct Pipe Pipe;
 
 // The pipeline of stage st over ppg (NULL: one stage), M micro-batches
-// per step under schedule s; st has pipe_in_flight slots. Every rank of
-// ppg calls it (it splits the neighbour and embedding communicators off
-// ppg). 0, or -1 with err.
+// per step under schedule s through st's chunks (interleaved when it has
+// more than one); st has pipe_in_flight slots. Every rank of ppg calls it
+// (it splits the neighbour and embedding communicators off ppg). 0, or -1
+// with err.
 int pipe_init(Pipe **out, Comm *ppg, PipeSchedule s, int M, Stage *st, Err *err);
 void pipe_free(Pipe *p);
 
@@ -88,11 +115,11 @@ int pipe_forward(Pipe *p, const int *tokens, const int *targets, int B, int T, d
 // is summed with the first stage's by pipe_tied_sum, and counted once, on
 // the first stage.
 int pipe_holds_tied_copy(const Pipe *p);
-// Sums the owned gradients g (n floats of the embeddings' segment, the
-// same piece on both) of the first and last stage, first + last, in place
-// on both; nothing on other stages or without a tied head. 0, or -1 with
-// err.
-int pipe_tied_sum(Pipe *p, float *g, size_t n, Err *err);
+// After dp_finish: sums the owned gradients of the embeddings' segment
+// (the same piece on both) of the first and last stage, first + last, in
+// place on both; nothing on other stages or without a tied head. 0, or -1
+// with err.
+int pipe_tied_sum(Pipe *p, Dp *dp, Err *err);
 
 // Seconds this rank spent blocked on receives and sends (the bubble it
 // saw) and bytes it sent to its neighbours, since pipe_init.

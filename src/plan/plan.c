@@ -95,6 +95,14 @@ int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     int64_t M = j->global_batch / ((int64_t)l->dp * j->micro_batch);
     if (l->schedule == SCHED_1F1B && l->pp > 1 && M < l->pp)
         return err_set(err, ERR_USAGE, "1F1B needs at least pp=%d micro-batches per step (have %lld)", l->pp, (long long)M);
+    int V = l->vstages > 1 ? l->vstages : 1;
+    if (V > 1 && (l->pp < 2 || l->schedule != SCHED_1F1B))
+        return err_set(err, ERR_USAGE, "virtual stages interleave the 1F1B schedule of pp ≥ 2 stages");
+    if (V > 1 && m->L % ((int64_t)l->pp * V))
+        return err_set(err, ERR_USAGE, "pp·V = %lld chunks do not divide the %lld layers", (long long)l->pp * V, (long long)m->L);
+    if (V > 1 && M % l->pp)
+        return err_set(err, ERR_USAGE, "the interleaved schedule needs micro-batches per step (%lld) a multiple of pp=%d",
+                       (long long)M, l->pp);
     return 0;
 }
 
@@ -177,12 +185,17 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     r->model_states = r->weights + r->grads + r->optim;
 
     r->micro_batches = j->global_batch / ((int64_t)l->dp * j->micro_batch);
+    int64_t V = l->vstages > 1 ? l->vstages : 1, chunk = layers / V;
     r->inflight = l->schedule == SCHED_GPIPE ? r->micro_batches : (r->micro_batches < l->pp ? r->micro_batches : l->pp);
+    if (V > 1) {   // stage 0's warm-up forwards and one more, each a chunk of the stage's layers
+        r->inflight = 2 * (l->pp - 1) + (V - 1) * l->pp + 1;
+        if (r->inflight > V * r->micro_batches) r->inflight = V * r->micro_batches;
+    }
     if (l->pp == 1) r->inflight = 1;   // micro-batches run one after another
     r->act_layer = plan_act_layer(m, j, l);
     double e = mixed ? 2 : 4, sbh = (double)j->seq * j->micro_batch * m->h;
     r->act_korthikanti = sbh * (34 + 5.0 * m->a * j->seq / m->h);
-    r->acts = r->act_layer * layers * r->inflight;
+    r->acts = r->act_layer * chunk * r->inflight;
     if (l->recompute == RECOMPUTE_FULL) {   // one layer's full activations while recomputing it
         PlanLayout none = *l;
         none.recompute = RECOMPUTE_NONE;
@@ -202,7 +215,7 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     double tokens_step = (double)j->global_batch * j->seq;
     double dev_flops = c->tflops * 1e12 * c->mfu;
     r->t_compute = tokens_step * r->hw_flops_token / ((double)c->devices * dev_flops);
-    r->t_bubble = r->micro_batches > 0 ? r->t_compute * (p - 1) / (double)r->micro_batches : 0;
+    r->t_bubble = r->micro_batches > 0 ? r->t_compute * (p - 1) / ((double)V * r->micro_batches) : 0;
 
     // communication per device per step
     int64_t tpdp = (int64_t)l->tp * l->dp;
@@ -234,9 +247,10 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     r->t_tp = r->bytes_tp / (c->bw_intra * 1e9) + r->tp_messages * alpha;
     double bw_pp = ((int64_t)l->tp * l->dp * l->pp <= c->per_node ? c->bw_intra : c->bw_inter) * 1e9;
     // the busiest stage sends every micro-batch's output forward and its
-    // input's gradient back (the two ends only one of them); under SP each
-    // TP rank sends its rows
-    double pp_msgs = p > 2 ? 2.0 * r->micro_batches : p > 1 ? (double)r->micro_batches : 0;
+    // input's gradient back (the two ends only one of them), for each of
+    // its chunks (interleaved, the two ends hand V − 1 chunks on to each
+    // other); under SP each TP rank sends its rows
+    double pp_msgs = p > 2 ? 2.0 * V * r->micro_batches : p > 1 ? (2.0 * V - 1) * r->micro_batches : 0;
     r->bytes_pp = pp_msgs * act_msg / (l->sp ? t : 1);
     r->t_pp = r->bytes_pp / bw_pp + pp_msgs * alpha;
     r->t_step = r->t_compute + r->t_bubble + r->t_dp_exposed + r->t_tp + r->t_pp;

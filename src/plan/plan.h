@@ -19,7 +19,13 @@
 //   volume, tensor parallel 4 allreduces of s·b·h per layer and micro-batch
 //   (plus the embedding's, the head's and the loss statistics:
 //   plan_tp_comm), pipeline s·b·h per stage boundary, direction and
-//   micro-batch (a middle stage sends both ways, an end stage one).
+//   micro-batch (a middle stage sends both ways, an end stage one; the
+//   interleaved schedule crosses V·P − 1 boundaries, the last stage
+//   handing each chunk's output back to the first).
+// - Pipeline bubble: (P − 1)/M of the compute (1F1B and GPipe), (P − 1)/(V·M)
+//   interleaved (Narayanan et al. 2021); activations in flight on stage 0:
+//   min(P, M) micro-batches (1F1B), M (GPipe), or min(V·M, 2(P − 1) +
+//   (V − 1)·P + 1) chunks of L/(P·V) layers (interleaved).
 // - The vocabulary is padded as the trainer pads it: to a multiple of
 //   128·tp (Megatron-LM).
 #ifndef TSR_PLAN_PLAN_H
@@ -62,6 +68,7 @@ typedef struct PlanJob {
 typedef struct PlanLayout {
     int dp, tp, pp, zero, sp;
     PlanSchedule schedule;
+    int vstages;                    // chunks per pipeline stage (> 1: interleaved 1F1B); 0 or 1: none
     PlanRecompute recompute;
     PlanPrecision precision;
     int reduce_fp32;                // gradients reduced in fp32 under mixed precision
@@ -74,7 +81,7 @@ typedef struct PlanResult {
     double weights, grads, optim, model_states, acts, comm_buf, total;   // bytes per device
     double act_layer;               // bytes per layer per micro-batch
     double act_korthikanti;         // s·b·h·(34 + 5as/h) for comparison
-    int64_t micro_batches, inflight;
+    int64_t micro_batches, inflight;   // in flight: micro-batches (interleaved: micro-batch chunks) on stage 0
     double flops_token, hw_flops_token;
     double t_compute, t_bubble, t_dp, t_dp_exposed, t_tp, t_pp, t_step;
     double bytes_dp, bytes_tp, bytes_pp;   // per device per step

@@ -34,6 +34,8 @@ struct Trainer {
     Dp *dp;
     Pipe *pipe;                // the pipeline schedule and the neighbours (one stage: the plain loop)
     int last;                  // this rank's stage holds the loss
+    int V;                     // chunks per stage (virtual stages; 1: not interleaved)
+    int *begin;                // the layers of virtual stage j: [begin[j], begin[j + 1]) (pipe_split_layers)
     AdamW opt;
     Report *rep;
     int *inp, *tgt;            // the step's micro-batches (M,B,T)
@@ -139,11 +141,7 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     // gradient sync: the owned gradients are final; then the tied
     // embedding's, summed between the first and the last stage
     if (dp_finish(t->dp, err) || stage_tp_status(st, err)) return -1;
-    if (pipe_stages(t->pipe) > 1 && t->st.table.nseg && t->st.table.seg[0].part == PART_EMBED) {
-        size_t n;
-        float *ge = dp_owned_grads(t->dp, 0, &n);
-        if (pipe_tied_sum(t->pipe, ge, n, err)) return -1;
-    }
+    if (pipe_tied_sum(t->pipe, t->dp, err)) return -1;
     uint64_t grad_sent = bytes_sent(t->mesh->dpg) - t->sent_mark;
     t->sent_mark += grad_sent;
 
@@ -329,16 +327,20 @@ static int check_same_start(Trainer *t, uint32_t crc, Err *err) {
     return rc;
 }
 
-// The pipeline and every rank's place in the mesh: its stage's layers and
-// its tensor-parallel slice.
+// The pipeline and every rank's place in the mesh: its stage's layers (its
+// chunks', interleaved) and its tensor-parallel slice.
 static void print_pipeline(Trainer *t) {
     const Mesh *m = t->mesh;
     const ModelConfig *mc = &t->mc;
-    int P = m->pp, M = t->tc->accum, n = m->dp * m->tp * m->pp, begin[257];
-    if (P > 256 || pipe_split_layers(mc->n_layer, P, t->tc->pp_layers, begin, NULL)) return;
-    printf("pipeline:  %d stages (%s backend), %s schedule, %d micro-batches per step; activations of %d micro-batches "
-           "held at once on this rank (stage 0; the memory line is its)\n", P, comm_backend(m->ppg),
-           pipe_schedule_name(t->tc->schedule), M, t->st.slots);
+    int P = m->pp, V = t->V, M = t->tc->accum, n = m->dp * m->tp * m->pp;
+    char sched[128];
+    int cl = mc->n_layer / (P * V);
+    if (V > 1) snprintf(sched, sizeof sched, "interleaved 1f1b schedule (%d chunks of %d layer%s per stage)", V, cl,
+                        cl == 1 ? "" : "s");
+    else snprintf(sched, sizeof sched, "%s schedule", pipe_schedule_name(t->tc->schedule));
+    printf("pipeline:  %d stages (%s backend), %s, %d micro-batches per step; activations of %d micro-batch%s held at "
+           "once on this rank (stage 0; the memory line is its)\n", P, comm_backend(m->ppg), sched, M, t->st.slots,
+           V > 1 ? " chunks" : "es");
     if (n > 16) {
         printf("ranks:     %d (rank = pp_rank·%d + dp_rank·%d + tp_rank)\n", n, m->dp * m->tp, m->tp);
         return;
@@ -346,14 +348,20 @@ static void print_pipeline(Trainer *t) {
     for (int r = 0; r < n; r++) {
         int d, tr, pr;
         mesh_coords(r, m->dp, m->tp, m->pp, &d, &tr, &pr);
-        char tpd[96] = "";
+        char tpd[96] = "", layers[160] = "";
         if (m->tp > 1) {
             int h = mc->n_head / m->tp, v = mc->vocab_padded / m->tp;
             snprintf(tpd, sizeof tpd, ", tp %d/%d (heads %d–%d, vocabulary rows %d–%d)", tr, m->tp, tr * h, tr * h + h - 1,
                      tr * v, tr * v + v - 1);
         }
-        printf("%s rank %d: stage %d, layers %d–%d%s%s%s, dp %d/%d\n", r ? "          " : "ranks:    ", r, pr, begin[pr],
-               begin[pr + 1] - 1, pr == 0 ? " + embeddings" : "", pr == P - 1 ? " + final norm, head, loss" : "", tpd, d, m->dp);
+        for (int v = 0, k = 0; v < V && k < (int)sizeof layers; v++) {   // chunk v is virtual stage v·P + pr
+            int j = v * P + pr, b = t->begin[j], e = t->begin[j + 1] - 1;
+            k += b == e ? snprintf(layers + k, sizeof layers - (size_t)k, "%s%d", v ? ", " : "", b)
+                        : snprintf(layers + k, sizeof layers - (size_t)k, "%s%d–%d", v ? ", " : "", b, e);
+        }
+        printf("%s rank %d: stage %d, layer%s %s%s%s%s, dp %d/%d\n", r ? "          " : "ranks:    ", r, pr,
+               strchr(layers, ',') || strstr(layers, "–") ? "s" : "", layers,
+               pr == 0 ? " + embeddings" : "", pr == P - 1 ? " + final norm, head, loss" : "", tpd, d, m->dp);
     }
 }
 
@@ -415,18 +423,16 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     if (tc->threads > 0) kernels_set_threads(tc->threads);
     if (open_data(t, err)) goto fail;
     ModelSlice slice = slice_whole(&t->mc);
-    int *begin = calloc((size_t)m->pp + 1, sizeof *begin);
-    if (!begin) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
-    if (pipe_split_layers(t->mc.n_layer, m->pp, tc->pp_layers, begin, err)) { free(begin); goto fail; }
-    slice.layer_begin = begin[m->pp_rank];
-    slice.layer_end = begin[m->pp_rank + 1];
-    free(begin);
+    int V = t->V = tc->virtual_stages > 1 ? tc->virtual_stages : 1;
+    if (!(t->begin = calloc((size_t)m->pp * V + 1, sizeof *t->begin))) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
+    if (pipe_split_layers(t->mc.n_layer, m->pp, V, tc->pp_layers, t->begin, err)) goto fail;
+    pipe_stage_slice(&slice, t->begin, m->pp, V, m->pp_rank);
     slice.tp_rank = m->tp_rank;
     slice.tp_size = m->tp;
     slice.sp = tc->sp;
     slice.pad_multiple = dp_pad_multiple(tc->zero, t->D);   // ZeRO: every segment splits into D equal pieces
     t->last = slice_is_last(&slice, &t->mc);
-    int slots = pipe_in_flight(tc->schedule, m->pp, m->pp_rank, tc->accum);   // the micro-batches in flight here
+    int slots = pipe_in_flight(tc->schedule, m->pp, m->pp_rank, tc->accum, V);   // the micro-batches in flight here
     if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, dp_stage_flags(tc->zero), err)) goto fail;
     if (m->tpg && stage_set_tp(&t->st, m->tpg, err)) goto fail;
     if (dp_init(&t->dp, m->dpg, tc->zero, tc->bucket_mb, &t->st, err)) goto fail;
@@ -463,6 +469,7 @@ void trainer_close(Trainer *t) {
     if (t->lock >= 0) close(t->lock);
     free(t->inp);
     free(t->tgt);
+    free(t->begin);
     pipe_free(t->pipe);   // first: it and dp wait for what is still in flight from the stage's buffers
     dp_free(t->dp);
     adamw_free(&t->opt);
@@ -609,11 +616,11 @@ int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
         // every rank's waits against every rank's step time: the mean bubble
         double v[4] = {t->pp_wait, t->t_steps, (double)t->pp_sent, 0};
         if (sum_all(t, v, 3, err)) goto done;
-        double P = m->pp, M = tc->accum, n = tc->steps - start;
+        double n = tc->steps - start;
         printf("pipeline:  bubble %.1f%% measured (time the ranks waited on pipeline sends and receives, mean over %d "
-               "ranks) against (P−1)/(M+P−1) = %.1f%% planned; %.2f MB sent between stages per step per rank\n",
-               v[1] > 0 ? 100 * v[0] / v[1] : 0.0, m->dp * m->tp * m->pp, 100 * (P - 1) / (M + P - 1),
-               v[2] / 1e6 / n / (m->dp * m->tp * m->pp));
+               "ranks) against %s = %.1f%% planned; %.2f MB sent between stages per step per rank\n",
+               v[1] > 0 ? 100 * v[0] / v[1] : 0.0, m->dp * m->tp * m->pp, t->V > 1 ? "(P−1)/(V·M+P−1)" : "(P−1)/(M+P−1)",
+               100 * pipe_bubble(m->pp, tc->accum, t->V), v[2] / 1e6 / n / (m->dp * m->tp * m->pp));
     }
     report_memory(t->rep);
     rc = 0;

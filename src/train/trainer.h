@@ -55,6 +55,7 @@ typedef struct TrainConfig {
     int sp;                    // sequence parallelism over the TP group
     PipeSchedule schedule;     // pipeline schedule (pp > 1)
     const int *pp_layers;      // layers of each pipeline stage, or NULL for an even split
+    int virtual_stages;        // chunks per pipeline stage (> 1: the interleaved 1F1B schedule); 0 or 1: one
 } TrainConfig;
 
 typedef struct Trainer Trainer;

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Pipeline parallelism and 3D meshes as a user runs them (tessera train
 # --nproc N --dp D --tp T --pp P [--pp-layers a,b,…] [--schedule S]
-# --micro-batches M): every layout tracks the single-process run and
+# [--virtual-stages V] --micro-batches M): every layout tracks the
+# single-process run and
 # repeats bit for bit, checkpoints move between any layouts, the bytes
 # sent between stages equal the planner's, a killed rank stops the mesh,
 # and bad layouts are refused before any work. Run from the repository root.
 source "$(dirname "$0")/lib.sh"
 
 # ---- every layout against one process ----
-# gpt2-tiny (4 layers) and a model of 5 layers that no stage count divides
-# evenly (its stages given with --pp-layers). Global batch 8 sequences:
-# batch × micro-batches × dp = 8, 20 steps.
+# gpt2-tiny (4 layers), a model of 5 layers that no stage count divides
+# evenly (its stages given with --pp-layers) and one of 8 for four stages
+# of two interleaved chunks. Global batch 8 sequences: batch ×
+# micro-batches × dp = 8, 20 steps.
 echo '{"model": {"n_layer": 5, "n_head": 4, "d_model": 44, "d_ff": 116, "max_seq": 32}, "seq": 32}' >"$TMP/odd.json"
+echo '{"model": {"n_layer": 8, "n_head": 4, "d_model": 32, "d_ff": 64, "max_seq": 32}, "seq": 32}' >"$TMP/eight.json"
 R="train --data $DATA --tokenizer byte --steps 20 --log-every 1 --seed 21 --lr 1e-3 --warmup 2 --clip 0.5"
 run() {   # run NAME MODELFLAGS DP TP PP ZERO SCHEDULE M [extra...]
   local name=$1 mf=$2 dp=$3 tp=$4 pp=$5 z=$6 sc=$7 m=$8
@@ -31,6 +34,7 @@ repeat_check() {   # NAME: its _again run left the same checkpoint bits and loss
 }
 "$BIN" $R --model gpt2-tiny --batch 2 --grad-accum 4 --log "$TMP/tiny_ref.jsonl" --ckpt-dir "$TMP/tiny_ref" >/dev/null 2>&1
 "$BIN" $R --config "$TMP/odd.json" --batch 2 --grad-accum 4 --log "$TMP/odd_ref.jsonl" --ckpt-dir "$TMP/odd_ref" >/dev/null 2>&1
+"$BIN" $R --config "$TMP/eight.json" --batch 2 --grad-accum 4 --log "$TMP/eight_ref.jsonl" --ckpt-dir "$TMP/eight_ref" >/dev/null 2>&1
 # model dp tp pp zero schedule M [flags]
 LAYOUTS=(
   "tiny 1 1 2 0 1f1b 8" "tiny 1 1 2 0 gpipe 8" "tiny 1 1 4 0 1f1b 4" "tiny 1 1 4 0 gpipe 4"
@@ -40,11 +44,13 @@ LAYOUTS=(
   "tiny 2 1 2 2 1f1b 2" "tiny 2 2 2 3 1f1b 2 --sp"
   "odd 1 1 2 0 1f1b 4 --pp-layers 3,2" "odd 1 1 2 0 gpipe 4 --pp-layers 2,3"
   "odd 1 1 4 0 1f1b 4 --pp-layers 1,2,1,1" "odd 2 2 2 1 1f1b 2 --pp-layers 3,2"
+  "tiny 1 1 2 0 1f1b 4 --virtual-stages 2" "tiny 1 1 2 0 1f1b 8 --virtual-stages 2" "tiny 2 1 2 1 1f1b 2 --virtual-stages 2"
+  "tiny 2 2 2 3 1f1b 2 --virtual-stages 2 --sp" "eight 1 1 4 0 1f1b 4 --virtual-stages 2" "eight 2 1 4 1 1f1b 4 --virtual-stages 2"
 )
 bad_n=0; rep=0; n=0
 for l in "${LAYOUTS[@]}"; do
   read -r mn dp tp pp z sc m extra <<<"$l"
-  mf="--model gpt2-tiny"; [ "$mn" = odd ] && mf="--config $TMP/odd.json"
+  mf="--model gpt2-tiny"; [ "$mn" != tiny ] && mf="--config $TMP/$mn.json"
   name="${mn}_d${dp}t${tp}p${pp}z${z}${sc}m${m}${extra//[^0-9a-z]/}"
   what="$mn dp=$dp tp=$tp pp=$pp zero=$z $sc M=$m $extra"
   n=$((n + 1))
@@ -54,7 +60,7 @@ for l in "${LAYOUTS[@]}"; do
   check "${mn}_ref" "$name" "$what" || bad_n=$((bad_n + 1))
   repeat_check "$name" || { rep=1; echo "     $what differs run to run"; }
 done
-if [ $bad_n -eq 0 ]; then ok "$n pipeline and 3D layouts (pp 2 and 4, gpipe and 1f1b, ZeRO 0-3, --sp, an uneven --pp-layers split) track the single-process run over 20 steps (losses 1e-5, parameters 1e-4)"
+if [ $bad_n -eq 0 ]; then ok "$n pipeline and 3D layouts (pp 2 and 4, gpipe, 1f1b and interleaved with V=2, ZeRO 0-3, --sp, an uneven --pp-layers split) track the single-process run over 20 steps (losses 1e-5, parameters 1e-4)"
 else bad "$bad_n of $n pipeline layouts against the single-process run"; fi
 if [ $rep -eq 0 ]; then ok "each of the $n pipeline layouts repeats bit for bit (losses and checkpoint files)"
 else bad "pipeline runs repeat bit for bit"; fi
@@ -66,6 +72,12 @@ grep -q "^pipeline:  2 stages .*1f1b schedule, 4 micro-batches" "$o" && grep -q 
   "$BIN" ckpt info "$TMP/tiny_d2t2p2z01f1bm4" | grep -q "rank_00003.tsr: stage 1 of 2, tp rank 1 of 2, written by dp rank 0" &&
   ok "the header names each rank's stage, layers and TP slice; ckpt info each file's stage, TP and DP rank; the summary the bubble" ||
   bad "pipeline header, summary and ckpt info" "$(grep -E '^(pipeline|ranks)' "$o" | head -3)"
+o="$TMP/eight_d1t1p4z01f1bm4virtualstages2.out"
+grep -q "interleaved 1f1b schedule (2 chunks of 1 layer per stage), 4 micro-batches" "$o" &&
+  grep -q "rank 0: stage 0, layers 0, 4 + embeddings" "$o" && grep -q "rank 3: stage 3, layers 3, 7 + final norm, head, loss" "$o" &&
+  grep -q "activations of 8 micro-batch chunks held at once" "$o" && grep -q "against (P−1)/(V·M+P−1) = 27.3% planned" "$o" &&
+  ok "interleaved: the header names each rank's two chunks and the 8 chunks (all of them) in flight on stage 0, the summary the interleaved bubble" ||
+  bad "interleaved pipeline header and summary" "$(grep -E '^(pipeline|ranks)' "$o" | head -3)"
 
 # ---- activation memory: 1F1B holds P micro-batches, GPipe all M ----
 a1=$(grep -o '"acts":[0-9]*' "$TMP/tiny_d1t1p2z01f1bm8.jsonl" | tail -1 | cut -d: -f2)
@@ -90,30 +102,48 @@ rel=$(params_rel "$TMP/tiny_ref" "$TMP/resh")
   ok "2×2×2 → one process → 1×2×4 → 4×1×2 (ZeRO-1) through checkpoints ends where the uninterrupted run ends ($rel)" ||
   bad "resharding through pipeline checkpoints" "exit $rc, parameters $rel" "$(tail -1 "$TMP/r4.out")"
 
+# ---- an interleaved checkpoint into a plain pipeline and back ----
+C="--ckpt-dir $TMP/resv --log $TMP/resv.jsonl"
+"$BIN" $T $C --nproc 2 --pp 2 --virtual-stages 2 --micro-batches 4 --batch 2 --exit-after 10 >"$TMP/v1.out" 2>&1 &&
+  "$BIN" $T $C --resume --nproc 8 --dp 2 --tp 2 --pp 2 --zero 1 --micro-batches 2 --batch 2 --exit-after 15 >"$TMP/v2.out" 2>&1 &&
+  "$BIN" $T $C --resume --nproc 4 --dp 2 --pp 2 --virtual-stages 2 --micro-batches 2 --batch 2 >"$TMP/v3.out" 2>&1
+rc=$?
+rel=$(params_rel "$TMP/tiny_ref" "$TMP/resv")
+[ $rc -eq 0 ] && losses_match "$TMP/tiny_ref.jsonl" "$TMP/resv.jsonl" && awk -v r="$rel" 'BEGIN { exit !(r < 1e-4) }' &&
+  ok "interleaved pp=2 → 2×2×2 (ZeRO-1) → interleaved 2×1×2 through checkpoints ends where the uninterrupted run ends ($rel)" ||
+  bad "resharding through interleaved checkpoints" "exit $rc, parameters $rel" "$(tail -1 "$TMP/v3.out")"
+
 # ---- evaluation through the pipeline: the one-process validation loss ----
 E="train --data $DATA --val-data $DATA --tokenizer byte --steps 2 --seed 5 --model gpt2-tiny --batch 2 --eval-batches 3"
 "$BIN" $E --grad-accum 2 >"$TMP/e1.out" 2>&1
 "$BIN" $E --nproc 4 --tp 2 --pp 2 --micro-batches 2 >"$TMP/e2.out" 2>&1
+"$BIN" $E --nproc 2 --pp 2 --virtual-stages 2 --micro-batches 2 >"$TMP/e3.out" 2>&1
 v1=$(grep -o "val loss [0-9.]*" "$TMP/e1.out" | tail -1); v2=$(grep -o "val loss [0-9.]*" "$TMP/e2.out" | tail -1)
-[ -n "$v1" ] && [ "$v1" = "$v2" ] && ok "the validation loss through a tp=2 × pp=2 pipeline is the one process's ($v1)" ||
-  bad "evaluation through the pipeline" "one process: $v1" "pipeline: $v2"
+v3=$(grep -o "val loss [0-9.]*" "$TMP/e3.out" | tail -1)
+[ -n "$v1" ] && [ "$v1" = "$v2" ] && [ "$v1" = "$v3" ] &&
+  ok "the validation loss through a tp=2 × pp=2 pipeline and an interleaved pp=2 one is the one process's ($v1)" ||
+  bad "evaluation through the pipeline" "one process: $v1" "pipeline: $v2" "interleaved: $v3"
 
 # ---- bytes between stages per step: the planner's, exactly ----
 # A stage sends each micro-batch's activations (B·T·C floats; under --sp
 # its B·T/tp rows) to the next stage and their gradients to the previous:
 # an end stage one direction, a middle stage both (the planner's busiest).
 pb_bad=0
-for c in "tiny_d1t1p2z01f1bm8 1 1 2 8 0 1" "tiny_d2t2p2z11f1bm4sp 2 2 2 4 1 1" "tiny_d1t1p4z01f1bm4 1 1 4 4 0 2"; do
-  read -r name dp tp pp m sp div <<<"$c"
+# Interleaved, each chunk's: stage 0 of 4 sends V forward and V − 1
+# backward per micro-batch, 3/4 of a middle stage's 2V.
+for c in "tiny_d1t1p2z01f1bm8 1 1 2 8 0 1 1 1" "tiny_d2t2p2z11f1bm4sp 2 2 2 4 1 1 1 1" "tiny_d1t1p4z01f1bm4 1 1 4 4 0 1 1 2" \
+         "tiny_d1t1p2z01f1bm4virtualstages2 1 1 2 4 0 2 1 1" "eight_d1t1p4z01f1bm4virtualstages2 1 1 4 4 0 2 3 4"; do
+  read -r name dp tp pp m sp v num den <<<"$c"
   spf=""; [ "$sp" = 1 ] && spf="--sp"
-  pj=$("$BIN" plan --model gpt2-tiny --vocab 256 --seq 64 --devices $((dp * tp * pp)) --dp $dp --tp $tp --pp $pp $spf \
+  mdl="--model gpt2-tiny --seq 64"; [[ $name = eight* ]] && mdl="--config $TMP/eight.json --seq 32"
+  pj=$("$BIN" plan $mdl --vocab 256 --devices $((dp * tp * pp)) --dp $dp --tp $tp --pp $pp $spf --virtual-stages $v \
        --precision fp32 --global-batch 8 --micro-batch $((8 / dp / m)) --json)
   want=$(echo "$pj" | sed 's/.*"comm_bytes":{[^}]*"pp":\([0-9.e+]*\).*/\1/')
   got=$(field "$TMP/$name.jsonl" pp_comm_bytes)
-  awk -v a="$got" -v b="$want" -v d="$div" 'BEGIN { exit !(a > 0 && a == b / d) }' ||
-    { pb_bad=1; echo "     $name: stage 0 sent $got bytes per step, plan $want (busiest stage) / $div"; }
+  awk -v a="$got" -v b="$want" -v n="$num" -v d="$den" 'BEGIN { exit !(a > 0 && a * d == b * n) }' ||
+    { pb_bad=1; echo "     $name: stage 0 sent $got bytes per step, plan $want (busiest stage) × $num/$den"; }
 done
-[ $pb_bad -eq 0 ] && ok "bytes sent between stages per step equal tessera plan's exactly (pp=2, 3D with --sp, pp=4's first stage: half the busiest)" ||
+[ $pb_bad -eq 0 ] && ok "bytes sent between stages per step equal tessera plan's exactly (pp=2, 3D with --sp, pp=4's first stage: half the busiest; interleaved pp=2 and pp=4)" ||
   bad "pipeline bytes against the planner"
 
 # ---- a rank killed in a 3D run: every rank stops within the timeout, the error names it ----
@@ -152,7 +182,12 @@ expect_err "does not divide --nproc 6" --nproc 6 --tp 2 --pp 2 --micro-batches 2
 expect_err "only 4 layers" --nproc 8 --pp 8 --micro-batches 8
 expect_err "expected 1f1b or gpipe" --nproc 2 --pp 2 --micro-batches 2 --schedule zigzag
 expect_err "name the same number" --nproc 2 --pp 2 --micro-batches 2 --grad-accum 3
-[ $err_bad -eq 0 ] && ok "bad pipeline layouts exit 2 with one line before any rank starts (9 cases)" || bad "pipeline layout errors"
+expect_err "2 × --pp 2 = 4 chunks do not divide the model's 5 layers" --config "$TMP/odd.json" --nproc 2 --pp 2 --micro-batches 2 --virtual-stages 2
+expect_err "micro-batches 6 is not a multiple of --pp 4" --config "$TMP/eight.json" --nproc 4 --pp 4 --micro-batches 6 --virtual-stages 2
+expect_err "needs --pp 2 or more" --virtual-stages 2
+expect_err "leave out --schedule gpipe" --nproc 2 --pp 2 --micro-batches 2 --virtual-stages 2 --schedule gpipe
+expect_err "splits the layers evenly" --nproc 2 --pp 2 --micro-batches 2 --virtual-stages 2 --pp-layers 1,3
+[ $err_bad -eq 0 ] && ok "bad pipeline layouts exit 2 with one line before any rank starts (14 cases)" || bad "pipeline layout errors"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -66,14 +66,15 @@ done
 if [ $tp_bad -eq 0 ]; then pass=$((pass + 1)); echo "ok   tp=2 --sp, dp=2 × tp=2 ZeRO-1, tp=4 --sp under mpirun: checkpoints identical to forked ranks"
 else fail=$((fail + 1)); echo "FAIL tensor-parallel training under mpirun differs from forked ranks"; fi
 # Pipeline parallelism in 3D meshes under mpirun (dp × tp × pp = 2×2×2
-# with ZeRO-1 and --sp, 1×2×4 with GPipe): the same bits as forked ranks.
+# with ZeRO-1 and --sp, 1×2×4 with GPipe, 2×1×2 interleaved): the same
+# bits as forked ranks.
 pp_bad=0
-for cfg in "8 2 2 2 1 1f1b --sp" "8 1 2 4 0 gpipe"; do
+for cfg in "8 2 2 2 1 1f1b --sp" "8 1 2 4 0 gpipe" "4 2 1 2 1 1f1b --virtual-stages 2"; do
   read -r n dp tp pp z sc sp <<<"$cfg"
   mpirun_matches "pp${pp}tp${tp}dp${dp}" $n --dp $dp --tp $tp --pp $pp --zero $z --schedule $sc --micro-batches 4 \
     --batch $((8 / dp / 4)) $sp || pp_bad=1
 done
-if [ $pp_bad -eq 0 ]; then pass=$((pass + 1)); echo "ok   3D meshes 2×2×2 (ZeRO-1, --sp) and 1×2×4 (gpipe) under mpirun: checkpoints identical to forked ranks"
+if [ $pp_bad -eq 0 ]; then pass=$((pass + 1)); echo "ok   3D meshes 2×2×2 (ZeRO-1, --sp), 1×2×4 (gpipe) and 2×1×2 (interleaved, V=2) under mpirun: checkpoints identical to forked ranks"
 else fail=$((fail + 1)); echo "FAIL pipeline-parallel training under mpirun differs from forked ranks"; fi
 rm -rf "$TMP"
 echo "$pass passed, $fail failed"

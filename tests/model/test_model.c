@@ -74,7 +74,7 @@ static void test_init(void) {
     const ParamInfo *g = ptable_find(&t, "ln_f.weight");
     EXPECT(a[g->offset] == 1.0f && a[g->offset + 15] == 1.0f, "norm gains start at one");
     // A tensor-parallel slice draws exactly the global elements it holds.
-    ModelSlice s2 = {0, 2, 1, 2, 1, 0};
+    ModelSlice s2 = {0, 2, 1, 2, 1, 0, 1, 0};
     ParamTable t2;
     EXPECT(ptable_build(&t2, &c, &s2, &e) == 0, "%s", e.msg);
     float *h = mem_alloc(MEM_PARAMS, t2.total * 4);
@@ -402,6 +402,71 @@ static void test_pipeline_stages(void) {
     for (int k = 0; k < 3; k++) stage_free(&st[k]);
 }
 
+// Interleaved chunks: two stages of two chunks each (layers 0 and 2 on
+// one, 1 and 3 on the other), a micro-batch going round them twice, give
+// the whole model's loss and gradients; slots are bound to either chunk.
+static void test_interleaved_chunks(void) {
+    Err e;
+    ModelConfig c = tiny_cfg(4, 2, 16, 32, 8, 40);
+    ModelSlice w = slice_whole(&c);
+    int B = 2, T = 8, N = B * T, C = c.d_model;
+    Stage whole, st[2];
+    EXPECT(stage_init(&whole, &c, &w, B, T, 1, 0, &e) == 0, "%s", e.msg);
+    ptable_init(&whole.table, whole.params, 9);
+    for (int k = 0; k < 2; k++) {
+        ModelSlice s = w;
+        s.layer_begin = k;
+        s.layer_end = k + 1;
+        s.chunks = 2;
+        s.chunk_stride = 2;
+        EXPECT(stage_init(&st[k], &c, &s, B, T, 2, 0, &e) == 0, "%s", e.msg);
+        EXPECT(st[k].chunks == 2 && ptable_find(&st[k].table, k ? "h.3.mlp.c_fc.weight" : "h.2.mlp.c_fc.weight") &&
+               !ptable_find(&st[k].table, k ? "h.2.mlp.c_fc.weight" : "h.1.mlp.c_fc.weight"), "stage %d's chunks", k);
+        ptable_init(&st[k].table, st[k].params, 9);
+    }
+    int tok[16], tgt[16];
+    make_batch(tok, tgt, B, T, c.vocab, 5);
+    float sc = 1.0f / N;
+    size_t n = stage_boundary_floats(&st[0], B, T);
+    EXPECT(n == (size_t)N * C, "boundary floats %zu", n);
+    double lw = stage_forward(&whole, 0, tok, tgt, B, T, sc);
+    stage_backward(&whole, 0, tok, B, T);
+    // forward: virtual stages 0, 1, 2, 3 = (st0, chunk 0), (st1, 0), (st0, 1), (st1, 1); slots 1, 0, 0, 1
+    int slot[4] = {1, 0, 0, 1};
+    double lp = 0;
+    for (int j = 0; j < 4; j++) {
+        Stage *s = &st[j % 2];
+        stage_bind(s, slot[j], j / 2);
+        if (j) memcpy(stage_input(s, slot[j]), stage_output(&st[(j - 1) % 2], slot[j - 1]), n * 4);
+        lp += stage_forward(s, slot[j], tok, tgt, B, T, sc);
+    }
+    for (int j = 3; j >= 0; j--) {
+        Stage *s = &st[j % 2];
+        if (j < 3) memcpy(stage_grad_output(s, slot[j]), stage_grad_input(&st[(j + 1) % 2], slot[j + 1]), n * 4);
+        stage_backward(s, slot[j], tok, B, T);
+    }
+    EXPECT(fabs(lw - lp) <= 1e-6 * fabs(lw), "interleaved loss %.9g, whole model %.9g", lp, lw);
+    int bad = 0, checked = 0;
+    for (int i = 0; i < whole.table.n; i++) {
+        const ParamInfo *p = &whole.table.p[i];
+        for (int k = 0; k < 2; k++) {
+            const ParamInfo *q = ptable_find(&st[k].table, p->name);
+            if (!q || (k == 1 && q->part == PART_EMBED)) continue;
+            for (size_t j = 0; j < p->numel; j++) {
+                float g = st[k].grads[q->offset + j];
+                if (q->part == PART_EMBED) g += st[1].grads[ptable_find(&st[1].table, p->name)->offset + j];
+                float want = whole.grads[p->offset + j];
+                bad += fabsf(g - want) > 1e-5f * (1e-3f + fabsf(want));
+                checked++;
+            }
+        }
+    }
+    EXPECT(bad == 0 && checked == (int)config_param_count(&c, 1), "%d of %d gradients differ from the whole model's", bad,
+           checked);
+    stage_free(&whole);
+    for (int k = 0; k < 2; k++) stage_free(&st[k]);
+}
+
 // The architecture's description is the one parameter count: the table
 // built from it, whole or as tensor-parallel halves, has exactly the
 // elements arch_part_params and config_param_count say; LLaMA is described
@@ -414,7 +479,7 @@ static void test_arch_description(void) {
     EXPECT(ptable_build(&t, &c, &s, &e) == 0 && (int64_t)t.total == config_param_count(&c, 1), "whole table %zu vs %lld",
            t.total, (long long)config_param_count(&c, 1));
     ptable_free(&t);
-    ModelSlice h = {0, c.n_layer, 1, 2, 1, 0};
+    ModelSlice h = {0, c.n_layer, 1, 2, 1, 0, 1, 0};
     EXPECT(ptable_build(&t, &c, &h, &e) == 0, "%s", e.msg);
     int64_t want = arch_part_params(&c, PART_EMBED, 2, 1) + c.n_layer * arch_part_params(&c, PART_BLOCK, 2, 1) +
                    arch_part_params(&c, PART_FINAL, 2, 1);
@@ -465,6 +530,7 @@ int main(void) {
     RUN(test_stage_hooks);
     RUN(test_slots);
     RUN(test_pipeline_stages);
+    RUN(test_interleaved_chunks);
     RUN(test_arch_description);
     RUN(test_bad_configs);
     return test_finish();

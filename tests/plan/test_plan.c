@@ -1,5 +1,6 @@
 // plan/: exact parameter counts, ZeRO model states, activation and FLOP
-// formulas, the Megatron-LM training-time estimates, the planner's
+// formulas, the interleaved pipeline's bubble, activations and messages,
+// the Megatron-LM training-time estimates, the planner's
 // prediction against tessera's own allocator, and a sweep of inputs that
 // must never crash.
 #include <math.h>
@@ -144,6 +145,42 @@ static void test_against_tessera(void) {
     check_against_tessera("gpt2-124m", 50257, 4, 64);
 }
 
+// The interleaved schedule (V chunks per stage): the bubble shrinks V-fold,
+// stage 0 holds its warm-up chunks and one more, and each micro-batch
+// crosses V times the boundaries; its rules are checked.
+static void test_interleaved(void) {
+    Err e;
+    PlanModel m;
+    plan_model_preset(&m, "gpt2-124m", &e);
+    PlanCluster c = cluster(4);
+    PlanJob j = {1024, 16, 1, 1e9};
+    PlanLayout l = {.dp = 1, .tp = 1, .pp = 4, .precision = PREC_BF16, .fused_attention = 1};
+    PlanResult one, three;
+    EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
+    plan_eval(&m, &c, &j, &l, &one);
+    l.vstages = 3;
+    EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
+    plan_eval(&m, &c, &j, &l, &three);
+    EXPECT(fabs(one.t_bubble / one.t_compute - 3.0 / 16) < 1e-12, "1F1B bubble %g of compute", one.t_bubble / one.t_compute);
+    EXPECT(fabs(three.t_bubble / three.t_compute - 3.0 / 48) < 1e-12, "interleaved bubble %g of compute",
+           three.t_bubble / three.t_compute);
+    EXPECT(one.inflight == 4 && three.inflight == 2 * 3 + 2 * 4 + 1, "in flight: %lld micro-batches, %lld chunks",
+           (long long)one.inflight, (long long)three.inflight);
+    double sbh2 = 1024.0 * 768 * 2;   // one bf16 boundary message
+    EXPECT(one.bytes_pp == 2 * 16 * sbh2 && three.bytes_pp == 2 * 3 * 16 * sbh2, "pp bytes %g and %g", one.bytes_pp,
+           three.bytes_pp);
+    // activations: 15 chunks of one layer against 4 micro-batches of 3
+    EXPECT(fabs((three.acts - one.acts) - one.act_layer * (15 - 12)) < 1, "acts %g vs %g", three.acts, one.acts);
+    l.vstages = 5;
+    EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "do not divide the 12 layers"), "%s", e.msg);
+    l.vstages = 3;
+    j.global_batch = 6;
+    EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "multiple of pp=4"), "%s", e.msg);
+    j.global_batch = 16;
+    l.schedule = SCHED_GPIPE;
+    EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "1F1B"), "%s", e.msg);
+}
+
 static void test_invalid_and_sweep(void) {
     Err e;
     PlanModel m;
@@ -171,7 +208,7 @@ static void test_invalid_and_sweep(void) {
             int dp = (int)(devs[a] / (tps[t] * pps[p]));
             PlanLayout ll = {.dp = dp > 0 ? dp : 1, .tp = tps[t], .pp = pps[p], .zero = zs[z], .recompute = (a + b) % 3,
                              .precision = (PlanPrecision)(g % 3), .sp = t % 2, .fused_attention = p % 2,
-                             .schedule = (PlanSchedule)(z % 2)};
+                             .schedule = (PlanSchedule)(z % 2), .vstages = 1 + (g + b) % 3};
             if (plan_check(&m, &cc, &jj, &ll, &e)) continue;
             PlanResult r;
             plan_eval(&m, &cc, &jj, &ll, &r);
@@ -189,6 +226,7 @@ int main(void) {
     RUN(test_activations_and_flops);
     RUN(test_megatron_estimates);
     RUN(test_against_tessera);
+    RUN(test_interleaved);
     RUN(test_invalid_and_sweep);
     return test_finish();
 }
