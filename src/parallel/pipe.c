@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/timer.h"
 
 // A communicator and the rank to talk to in it (c NULL: no such neighbour).
@@ -27,7 +28,11 @@ struct Pipe {
     int nops;
     int *slot_of;               // (V, M): the slot holding chunk v's micro-batch m (-1: none)
     int *free_slots, nfree;
-    CommRequest **act_req, **grad_req;   // per slot: its output's and its input gradient's send in flight
+    CommRequest **act_req;      // per slot: its output's send in flight
+    float *gbuf;                // ngrad buffers of gcap floats: the gradients being sent back, used in turn
+    size_t gcap;
+    int ngrad, gnext;
+    CommRequest **grad_req;     // per buffer: its send in flight
     double waited;
 };
 
@@ -102,6 +107,61 @@ int pipe_in_flight(PipeSchedule s, int P, int rank, int M, int V) {
 
 double pipe_bubble(int P, int M, int V) { return (double)(P - 1) / ((double)V * M + P - 1); }
 
+int pipe_grad_buffers(PipeSchedule s, int P, int rank, int M, int V) {
+    if (P == 1 || (V == 1 && rank == 0)) return 0;   // nothing goes back
+    // every stage's operations, and where each (stage, bwd, chunk, mb) is in its list
+    int n = 2 * M * V, dst = (rank + P - 1) % P;   // dst: the stage the gradients go to
+    PipeOp *ops = malloc((size_t)P * n * sizeof *ops);
+    int *at = malloc((size_t)P * n * sizeof *at), *late = malloc((size_t)P * n * sizeof *late), *next = calloc((size_t)P, sizeof *next);
+    CHECKF(ops && at && late && next, "out of memory");
+    for (int q = 0; q < P; q++) {
+        pipe_schedule(s, P, q, M, V, ops + (size_t)q * n);
+        for (int i = 0; i < n; i++) {
+            PipeOp o = ops[(size_t)q * n + i];
+            at[(size_t)q * n + (o.bwd * V + o.chunk) * M + o.mb] = i;
+        }
+    }
+    // late[q·n + i]: the last of dst's operations that (q, i) depends on,
+    // itself included (−1: none), found by running the schedules in an
+    // order that respects every dependence
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int q = 0; q < P; q++)
+            for (; next[q] < n; next[q]++) {
+                int i = next[q];
+                PipeOp o = ops[(size_t)q * n + i];
+                int j = o.chunk * P + q, from = o.bwd ? j + 1 : j - 1, l = i ? late[(size_t)q * n + i - 1] : -1;
+                if (from >= 0 && from < P * V) {   // the message it receives, from virtual stage `from`
+                    int fq = from % P, fi = at[(size_t)fq * n + (o.bwd * V + from / P) * M + o.mb];
+                    if (fi >= next[fq]) break;   // not run yet
+                    if (late[(size_t)fq * n + fi] > l) l = late[(size_t)fq * n + fi];
+                }
+                late[(size_t)q * n + i] = q == dst ? i : l;
+                progress = 1;
+            }
+    }
+    for (int q = 0; q < P; q++) CHECKF(next[q] == n, "the schedule of stage %d deadlocks", q);
+    // this stage's gradient sends: where each is received on dst; at each,
+    // those received after the last operation of dst it depends on are open
+    int most = 0, sent = 0, *recv_at = malloc((size_t)n * sizeof *recv_at);
+    CHECKF(recv_at, "out of memory");
+    for (int i = 0; i < n; i++) {
+        PipeOp o = ops[(size_t)rank * n + i];
+        int j = o.chunk * P + rank;
+        if (!o.bwd || j == 0) continue;
+        int done = late[(size_t)rank * n + i], open = 0;
+        for (int k = 0; k < sent; k++) open += recv_at[k] > done;
+        if (open + 1 > most) most = open + 1;
+        recv_at[sent++] = at[(size_t)dst * n + (V + (j - 1) / P) * M + o.mb];
+    }
+    free(recv_at);
+    free(ops);
+    free(at);
+    free(late);
+    free(next);
+    return most;
+}
+
 int pipe_split_layers(int n_layer, int P, int V, const int *layers, int *begin, Err *err) {
     if (P > n_layer)
         return err_set(err, ERR_USAGE, "--pp %d: the model has only %d layers (at least one per stage)", P, n_layer);
@@ -150,12 +210,19 @@ int pipe_init(Pipe **out, Comm *ppg, PipeSchedule s, int M, Stage *st, Err *err)
     p->slot_of = malloc(vm * sizeof *p->slot_of);
     p->free_slots = calloc((size_t)st->slots, sizeof *p->free_slots);
     p->act_req = calloc((size_t)st->slots, sizeof *p->act_req);
-    p->grad_req = calloc((size_t)st->slots, sizeof *p->grad_req);
-    if (!p->ops || !p->slot_of || !p->free_slots || !p->act_req || !p->grad_req) {
+    if (!p->ops || !p->slot_of || !p->free_slots || !p->act_req) {
         pipe_free(p);
         return err_set(err, ERR_RUN, "out of memory");
     }
     if (pipe_check(s, p->P, M, p->V, NULL, err)) { pipe_free(p); return -1; }
+    p->ngrad = pipe_grad_buffers(s, p->P, p->rank, M, p->V);
+    p->gcap = stage_boundary_floats(st, st->B, st->T);
+    p->grad_req = calloc((size_t)p->ngrad + 1, sizeof *p->grad_req);
+    if (p->ngrad) p->gbuf = mem_alloc(MEM_COMM, (size_t)p->ngrad * p->gcap * sizeof(float));
+    if (!p->grad_req || (p->ngrad && !p->gbuf)) {
+        pipe_free(p);
+        return err_set(err, ERR_RUN, "out of memory for the pipeline's gradient send buffers");
+    }
     p->nops = pipe_schedule(s, p->P, p->rank, M, p->V, p->ops);
     int need = pipe_in_flight(s, p->P, p->rank, M, p->V);
     CHECKF(st->slots >= need, "the stage has %d slots, the schedule needs %d", st->slots, need);
@@ -194,10 +261,11 @@ int pipe_init(Pipe **out, Comm *ppg, PipeSchedule s, int M, Stage *st, Err *err)
 void pipe_free(Pipe *p) {
     if (!p) return;
     Err e;
-    for (int k = 0; p->act_req && p->grad_req && k < p->st->slots; k++) {   // after an error: sends still queued
+    for (int k = 0; p->act_req && k < p->st->slots; k++)   // after an error: sends still queued
         if (p->act_req[k]) comm_wait(p->act_req[k], &e);
+    for (int k = 0; p->grad_req && k < p->ngrad; k++)
         if (p->grad_req[k]) comm_wait(p->grad_req[k], &e);
-    }
+    mem_free(p->gbuf);
     comm_free(p->act_in);
     comm_free(p->act_out);
     comm_free(p->grad_in);
@@ -249,9 +317,19 @@ static CommRequest *send(Link l, const float *buf, size_t n) {
     return l.c ? comm_isend(l.c, buf, n, DT_F32, l.peer) : NULL;
 }
 
-// Waits for the slot's sends: its memory is about to be written again.
-static int settle(Pipe *p, int slot, Err *err) {
-    return comm_wait_timed(&p->act_req[slot], &p->waited, err) || comm_wait_timed(&p->grad_req[slot], &p->waited, err);
+// Waits for the slot's output to have left: its memory is about to be
+// written again.
+static int settle(Pipe *p, int slot, Err *err) { return comm_wait_timed(&p->act_req[slot], &p->waited, err); }
+
+// Sends the slot's input gradient back through the next send buffer.
+static int send_grad(Pipe *p, int slot, Link to, size_t n, Err *err) {
+    if (!to.c) return 0;
+    int k = p->gnext++ % p->ngrad;
+    float *buf = p->gbuf + (size_t)k * p->gcap;
+    if (comm_wait_timed(&p->grad_req[k], &p->waited, err)) return -1;   // taken already: pipe_grad_buffers
+    memcpy(buf, stage_grad_input(p->st, slot), n * sizeof(float));
+    p->grad_req[k] = send(to, buf, n);
+    return 0;
 }
 
 static int forward_one(Pipe *p, int slot, int v, const int *tok, const int *tgt, int B, int T, float dscale, double *sum,
@@ -287,11 +365,13 @@ int pipe_step(Pipe *p, Dp *dp, const int *tokens, const int *targets, int B, int
         }
         if (receive(p, grad_from(p, op.chunk), stage_grad_output(st, *slot), n, err)) return -1;
         stage_backward(st, *slot, tok, B, T);
-        p->grad_req[*slot] = send(grad_to(p, op.chunk), stage_grad_input(st, *slot), n);
+        if (send_grad(p, *slot, grad_to(p, op.chunk), n, err)) return -1;
         p->free_slots[p->nfree++] = *slot;
     }
     for (int k = 0; k < st->slots; k++)
         if (settle(p, k, err)) return -1;
+    for (int k = 0; k < p->ngrad; k++)
+        if (comm_wait_timed(&p->grad_req[k], &p->waited, err)) return -1;
     *loss_sum = sum;
     return 0;
 }

@@ -37,10 +37,17 @@
 // backward receives the gradient of its output and sends the gradient of
 // its input back. Sends go through the communicators' progress threads
 // (comm_isend) and each neighbour pair has one communicator per direction
-// (the interleaved schedule adds the pair last → first), so a rank never
-// blocks on a send: it blocks only to receive what the schedule needs
-// next, or, before it reuses a slot, until that slot's sends have left.
-// Every such wait is the pipeline bubble this rank sees, and is timed.
+// (the interleaved schedule adds the pair last → first). A send of more
+// than a mailbox's worth completes only as the receiver takes it (as MPI's
+// rendezvous does), so a rank must never wait for a send that the
+// receiver will take only after something this rank has yet to do. A
+// slot's output has always been taken by the time the slot is free again
+// (the next stage's forward comes before the backward that frees it); the
+// gradient sent back is copied into the oldest of a few send buffers, as
+// many as pipe_grad_buffers counts so that the oldest's previous send
+// has been taken however slow the receiving stage is. So a rank blocks
+// only to receive what the schedule needs next, and every such wait is
+// the pipeline bubble this rank sees, and is timed.
 #ifndef TSR_PARALLEL_PIPE_H
 #define TSR_PARALLEL_PIPE_H
 
@@ -78,6 +85,13 @@ int pipe_schedule(PipeSchedule s, int P, int rank, int M, int V, PipeOp *ops);
 int pipe_in_flight(PipeSchedule s, int P, int rank, int M, int V);
 // The planned bubble: (P − 1)/(V·M + P − 1) of the step.
 double pipe_bubble(int P, int M, int V);
+// Send buffers stage `rank` needs for the gradients it sends back: one more
+// than the most of its earlier sends whose receiving backward need not
+// have run when a backward finishes (the operations that surely have:
+// those it depends on through its own order and the messages it
+// received). Sends to one stage are taken in order, so with that many
+// used in turn the oldest has always been taken.
+int pipe_grad_buffers(PipeSchedule s, int P, int rank, int M, int V);
 
 // The layer ranges of P·V virtual stages for n_layer layers (V = 1: the
 // stages): an even split, or `layers` (P counts, NULL for even; only with

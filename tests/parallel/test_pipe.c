@@ -5,7 +5,10 @@
 // parallel/pipe does, never deadlock, and every neighbour channel carries
 // its messages in the order the receiver expects them; the activations in
 // flight are what pipe_in_flight says (P − r under 1F1B, M under GPipe,
-// 2(P − r − 1) + (V − 1)·P + 1 chunks interleaved, at most V·M);
+// 2(P − r − 1) + (V − 1)·P + 1 chunks interleaved, at most V·M); with
+// sends that complete only as the receiver takes them (rendezvous), the
+// gradient send buffers pipe_grad_buffers counts keep every rank from
+// waiting on a send it must itself unblock, whichever ranks run ahead;
 // and with a forward taking 1 and a backward 2 time units per chunk, the
 // step takes exactly (V·M + P − 1)·3/V: the bubble (P − 1)/(V·M + P − 1)
 // the planner and the summary print. Then the layer split: chunks P apart,
@@ -81,6 +84,44 @@ static long simulate(Plan *p, int *order_bad) {
     return span;
 }
 
+// Runs the ranks as parallel/pipe does with sends that complete only when
+// the receiver takes them: a rank's gradient goes through the oldest of
+// its pipe_grad_buffers buffers, and the rank waits until that buffer's
+// previous send has been taken. Ranks take turns in `order`, each running
+// as far as it can (so some run far ahead of slow receivers). 1 if every
+// rank finishes, 0 on a deadlock.
+static int rendezvous_run(const Plan *p, const int *order) {
+    int P = p->P, V = p->V, idx[MAXP] = {0}, K[MAXP], used[MAXP] = {0};
+    static int taken_at[MAXP][MAXOPS];   // per buffer in use: the receiving stage's operation that takes its send
+    static int at[MAXP][2][MAXV][MAXM];
+    for (int r = 0; r < P; r++) {
+        K[r] = pipe_grad_buffers(p->s, P, r, p->M, V);
+        for (int i = 0; i < p->nops[r]; i++) at[r][p->ops[r][i].bwd][p->ops[r][i].chunk][p->ops[r][i].mb] = i;
+    }
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int t = 0; t < P; t++) {
+            int r = order[t];
+            while (idx[r] < p->nops[r]) {
+                PipeOp o = p->ops[r][idx[r]];
+                int j = vstage(p, r, o.chunk), from = o.bwd ? j + 1 : j - 1;
+                if (from >= 0 && from < P * V && idx[from % P] <= at[from % P][o.bwd][from / P][o.mb]) break;
+                if (o.bwd && j > 0) {   // its gradient goes back through buffer used % K
+                    int q = (j - 1) % P, b = used[r] % K[r];
+                    if (used[r] >= K[r] && idx[q] <= taken_at[r][b]) break;   // the buffer's last send not taken yet
+                    taken_at[r][b] = at[q][1][(j - 1) / P][o.mb];
+                    used[r]++;
+                }
+                idx[r]++;
+                progress = 1;
+            }
+        }
+    }
+    for (int r = 0; r < P; r++)
+        if (idx[r] < p->nops[r]) return 0;
+    return 1;
+}
+
 static void check_plan(int P, int V, int M, PipeSchedule s, int *bad_cover, int *bad_order, int *bad_flight,
                        int *deadlocks, int *bad_bubble) {
     static Plan p;
@@ -107,6 +148,15 @@ static void check_plan(int P, int V, int M, PipeSchedule s, int *bad_cover, int 
         int ahead = 2 * (P - r - 1) + (V - 1) * P + 1;
         int want = s == PIPE_GPIPE ? M : V == 1 ? (P - r < M ? P - r : M) : (ahead < V * M ? ahead : V * M);
         *bad_flight += most != pipe_in_flight(s, P, r, M, V) || most != want;
+    }
+    // sends taken only by the receiver: every rank in front of the others,
+    // in turn, and the two orders of all
+    int order[MAXP];
+    for (int first = 0; first < P; first++) {
+        for (int k = 0; k < P; k++) order[k] = (first + k) % P;
+        *deadlocks += !rendezvous_run(&p, order);
+        for (int k = 0; k < P; k++) order[k] = (first + P - k) % P;
+        *deadlocks += !rendezvous_run(&p, order);
     }
     int order_bad = 0;
     long span = simulate(&p, &order_bad);
