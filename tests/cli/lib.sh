@@ -28,3 +28,16 @@ same_bits() {
   for f in "$1/$a"/rank_*.tsr; do cmp -s "$f" "$2/$b/$(basename "$f")" || return 1; done
 }
 field() { tail -1 "$1" | sed "s/.*\"$2\":\([0-9.]*\).*/\1/"; }
+
+# kill_rank LAUNCHER_PID K: SIGKILLs the K-th rank the launcher (a job of
+# this shell) forked and waits for the launcher; KRC gets its exit status,
+# KEL the seconds it took to stop.
+kill_rank() {
+  local victim start
+  victim=$(pgrep -P "$1" | sed -n "${2}p")
+  [ -n "$victim" ] && kill -9 "$victim"
+  start=$(date +%s)
+  wait "$1"
+  KRC=$?
+  KEL=$(( $(date +%s) - start ))
+}

@@ -202,12 +202,8 @@ if [ $pl_bad -eq 0 ]; then ok "plan predicts the weights, gradient and optimizer
   --ckpt-every 5 --log-every 1000 >"$TMP/kill.out" 2>&1 &
 lpid=$!
 for i in $(seq 1 150); do [ -f "$TMP/kill/latest" ] && break; sleep 0.1; done
-victim=$(pgrep -P $lpid | sed -n 2p)
-[ -n "$victim" ] && kill -9 "$victim"
-start=$(date +%s)
-wait $lpid
-krc=$?
-el=$(( $(date +%s) - start ))
+kill_rank $lpid 2
+krc=$KRC el=$KEL
 if [ $krc -ne 0 ] && [ $el -lt 30 ] && grep -q "was killed by signal 9" "$TMP/kill.out" && "$BIN" ckpt info "$TMP/kill" >/dev/null 2>&1 &&
    "$BIN" eval --ckpt "$TMP/kill" --data "$DATA" --batches 1 >/dev/null 2>&1 && [ -z "$(pgrep -P $lpid)" ]; then
   ok "a killed rank stops a ZeRO-3 run (exit $krc in ${el}s), the last checkpoint loads"

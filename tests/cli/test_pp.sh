@@ -169,12 +169,8 @@ done
 lpid=$!
 for i in $(seq 1 100); do [ "$(pgrep -P $lpid | wc -l)" -ge 8 ] && break; sleep 0.1; done
 sleep 1
-victim=$(pgrep -P $lpid | sed -n 6p)
-[ -n "$victim" ] && kill -9 "$victim"
-start=$(date +%s)
-wait $lpid
-krc=$?
-el=$(( $(date +%s) - start ))
+kill_rank $lpid 6
+krc=$KRC el=$KEL
 if [ $krc -ne 0 ] && [ $el -lt 20 ] && grep -q "was killed by signal 9" "$TMP/kill.out" && [ -z "$(pgrep -P $lpid)" ]; then
   ok "a rank killed in a 2×2×2 run stops every rank (exit $krc in ${el}s) with the rank named"
 else bad "a killed rank stops a 3D run" "exit $krc after ${el}s" "$(tail -3 "$TMP/kill.out")"; fi
