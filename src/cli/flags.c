@@ -153,6 +153,6 @@ void flags_print(const Flag *flags, int n) {
 }
 
 int cli_fail(const char *cmd, const Err *e) {
-    fprintf(stderr, "tessera %s: %s\n", cmd, e->msg);
+    if (!e->shown) fprintf(stderr, "tessera %s: %s\n", cmd, e->msg);
     return e->code ? e->code : 1;
 }

@@ -37,19 +37,20 @@ static int train_rank(Comm *world, void *arg) {
     Mesh m;
     int dp = ra->dp ? ra->dp : comm_size(world) / (ra->tp * ra->pp);   // under mpirun: the ranks started / (tp·pp)
     if ((ra->tp > 1 || ra->pp > 1) && !strcmp(comm_backend(world), "mpi") && !comm_mpi_thread_multiple()) {
-        fprintf(stderr, "tessera train: rank %d: --%s under mpirun needs an MPI library that grants MPI_THREAD_MULTIPLE "
-                "(tensor-parallel collectives and pipeline sends run beside the data-parallel group's)\n",
-                comm_rank(world), ra->tp > 1 ? "tp" : "pp");
+        err_set(&e, ERR_USAGE, "--%s under mpirun needs an MPI library that grants MPI_THREAD_MULTIPLE (tensor-parallel "
+                "collectives and pipeline sends run beside the data-parallel group's)", ra->tp > 1 ? "tp" : "pp");
+        comm_rank_error(world, "tessera train", &e);
         return ERR_USAGE;
     }
     if (mesh_init(&m, world, dp, ra->tp, ra->pp, &e)) {
-        fprintf(stderr, "tessera train: rank %d: --dp/--tp/--pp: %s\n", comm_rank(world), e.msg);
+        err_prefix(&e, "--dp/--tp/--pp");
+        comm_rank_error(world, "tessera train", &e);
         return e.code ? e.code : 1;
     }
     int rc = 0;
     if (comm_rank(world) != 0 && !freopen("/dev/null", "w", stdout)) rc = 1;
     else if (train_run(ra->tc, &m, &e)) {
-        fprintf(stderr, "tessera train: rank %d: %s\n", comm_rank(world), e.msg);
+        comm_rank_error(world, "tessera train", &e);
         rc = e.code ? e.code : 1;
     }
     mesh_free(&m);
@@ -266,7 +267,7 @@ int cmd_train(int argc, char **argv) {
         RankArgs ra = {&tc, dp, tp, pp};
         Err le = {0};
         if (comm_run(world > 0 ? world : 1, train_rank, &ra, comm_timeout > 0 ? comm_timeout : comm_timeout_default(), &le)) {
-            fprintf(stderr, "tessera train: %s\n", le.msg);
+            if (!le.shown) fprintf(stderr, "tessera train: %s\n", le.msg);
             rc = le.code ? le.code : 1;
             e.msg[0] = 0;
         } else rc = 0;

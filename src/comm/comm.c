@@ -28,6 +28,7 @@ struct Comm {
     const CommBackendOps *ops;
     void *be;
     int rank, size;
+    int world_rank;      // this process's rank in the world the communicator was split from
     char name[48];
     double timeout;
     CommStats stats;
@@ -62,6 +63,7 @@ Comm *comm_wrap(const CommBackendOps *ops, void *be, int rank, int size, const c
     c->ops = ops;
     c->be = be;
     c->rank = rank;
+    c->world_rank = rank;   // a world; comm_split sets its parent's
     c->size = size;
     c->timeout = timeout;
     snprintf(c->name, sizeof c->name, "%s", name);
@@ -79,17 +81,55 @@ const char *comm_backend(const Comm *c) { return c->ops->name; }
 const CommStats *comm_stats(const Comm *c) { return &c->stats; }
 void comm_stats_reset(Comm *c) { memset(&c->stats, 0, sizeof c->stats); }
 
-void comm_print_history(const Comm *c) {
-    int n = c->hist_n < HIST ? c->hist_n : HIST;
-    fprintf(stderr, "  rank %d, communicator %s: last %d collectives (oldest first)\n", c->rank, c->name, n);
-    for (int i = 0; i < n; i++) {
+// Writes c's last (up to) n operations, oldest first, into buf.
+static void history(const Comm *c, int n, char *buf, size_t cap) {
+    if (n > c->hist_n) n = c->hist_n;
+    if (n > HIST) n = HIST;
+    size_t k = (size_t)snprintf(buf, cap, "  communicator %s (rank %d of %d in it): last %d operations (oldest first)\n",
+                                c->name, c->rank, c->size, n);
+    for (int i = 0; i < n && k < cap; i++) {
         const OpDesc *d = &c->hist[(c->hist_n - n + i) % HIST];
-        fprintf(stderr, "    seq %-6llu %-14s %-4s count %-10llu", (unsigned long long)d->seq, comm_op_name(d->op),
-                comm_dtype_name(d->dtype), (unsigned long long)d->count);
-        if (d->op == OP_BROADCAST) fprintf(stderr, " root %d", d->root);
-        if (d->op == OP_SEND || d->op == OP_RECV) fprintf(stderr, " peer %d", d->root);
-        fputc('\n', stderr);
+        k += (size_t)snprintf(buf + k, cap - k, "    seq %-6llu %-14s %-4s count %-10llu", (unsigned long long)d->seq,
+                              comm_op_name(d->op), comm_dtype_name(d->dtype), (unsigned long long)d->count);
+        if (k < cap && d->op == OP_BROADCAST) k += (size_t)snprintf(buf + k, cap - k, " root %d", d->root);
+        if (k < cap && (d->op == OP_SEND || d->op == OP_RECV)) k += (size_t)snprintf(buf + k, cap - k, " peer %d", d->root);
+        if (k < cap) k += (size_t)snprintf(buf + k, cap - k, "\n");
     }
+}
+
+void comm_rank_error(Comm *world, const char *who, const Err *e) {
+    if (e->shown) return;
+    char line[640];
+    snprintf(line, sizeof line, "%s: %s", who, e->msg);
+    if (world->ops->rank_error) world->ops->rank_error(world->be, line);
+    else fprintf(stderr, "%s: rank %d: %s\n", who, world->world_rank, e->msg);
+}
+
+void comm_print_history(const Comm *c) {
+    char buf[HIST * 96 + 160];
+    history(c, HIST, buf, sizeof buf);
+    fputs(buf, stderr);
+}
+
+// A call failed: the communicator is unusable from now on. The error is
+// written once here, with this process's world rank and the
+// communicator's recent operations (a rank stuck elsewhere may never
+// return it), and marked shown so that callers do not write it again.
+static void report_failure(Comm *c, Err *e) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int reported;   // the first failure of this process; the others follow from it
+    c->broken = 1;
+    pthread_mutex_lock(&mu);
+    if (!reported) {
+        char buf[1024];
+        int k = snprintf(buf, sizeof buf, "tessera: rank %d: %s\n", c->world_rank, e->msg);
+        if (k > 0 && (size_t)k < sizeof buf) history(c, 4, buf + k, sizeof buf - (size_t)k);
+        fputs(buf, stderr);   // one write: the progress threads of other communicators may fail too
+        reported = 1;
+    }
+    pthread_mutex_unlock(&mu);
+    e->shown = 1;
+    c->broken_err = *e;
 }
 
 // Runs one operation on the calling thread (exec_mu held).
@@ -120,10 +160,7 @@ static int execute(Comm *c, int op, const void *in, void *out, size_t count, Com
     c->stats.bytes_recv[op] += recv;
     c->stats.seconds[op] += timer_now() - t0;
     if (rc) {
-        c->broken = 1;
-        c->broken_err = *e;
-        fprintf(stderr, "tessera: rank %d: %s\n", c->rank, e->msg);
-        comm_print_history(c);
+        report_failure(c, e);
         if (c->ops->on_failure) c->ops->on_failure(c->be);
     }
     return rc;
@@ -275,12 +312,11 @@ int comm_split(Comm *c, int color, int key, const char *name, Comm **out, Err *e
         int r, n;
         c->stats.calls[OP_SPLIT]++;
         rc = c->ops->split(c->be, &d, color, key, &be, &r, &n, err);
-        if (rc == 0) *out = comm_wrap(c->ops, be, r, n, name, c->timeout);
-        else {
-            c->broken = 1;
-            c->broken_err = *err;
-            fprintf(stderr, "tessera: rank %d: %s\n", c->rank, err->msg);
-            comm_print_history(c);
+        if (rc == 0) {
+            *out = comm_wrap(c->ops, be, r, n, name, c->timeout);
+            (*out)->world_rank = c->world_rank;
+        } else {
+            report_failure(c, err);
         }
     }
     pthread_mutex_unlock(&c->exec_mu);

@@ -91,6 +91,11 @@ int comm_test(CommRequest *r);
 
 // Writes the ring of the last collectives of c, oldest first, to stderr.
 void comm_print_history(const Comm *c);
+// A rank's error as "<who>: rank R: <message>" — once: nothing when a
+// failed collective already wrote it (e->shown); with forked ranks the
+// launcher writes each distinct message once, naming every rank that had
+// it; under MPI the rank writes it at once.
+void comm_rank_error(Comm *world, const char *who, const Err *e);
 
 // How the shared-memory backend (comm/local) moves an allreduce, so that
 // a byte count computed elsewhere (plan/) matches its counters: the data

@@ -31,6 +31,9 @@ typedef struct CommBackendOps {
     void (*free)(void *be);
     // Called after a failure was reported (may be NULL): MPI ends the job.
     void (*on_failure)(void *be);
+    // Keeps this rank's error line for the launcher, which writes each
+    // distinct one once (may be NULL: comm_rank_error writes it at once).
+    void (*rank_error)(void *be, const char *line);
 } CommBackendOps;
 
 // Wraps a backend state into a Comm (generic layer).

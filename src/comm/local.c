@@ -34,6 +34,7 @@ typedef struct {                 // per rank, in a communicator's area
     uint64_t count;
     int32_t key;
     uint64_t offer;              // split: area offset offered by a group leader
+    _Atomic uint32_t arrived;    // the barrier phase it last arrived at, plus one
 } RankDesc;
 
 typedef struct {                 // a sender -> receiver mailbox
@@ -56,6 +57,7 @@ typedef struct {                 // the segment header
     _Atomic uint64_t bump;       // next free byte for communicator areas
     int32_t nproc;
     pid_t pids[MAX_RANKS];
+    char error[MAX_RANKS][640];  // each rank's error line for the launcher ("" = none)
 } Segment;
 
 typedef struct {
@@ -66,6 +68,7 @@ typedef struct {
     double timeout;
     double t_start;              // of the current collective
     const OpDesc *cur;
+    uint32_t in_barrier;         // the phase + 1 of the barrier it waits in (0: a mailbox)
     uint64_t use;                // buffer-set uses so far (the same on every rank)
 } Local;
 
@@ -78,7 +81,9 @@ static size_t area_bytes(int n) {
 }
 
 size_t comm_local_area_bytes(int n) { return area_bytes(n); }
-size_t comm_local_segment_bytes(void) { return SEG_BYTES - 4096; }   // the first page is the segment header
+// The segment header (with the ranks' error lines) takes the first pages.
+static size_t header_bytes(void) { return (sizeof(Segment) + 4095) & ~(size_t)4095; }
+size_t comm_local_segment_bytes(void) { return SEG_BYTES - header_bytes(); }
 
 // Staging slot r (n: the result slot) of the current buffer set. Two sets
 // alternate from one use to the next, so a set is only rewritten after a
@@ -101,14 +106,25 @@ static void futex_wait(_Atomic uint32_t *addr, uint32_t val, int ms) {
 }
 static void futex_wake_raw(_Atomic uint32_t *addr) { syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
 
-// The error of a wait that cannot finish: a failed peer or the timeout.
+// The error of a wait that cannot finish: a failed peer or the timeout. It
+// names the ranks waited for: a send's or receive's peer; in a collective
+// those that have not entered it or, when all have, those that have not
+// reached the barrier this rank waits in (stopped or stuck inside it).
 static int wait_error(Local *l, Err *err) {
     const OpDesc *d = l->cur;
     char missing[512] = "";
     size_t used = 0;
-    for (int r = 0; r < l->n; r++)
+    int p2p = d->op == OP_SEND || d->op == OP_RECV, inside = 0;
+    if (p2p) used = (size_t)snprintf(missing, sizeof missing, "%d (to %s)", d->root, d->op == OP_SEND ? "take the message" : "send");
+    for (int r = 0; !p2p && r < l->n; r++)
         if (r != l->me && atomic_load(&l->a->desc[r].seq) < d->seq && used < sizeof missing - 16)
             used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d", used ? ", " : "", r);
+    for (int r = 0; !p2p && !used && l->in_barrier && r < l->n; r++)   // every rank entered: who is not here?
+        if (r != l->me && atomic_load(&l->a->desc[r].arrived) != l->in_barrier && used < sizeof missing - 64) {
+            used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d", used ? ", " : "", r);
+            inside = 1;
+        }
+    if (inside) snprintf(missing + used, sizeof missing - used, " (inside it: stopped or stuck)");
     int fr = atomic_load(&l->seg->failed_rank);
     if (fr >= 0) {
         int st = atomic_load(&l->seg->failed_status);
@@ -117,7 +133,8 @@ static int wait_error(Local *l, Err *err) {
                        st >= 256 ? "exited with an error" : "was killed", used ? missing : "none");
     }
     return err_set(err, ERR_RUN, "%s (seq %llu) on communicator %s: timed out after %.0f s waiting for rank(s) %s",
-                   comm_op_name(d->op), (unsigned long long)d->seq, l->name, l->timeout, used ? missing : "(all arrived)");
+                   comm_op_name(d->op), (unsigned long long)d->seq, l->name, l->timeout,
+                   used ? missing : "that have already left it (a rank was stopped?)");
 }
 
 // Wakes the waiters on word — a system call only when someone sleeps. The
@@ -143,13 +160,17 @@ static int wait_change(Local *l, _Atomic uint32_t *word, uint32_t val, Err *err)
 static int barrier(Local *l, Err *err) {
     Area *a = l->a;
     uint32_t ph = atomic_load(&a->phase);
+    atomic_store(&a->desc[l->me].arrived, ph + 1);
     if (atomic_fetch_add(&a->arrive, 1) == (uint32_t)l->n - 1) {
         atomic_store(&a->arrive, 0);
         atomic_fetch_add(&a->phase, 1);
         wake(l, &a->phase);
         return 0;
     }
-    return wait_change(l, &a->phase, ph, err);
+    l->in_barrier = ph + 1;
+    int rc = wait_change(l, &a->phase, ph, err);
+    l->in_barrier = 0;
+    return rc;
 }
 
 // Publishes this rank's descriptor for collective d.
@@ -410,9 +431,34 @@ static int l_split(void *be, const OpDesc *d, int color, int key, void **out_be,
 
 static void l_free(void *be) { free(be); }
 
+static void l_rank_error(void *be, const char *line) {
+    Local *l = be;
+    snprintf(l->seg->error[l->a->world_rank[l->me]], sizeof l->seg->error[0], "%s", line);
+}
+
 static const CommBackendOps LOCAL_OPS = {
     "local", l_allreduce, l_reduce_scatter, l_allgather, l_broadcast, l_send, l_recv, l_barrier, l_split, l_free, NULL,
+    l_rank_error,
 };
+
+// Writes each distinct error line the ranks left once, naming the ranks
+// that had it ("<who>: ranks 0, 1, 2: <message>").
+static void write_rank_errors(const Segment *seg, int nproc) {
+    for (int r = 0; r < nproc; r++) {
+        const char *line = seg->error[r], *colon = strstr(line, ": ");
+        int seen = 0;
+        for (int q = 0; q < r && !seen; q++) seen = !strcmp(seg->error[q], line);
+        if (!line[0] || seen || !colon) continue;
+        char ranks[96];
+        int k = 0, n = 0;
+        for (int q = r; q < nproc; q++)
+            if (!strcmp(seg->error[q], line) && k < (int)sizeof ranks - 16) {
+                k += snprintf(ranks + k, sizeof ranks - (size_t)k, "%s%d", n ? ", " : "", q);
+                n++;
+            }
+        fprintf(stderr, "%.*s: rank%s %s: %s\n", (int)(colon - line), line, n > 1 ? "s" : "", ranks, colon + 2);
+    }
+}
 
 // ---- the launcher ----
 
@@ -422,7 +468,7 @@ int comm_launch(int nproc, CommRankMain fn, void *arg, double timeout, Err *err)
     if (seg == MAP_FAILED) return err_set(err, ERR_RUN, "cannot map %d MiB of shared memory", SEG_BYTES >> 20);
     atomic_store(&seg->failed_rank, -1);
     seg->nproc = nproc;
-    atomic_store(&seg->bump, 4096);
+    atomic_store(&seg->bump, header_bytes());
     Area *world = area_alloc(seg, nproc, err);
     if (!world) { munmap(seg, SEG_BYTES); return -1; }
     for (int r = 0; r < nproc; r++) world->world_rank[r] = r;
@@ -475,9 +521,12 @@ int comm_launch(int nproc, CommRankMain fn, void *arg, double timeout, Err *err)
         }
         if (first >= 0) usleep(20000);
     }
+    write_rank_errors(seg, nproc);
     munmap(seg, SEG_BYTES);
     if (first < 0) return 0;
     if (WIFSIGNALED(first_status))
         return err_set(err, ERR_RUN, "rank %d was killed by signal %d; all ranks stopped", first, WTERMSIG(first_status));
-    return err_set(err, ERR_RUN, "rank %d failed (exit status %d); all ranks stopped", first, WEXITSTATUS(first_status));
+    int st = WEXITSTATUS(first_status);   // a rank's usage error stays one for the command
+    return err_set(err, st == ERR_USAGE ? ERR_USAGE : ERR_RUN, "all ranks stopped after rank %d's error above (exit "
+                   "status %d)", first, st);
 }

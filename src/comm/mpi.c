@@ -247,7 +247,7 @@ static void m_on_failure(void *be) {
 
 static const CommBackendOps MPI_OPS = {
     "mpi", m_allreduce, m_reduce_scatter, m_allgather, m_broadcast, m_send, m_recv, m_barrier, m_split, m_free,
-    m_on_failure,
+    m_on_failure, NULL,
 };
 
 int comm_mpi_world(Comm **out, double timeout, Err *err) {

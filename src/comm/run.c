@@ -18,6 +18,8 @@ int comm_run(int nproc, CommRankMain fn, void *arg, double timeout, Err *err) {
     int me = comm_rank(w), rc = fn(w, arg);
     comm_free(w);
     comm_mpi_finalize();
-    if (rc) return err_set(err, ERR_RUN, "MPI rank %d failed (status %d)", me, rc);
-    return 0;
+    if (!rc) return 0;
+    err_set(err, rc == ERR_USAGE ? ERR_USAGE : ERR_RUN, "MPI rank %d failed (status %d)", me, rc);
+    err->shown = 1;   // the rank wrote its error; mpirun reports the failed process
+    return -1;
 }

@@ -8,6 +8,7 @@
 int err_set(Err *e, int code, const char *fmt, ...) {
     if (!e) return -1;
     e->code = code;
+    e->shown = 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);

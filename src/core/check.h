@@ -15,6 +15,8 @@ enum { ERR_OK = 0, ERR_RUN = 1, ERR_USAGE = 2 };   // also the exit codes
 
 typedef struct Err {
     int code;            // ERR_OK, ERR_RUN (failure while running), ERR_USAGE (bad input)
+    int shown;           // already written to stderr, with its rank, by the layer that caught it
+                         // (a failed collective): callers exit with it without writing it again
     char msg[512];       // one line, no trailing newline
 } Err;
 

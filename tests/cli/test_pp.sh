@@ -171,8 +171,13 @@ for i in $(seq 1 100); do [ "$(pgrep -P $lpid | wc -l)" -ge 8 ] && break; sleep 
 sleep 1
 kill_rank $lpid 6
 krc=$KRC el=$KEL
-if [ $krc -ne 0 ] && [ $el -lt 20 ] && grep -q "was killed by signal 9" "$TMP/kill.out" && [ -z "$(pgrep -P $lpid)" ]; then
-  ok "a rank killed in a 2×2×2 run stops every rank (exit $krc in ${el}s) with the rank named"
+# each rank's error once (its first failed collective; not again by the
+# trainer or the launcher), the launcher's one line naming the killed rank
+dups=$(grep -o "^tessera: rank [0-9]*:" "$TMP/kill.out" | sort | uniq -d)
+if [ $krc -ne 0 ] && [ $el -lt 20 ] && grep -q "was killed by signal 9" "$TMP/kill.out" && [ -z "$(pgrep -P $lpid)" ] &&
+   [ -z "$dups" ] && ! grep -q "^tessera train: rank [0-9]*:" "$TMP/kill.out" &&
+   [ "$(grep -c "^tessera train:" "$TMP/kill.out")" -eq 1 ]; then
+  ok "a rank killed in a 2×2×2 run stops every rank (exit $krc in ${el}s) with the rank named; each rank's error once"
 else bad "a killed rank stops a 3D run" "exit $krc after ${el}s" "$(tail -3 "$TMP/kill.out")"; fi
 
 # ---- errors: one line, exit 2, before any rank starts ----
@@ -201,6 +206,17 @@ expect_err "needs --pp 2 or more" --virtual-stages 2
 expect_err "leave out --schedule gpipe" --nproc 2 --pp 2 --micro-batches 2 --virtual-stages 2 --schedule gpipe
 expect_err "splits the layers evenly" --nproc 2 --pp 2 --micro-batches 2 --virtual-stages 2 --pp-layers 1,3
 [ $err_bad -eq 0 ] && ok "bad pipeline layouts exit 2 with one line before any rank starts (14 cases)" || bad "pipeline layout errors"
+
+# ---- an error every rank finds (a checkpoint's 5 layers on 2 stages): written once, naming the ranks ----
+"$BIN" train --data "$DATA" --tokenizer byte --config "$TMP/odd.json" --steps 1 --batch 1 --ckpt-dir "$TMP/odd1" >/dev/null 2>&1
+"$BIN" train --data "$DATA" --tokenizer byte --steps 2 --batch 1 --seq 32 --resume "$TMP/odd1" --nproc 4 --pp 2 \
+  --micro-batches 2 >"$TMP/same.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$TMP/same.out")" -eq 2 ] &&
+  grep -q "^tessera train: ranks 0, 1, 2, 3: --pp 2 does not divide the model's 5 layers" "$TMP/same.out" &&
+  grep -q "^tessera train: all ranks stopped after rank [0-3]'s error above" "$TMP/same.out" &&
+  ok "an error all 4 ranks find is written once with their ranks, and the launcher does not repeat it (exit 2)" ||
+  bad "one error from every rank" "exit $rc" "$(head -3 "$TMP/same.out")"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -91,6 +91,25 @@ static void test_timeout(void) {
     EXPECT(timer_now() - t0 < 6, "took %.1f s", timer_now() - t0);
 }
 
+// Both ranks receive from each other: every rank is inside an operation,
+// and the timeout names the peer each one waits for.
+static int p2p_timeout_main(Comm *c, void *arg) {
+    (void)arg;
+    Err e;
+    float x[4];
+    int peer = 1 - comm_rank(c);
+    if (comm_recv(c, x, 4, DT_F32, peer, &e) == 0) return 1;
+    char want[64];
+    snprintf(want, sizeof want, "waiting for rank(s) %d (to send)", peer);
+    return strstr(e.msg, want) && strstr(e.msg, "timed out after 1 s") ? 3 : 4;
+}
+
+static void test_p2p_timeout(void) {
+    Err e;
+    int rc = comm_launch(2, p2p_timeout_main, NULL, 1.0, &e);
+    EXPECT(rc == -1 && strstr(e.msg, "exit status 3"), "a receive's timeout names its peer: %s", rc ? e.msg : "returned 0");
+}
+
 static int mismatch_main(Comm *c, void *arg) {
     (void)arg;
     Err e;
@@ -113,6 +132,7 @@ int main(void) {
     RUN(test_byte_counters);
     RUN(test_killed_rank);
     RUN(test_timeout);
+    RUN(test_p2p_timeout);
     RUN(test_mismatch);
     return test_finish();
 }
