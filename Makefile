@@ -16,7 +16,10 @@ LDLIBS  += -lm
 BLAS_PC := $(shell pkg-config --exists openblas 2>/dev/null && echo openblas)
 ifeq ($(BLAS_PC),openblas)
   CFLAGS += $(shell pkg-config --cflags openblas) -DTSR_OPENBLAS=1
-  LDLIBS += $(shell pkg-config --libs openblas)
+  # The run-time path names the build pkg-config found (Debian's
+  # openblas-openmp): the system's alternatives may point libopenblas.so.0
+  # at the pthreads build, whose threads fight the OpenMP pool.
+  LDLIBS += $(shell pkg-config --libs openblas) -Wl,-rpath,$(shell pkg-config --variable=libdir openblas)
 else
   BLAS_PC := $(shell pkg-config --exists cblas 2>/dev/null && echo cblas)
   ifeq ($(BLAS_PC),cblas)

@@ -6,6 +6,7 @@ set -u
 cd "$(dirname "$0")/.."
 THREADS=${THREADS:-2}
 B=build/bench
+TEXT=${TSR_DATA:-../shared/data}/tinyshakespeare.txt
 ceiling=$($B/sgemm "$THREADS")
 echo "SGEMM ceiling (2048³, $THREADS threads): $ceiling GFLOP/s; FMA peak 204.8 GFLOP/s (3.2 GHz × 32 flop × 2 cores)"
 echo
@@ -32,8 +33,32 @@ echo "MFU/sg: against the measured SGEMM ceiling; MFU/pk: against the FMA peak; 
 echo "tagMiB: peak of tessera's tagged allocator; RSS: the process's peak resident memory."
 
 echo
+# Debian's alternatives give libopenblas.so.0 to the pthreads build when
+# libopenblas0-pthread is installed (its priority is above the OpenMP
+# build's); tessera's run-time path names the OpenMP build it was linked
+# with. The second row forces the pthreads build, as a plain -lopenblas
+# link would load it.
+ma=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+echo "OpenBLAS builds: the system's libopenblas.so.0 is $(readlink -f /usr/lib/$ma/libopenblas.so.0 2>/dev/null || echo none);" \
+  "tessera loads $(ldd ./tessera | awk '/libopenblas/ {print $3}')"
+blasrow() {   # label, then env assignments for tessera
+  local label=$1; shift
+  local log; log=$(mktemp)
+  env "$@" ./tessera train --model gpt2-124m --data "$TEXT" --batch 4 --seq 64 --steps 4 --log-every 1 --threads "$THREADS" \
+    --log "$log" >"$log.out" 2>&1
+  local ms; ms=$(grep -o '"ms":[0-9.]*' "$log" | tail -3 | cut -d: -f2 | sort -n | sed -n 2p)
+  printf '%-44s %9.1f ms/step  %s\n' "$label" "$ms" "$(grep -o '([a-z]*); [0-9.]* GFLOP per token' "$log.out" | cut -d';' -f1)"
+  rm -f "$log" "$log.out"
+}
+blasrow "gpt2-124m B=4 T=64, tessera as built" X=1
+if [ -f /usr/lib/$ma/openblas-pthread/libopenblas.so.0 ]; then
+  blasrow "  the same, the pthreads build forced" LD_LIBRARY_PATH=/usr/lib/$ma/openblas-pthread
+else
+  echo "(libopenblas0-pthread not installed: apt-get install libopenblas0-pthread to compare the two builds)"
+fi
+
+echo
 echo "GPT-2 tokenizer: tinyshakespeare repeated to >= 20 MB"
-TEXT=${TSR_DATA:-../shared/data}/tinyshakespeare.txt
 $B/bench_tokenizer "$TEXT" "$THREADS"
 if command -v node >/dev/null; then
   if [ ! -d build/node/node_modules/tiktoken ]; then

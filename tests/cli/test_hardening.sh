@@ -123,5 +123,21 @@ expect "plan --arch with an unknown name" 2 "--arch: expected gpt2 or llama" "$B
 "$BIN" "${T[@]}" --peak-gflops 0.001 >"$TMP/x.out" 2>&1
 grep -q "^warning:   MFU above 100%" "$TMP/x.out" && ok "an MFU above 100% comes with a warning" || bad "MFU above 100% without a warning"
 
+# ---- 18: the OpenBLAS build tessera runs with is the one it was linked with ----
+# Debian's alternatives may point libopenblas.so.0 at the pthreads build;
+# the binary's run-time path names pkg-config's (OpenMP) build, and the
+# header says which one runs.
+if pkg-config --exists openblas 2>/dev/null; then
+  libdir=$(pkg-config --variable=libdir openblas)
+  loaded=$(ldd "$BIN" | awk '/libopenblas/ {print $3}')
+  "$BIN" train --data "$DATA" --tokenizer byte --steps 1 --batch 1 >"$TMP/blas.out" 2>&1
+  case "$loaded" in
+    "${libdir%/}"/*) grep -q "(openmp); " "$TMP/blas.out" &&
+      ok "tessera loads the OpenBLAS build it was linked with ($loaded), whatever the system's alternatives select" ||
+      bad "the OpenBLAS build in the header" "$(grep '^compute' "$TMP/blas.out")";;
+    *) bad "tessera loads $loaded, not the build in $libdir";;
+  esac
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
