@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian/Ubuntu machine lacks to build and test tessera.
-# Idempotent: installs only missing packages.
+# Idempotent: installs only missing packages. With --bench also what `make
+# bench` compares against: PyTorch (python3-torch), the tcmalloc it runs
+# fastest with, and OpenBLAS's pthreads build (which then becomes the
+# system's libopenblas.so.0; tessera keeps the OpenMP build it links).
 set -euo pipefail
 pkgs=(build-essential pkg-config libopenblas-openmp-dev clang libclang-rt-14-dev openmpi-bin libopenmpi-dev)
+[ "${1:-}" = --bench ] && pkgs+=(python3-torch libtcmalloc-minimal4 libopenblas0-pthread)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
