@@ -59,6 +59,27 @@ echo "MFU/sg: against the measured SGEMM ceiling; MFU/pk: against the FMA peak; 
 echo "tagMiB: peak of tessera's tagged allocator; RSS: the process's peak resident memory."
 
 echo
+# Activation recomputation: time against the activation bytes it saves.
+echo "Recomputation, gpt2-124m B=8 T=256, fp32, 3 steps (the faster of steps 2-3):"
+rcrow() {   # mode; sets RC_MS, RC_ACTS
+  local log; log=$(mktemp)
+  ./tessera train --model gpt2-124m --data "$TEXT" --batch 8 --seq 256 --steps 3 --log-every 1 --threads "$THREADS" \
+    --recompute "$1" --log "$log" >"$log.out" 2>&1
+  RC_MS=$(grep -o '"ms":[0-9.]*' "$log" | tail -2 | cut -d: -f2 | sort -n | head -1)
+  RC_ACTS=$(grep -o '"acts":[0-9]*' "$log" | tail -1 | cut -d: -f2)
+  local peak; peak=$(grep -o '"mem_peak_bytes":[0-9]*' "$log" | tail -1 | cut -d: -f2)
+  printf '  --recompute %-10s %9.1f ms/step   activations %7.1f MiB   peak %7.1f MiB\n' "$1" "$RC_MS" \
+    "$(awk -v a="$RC_ACTS" 'BEGIN { print a / 1048576 }')" "$(awk -v a="$peak" 'BEGIN { print a / 1048576 }')"
+  rm -f "$log" "$log.out"
+}
+rcrow none; n_ms=$RC_MS; n_acts=$RC_ACTS
+rcrow selective; s_ms=$RC_MS; s_acts=$RC_ACTS
+rcrow full; f_ms=$RC_MS; f_acts=$RC_ACTS
+awk -v nm="$n_ms" -v na="$n_acts" -v sm="$s_ms" -v sa="$s_acts" -v fm="$f_ms" -v fa="$f_acts" 'BEGIN {
+  printf "  full: %.2fx the time (goal <= 1.4) for %.3f of the activation bytes (goal <= 0.25); selective: %.2fx for %.3f\n",
+         fm / nm, fa / na, sm / nm, sa / na }'
+
+echo
 # Debian's alternatives give libopenblas.so.0 to the pthreads build when
 # libopenblas0-pthread is installed (its priority is above the OpenMP
 # build's); tessera's run-time path names the OpenMP build it was linked

@@ -141,7 +141,7 @@ int cmd_train(int argc, char **argv) {
     const char *model = "gpt2-tiny", *config = NULL, *schedule = "cosine";
     int nproc = 0, dp = 0, tp = 1, pp = 1, micro = 0;
     tc.virtual_stages = 1;
-    const char *pp_layers = NULL, *pipe_sched = "1f1b";
+    const char *pp_layers = NULL, *pipe_sched = "1f1b", *recompute = "none";
     double comm_timeout = 0;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m", 0, NULL},
@@ -182,6 +182,7 @@ int cmd_train(int argc, char **argv) {
         {"micro-batches", FLAG_INT, &micro, 1, 1 << 16, "M", "micro-batches per step through the pipeline: the same as --grad-accum (give either; both must agree)", 0, NULL},
         {"schedule", FLAG_STR, &pipe_sched, 0, 0, "S", "pipeline schedule: 1f1b (default; at most --pp micro-batches of activations per rank) or gpipe (all M)", 0, NULL},
         {"virtual-stages", FLAG_INT, &tc.virtual_stages, 1, 64, "V", "interleaved 1F1B: each rank holds V chunks of layers, P apart, and a micro-batch goes round the stages V times; the bubble shrinks V-fold (default 1; needs --micro-batches a multiple of --pp)", 0, NULL},
+        {"recompute", FLAG_STR, &recompute, 0, 0, "R", "activation recomputation: none (default), selective (the attention core again in backward) or full (each block again; only block outputs kept); the same gradients, bit for bit", 0, NULL},
         {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp × --tp × --pp); under mpirun leave it out", 0, NULL},
         {"zero", FLAG_INT, &tc.zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0, NULL},
         {"bucket-mb", FLAG_FLOAT, &tc.bucket_mb, 0.001, 1e6, "MB", "gradient bucket size of --zero 0 (ZeRO reduces layer by layer; default 25)", 0, NULL},
@@ -243,6 +244,12 @@ int cmd_train(int argc, char **argv) {
     tc.progress = isatty(STDOUT_FILENO);
     if (tc.sp && tp == 1) { err_set(&e, ERR_USAGE, "--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more"); goto out; }
     if (pipeline_flags(&tc, pp, pp_layers, pipe_sched, micro, &layers, &e)) goto out;
+    if (!strcmp(recompute, "full")) tc.recompute = STAGE_RECOMPUTE_FULL;
+    else if (!strcmp(recompute, "selective")) tc.recompute = STAGE_RECOMPUTE_SELECTIVE;
+    else if (strcmp(recompute, "none")) {
+        err_set(&e, ERR_USAGE, "--recompute: expected none, selective or full, got '%s'", recompute);
+        goto out;
+    }
     // the model of the flags; a checkpoint's or file's is checked by every rank as it starts
     if (!tc.resume && !tc.init_from) {   // the flags' model, padded as the trainer pads it
         ModelConfig padded = tc.model;

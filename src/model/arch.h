@@ -98,6 +98,11 @@ typedef struct Arch {
     // A block's saved activations (nact buffers, act_out its output) and the
     // scratch its passes share (nscratch buffers), in floats.
     int nact, act_out, nscratch;
+    // The attention core's saved activations (ncore of them: selective
+    // recomputation keeps one shared set of them and recomputes them from
+    // the others before each backward, with core_forward).
+    int ncore, core[4];
+    void (*core_forward)(const BlockRun *r);
     size_t (*act_floats)(const LocalDims *d, int i);
     size_t (*scratch_floats)(const LocalDims *d, int i);
     void (*block_forward)(const BlockRun *r);

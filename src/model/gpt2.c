@@ -117,6 +117,12 @@ static void block_forward(const BlockRun *r) {
     residual_forward(a[A_RES3], a[A_RES2], tp_reduce(r->tp, r->tmp, N, C), w[PROJ_B], Ns, C);
 }
 
+// The attention core again, from the saved q/k/v (selective recomputation).
+static void core_forward(const BlockRun *r) {
+    const LocalDims *d = r->d;
+    attention_forward(r->act[A_ATTY], r->act[A_LSE], r->act[A_QKV], r->scr[S_ATT], d->B, d->T, d->Cl, d->NHl);
+}
+
 // The gradient arriving at a row-parallel linear's output, all N rows: the
 // rank's dres, gathered under sequence parallelism.
 static const float *rows_of_dres(const BlockRun *r) {
@@ -193,6 +199,9 @@ const Arch arch_gpt2 = {
     .nact = NACT,
     .act_out = A_RES3,
     .nscratch = NSCR,
+    .ncore = 2,
+    .core = {A_ATTY, A_LSE},
+    .core_forward = core_forward,
     .act_floats = act_floats,
     .scratch_floats = scratch_floats,
     .block_forward = block_forward,

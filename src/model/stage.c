@@ -31,6 +31,8 @@ struct StageActs {
     LocalDims dim;                          // capacity (B, T, N = B·T) and the local slice
     Tp *tp;                                 // the TP group (NULL: one rank)
     int nl;                                 // blocks on this stage
+    int recompute;                          // 0, STAGE_RECOMPUTE_FULL or STAGE_RECOMPUTE_SELECTIVE
+    float *rc[ARCH_MAX_BUFS];               // recomputation's shared set of one block's activations (NULL: not shared)
     int cl;                                 // of them in each chunk (chunk v: blocks v·cl .. v·cl + cl − 1)
     size_t (*blk_off)[ARCH_MAX_TENSORS];    // flat-buffer offset of each block tensor
     int *blk_seg;                           // each block's segment
@@ -85,15 +87,28 @@ static float *carve(char *base, size_t *off, size_t n) {
     return p;
 }
 
-// Lays out every slot's activations from base; returns bytes.
+// Whether recomputation leaves activation j of a block to the shared set.
+static int shared_act(const StageActs *a, int j) {
+    if (a->recompute == STAGE_RECOMPUTE_FULL) return j != a->arch->act_out;
+    for (int c = 0; a->recompute == STAGE_RECOMPUTE_SELECTIVE && c < a->arch->ncore; c++)
+        if (a->arch->core[c] == j) return 1;
+    return 0;
+}
+
+// Lays out every slot's activations, then the shared set, from base;
+// returns bytes.
 static size_t layout_acts(StageActs *a, int slots, char *base) {
     const Arch *ar = a->arch;
     size_t off = 0, N = (size_t)a->dim.N, Ns = (size_t)a->dim.Ns, C = (size_t)a->dim.C;
+    for (int j = 0; j < ar->nact; j++)   // full: one whole block's set (its output too, for the recomputation)
+        a->rc[j] = a->recompute && (shared_act(a, j) || a->recompute == STAGE_RECOMPUTE_FULL)
+                       ? carve(base, &off, ar->act_floats(&a->dim, j)) : NULL;
     for (int k = 0; k < slots; k++) {
         Slot *sl = &a->slot[k];
         sl->x0 = carve(base, &off, Ns * C);
         for (int i = 0; i < a->cl; i++)
-            for (int j = 0; j < ar->nact; j++) sl->blk[i * ar->nact + j] = carve(base, &off, ar->act_floats(&a->dim, j));
+            for (int j = 0; j < ar->nact; j++)
+                sl->blk[i * ar->nact + j] = shared_act(a, j) ? NULL : carve(base, &off, ar->act_floats(&a->dim, j));
         sl->fin[0] = carve(base, &off, N * C);
         sl->fin[1] = carve(base, &off, Ns);
         sl->fin[2] = carve(base, &off, Ns);
@@ -185,6 +200,9 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     s->acts = a;
     a->arch = ar;
     a->cl = slice->layer_end - slice->layer_begin;
+    a->recompute = (int)(flags & (STAGE_RECOMPUTE_FULL | STAGE_RECOMPUTE_SELECTIVE));
+    CHECKF(a->recompute != (STAGE_RECOMPUTE_FULL | STAGE_RECOMPUTE_SELECTIVE), "full and selective recomputation at once");
+    CHECKF(ar->nact <= ARCH_MAX_BUFS, "%d activations per block", ar->nact);
     a->nl = a->cl * s->chunks;
     a->dim = (LocalDims){.B = B, .T = T, .N = B * T, .C = cfg->d_model, .Cl = cfg->d_model / tp,
                          .NHl = cfg->n_head / tp, .Fl = cfg->d_ff / tp, .Vl = cfg->vocab_padded / tp};
@@ -296,13 +314,24 @@ static void final_tensors(const Stage *s, const float *buf, float **w) {
     for (int k = 0; k < a->arch->n[PART_FINAL]; k++) w[k] = at(s, buf, a->seg_fin, a->off_fin[k]);
 }
 
+// The activation buffers of the slot's j-th block for a pass, into buf:
+// the slot's, and the shared set's for those recomputation drops; for the
+// recomputation before a backward (again) under full recomputation, the
+// shared set's output too, so the saved one stays as it is.
+static float *const *block_acts(const StageActs *a, Slot *sl, int j, int again, float **buf) {
+    float **mine = sl->blk + j * a->arch->nact;
+    if (!a->recompute) return mine;
+    for (int i = 0; i < a->arch->nact; i++) buf[i] = mine[i] ? mine[i] : a->rc[i];
+    if (again && a->recompute == STAGE_RECOMPUTE_FULL) buf[a->arch->act_out] = a->rc[a->arch->act_out];
+    return buf;
+}
+
 // A pass of the slot's j-th block (j = -1: the final norm, after the last
-// block) of its micro-batch.
-static BlockRun run_of(Stage *s, const LocalDims *d, Slot *sl, int j, float **w, float **g) {
+// block) of its micro-batch, with its activation buffers act.
+static BlockRun run_of(Stage *s, const LocalDims *d, Slot *sl, int j, float *const *act, float **w, float **g) {
     StageActs *a = s->acts;
-    return (BlockRun){.cfg = &s->cfg, .d = d, .tp = a->tp, .w = w, .g = g, .act = j >= 0 ? sl->blk + j * a->arch->nact : sl->fin,
-                      .scr = a->scr, .x = block_output(s, sl, j >= 0 ? j - 1 : a->cl - 1), .tmp = a->tmp,
-                      .dres = sl->dres};
+    return (BlockRun){.cfg = &s->cfg, .d = d, .tp = a->tp, .w = w, .g = g, .act = act, .scr = a->scr,
+                      .x = block_output(s, sl, j >= 0 ? j - 1 : a->cl - 1), .tmp = a->tmp, .dres = sl->dres};
 }
 
 
@@ -351,7 +380,8 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     for (int j = 0; j < nl; j++) {
         const float *pb = seg_params(s, bseg[j], j + 1 < nl ? bseg[j + 1] : after_blocks);
         block_tensors(s, sl->chunk * a->cl + j, pb, NULL, w, NULL);
-        BlockRun r = run_of(s, &d, sl, j, w, NULL);
+        float *buf[ARCH_MAX_BUFS];
+        BlockRun r = run_of(s, &d, sl, j, block_acts(a, sl, j, 0, buf), w, NULL);
         ar->block_forward(&r);
         seg_params_done(s, bseg[j]);
     }
@@ -361,7 +391,7 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     const float *pf = seg_params(s, sf, dscale != 0.0f && nl ? bseg[nl - 1] : -1);
     if (tied && !pe) pe = seg_params(s, se, -1);
     final_tensors(s, pf, w);
-    BlockRun fr = run_of(s, &d, sl, -1, w, NULL);
+    BlockRun fr = run_of(s, &d, sl, -1, sl->fin, w, NULL);
     ar->final_forward(&fr);
     if (!targets) {
         if (tied) seg_params_done(s, se);
@@ -414,7 +444,10 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         int i = sl->chunk * a->cl + j, sg = a->blk_seg[i];
         const float *pb = seg_params(s, sg, j > 0 ? a->blk_seg[i - 1] : -1);
         block_tensors(s, i, pb, seg_grads(s, sg), w, g);
-        BlockRun r = run_of(s, &d, sl, j, w, g);
+        float *buf[ARCH_MAX_BUFS];
+        BlockRun r = run_of(s, &d, sl, j, block_acts(a, sl, j, 1, buf), w, g);
+        if (a->recompute == STAGE_RECOMPUTE_FULL) a->arch->block_forward(&r);   // the same bits as the first time
+        if (a->recompute == STAGE_RECOMPUTE_SELECTIVE) a->arch->core_forward(&r);
         a->arch->block_backward(&r);
         seg_params_done(s, sg);
         seg_grads_done(s, sg);

@@ -68,7 +68,13 @@ typedef struct StageHooks {
     void (*rows)(void *ctx, const int *tokens, const float *dres, int B, int T);
 } StageHooks;
 
-enum { STAGE_NO_PARAMS = 1, STAGE_NO_GRADS = 2 };   // stage_init flags: buffers the hooks replace
+// stage_init flags: buffers the hooks replace; activation recomputation
+// (one at most): full keeps only each block's output (the next block's
+// input) and runs the block forward again before its backward; selective
+// keeps everything but the attention core's output, recomputed from the
+// saved q/k/v. Either gives the gradients of keeping everything, bit for
+// bit; the recomputed activations live in one shared set.
+enum { STAGE_NO_PARAMS = 1, STAGE_NO_GRADS = 2, STAGE_RECOMPUTE_FULL = 4, STAGE_RECOMPUTE_SELECTIVE = 8 };
 
 typedef struct Stage {
     ModelConfig cfg;

@@ -126,7 +126,17 @@ double plan_act_layer(const PlanModel *m, const PlanJob *j, const PlanLayout *l)
     if (!l->fused_attention) per_token += e * (double)m->a * (double)j->seq / t;
     double tokens = (double)j->seq * (double)j->micro_batch;
     if (l->recompute == RECOMPUTE_FULL) return tokens * e * h / sp;   // only the layer input
+    if (l->recompute == RECOMPUTE_SELECTIVE) per_token -= plan_act_core(m, j, l) / tokens;   // the attention core's
     return tokens * per_token;
+}
+
+double plan_act_core(const PlanModel *m, const PlanJob *j, const PlanLayout *l) {
+    // the attention output (h/t) and its log-sum-exp (a/t, fp32), and with
+    // a naive attention the probabilities (a·s/t per token)
+    double t = l->tp, e = l->precision == PREC_FP32 ? 4 : 2;
+    double per_token = e * (double)m->h / t + 4 * (double)m->a / t;
+    if (!l->fused_attention) per_token += e * (double)m->a * (double)j->seq / t;
+    return (double)j->seq * (double)j->micro_batch * per_token;
 }
 
 void plan_tp_comm(const PlanModel *m, const PlanJob *j, const PlanLayout *l, double *bytes, double *messages) {
@@ -201,6 +211,7 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
         none.recompute = RECOMPUTE_NONE;
         r->acts += plan_act_layer(m, j, &none);
     }
+    if (l->recompute == RECOMPUTE_SELECTIVE) r->acts += plan_act_core(m, j, l);   // one layer's attention core, shared
     r->acts += sbh * 4 / (l->sp ? t : 1) + sbh * 4;   // stage input (rows split under SP) and final norm output (gathered), fp32
     double grad_bytes = (mixed && !l->reduce_fp32 ? 2 : 4) * psi;
     r->comm_buf = l->dp > 1 ? (l->zero == 3 ? 2 * (double)layer * e : 2 * 25e6) : 0;

@@ -117,7 +117,11 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
 void plan_tp_comm(const PlanModel *m, const PlanJob *j, const PlanLayout *l, double *bytes, double *messages);
 
 // Activation bytes one layer keeps for backward per micro-batch of b·s tokens
-// on one device (see plan.c for the derivation).
+// on one device (see plan.c for the derivation): under full recomputation
+// only its input; under selective all but the attention core's.
 double plan_act_layer(const PlanModel *m, const PlanJob *j, const PlanLayout *l);
+// Bytes of one layer's attention core per micro-batch (what selective
+// recomputation drops and recomputes into one shared set).
+double plan_act_core(const PlanModel *m, const PlanJob *j, const PlanLayout *l);
 
 #endif

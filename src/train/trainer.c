@@ -399,6 +399,12 @@ static void print_header(Trainer *t) {
            (float)tc->adamw.beta2, (float)tc->adamw.eps, (float)tc->adamw.weight_decay, (float)tc->clip);
     printf("compute:   %d thread%s, %s; %.3g GFLOP per token; MFU against %.1f GFLOP/s (%s)\n", kernels_threads(),
            kernels_threads() == 1 ? "" : "s", kernels_blas_info(), t->flops_tok * 1e-9, t->peak, t->peak_src);
+    if (tc->recompute == STAGE_RECOMPUTE_FULL)
+        printf("recompute: full — each block keeps only its output (the next block's input) and runs forward again "
+               "before its backward\n");
+    if (tc->recompute == STAGE_RECOMPUTE_SELECTIVE)
+        printf("recompute: selective — the attention core's output is recomputed from the saved q/k/v before each "
+               "block's backward\n");
     report_memory(t->rep);
     if (t->ck) printf("resumed:   %s at step %d\n", ckpt_dir(t->ck), t->done);
     if (tc->init_from) printf("init:      %s\n", tc->init_from);
@@ -433,7 +439,8 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     slice.pad_multiple = dp_pad_multiple(tc->zero, t->D);   // ZeRO: every segment splits into D equal pieces
     t->last = slice_is_last(&slice, &t->mc);
     int slots = pipe_in_flight(tc->schedule, m->pp, m->pp_rank, tc->accum, V);   // the micro-batches in flight here
-    if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, dp_stage_flags(tc->zero), err)) goto fail;
+    if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, dp_stage_flags(tc->zero) | tc->recompute, err))
+        goto fail;
     if (m->tpg && stage_set_tp(&t->st, m->tpg, err)) goto fail;
     if (dp_init(&t->dp, m->dpg, tc->zero, tc->bucket_mb, &t->st, err)) goto fail;
     if (pipe_init(&t->pipe, m->ppg, tc->schedule, tc->accum, &t->st, err)) goto fail;

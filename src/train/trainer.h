@@ -56,6 +56,7 @@ typedef struct TrainConfig {
     PipeSchedule schedule;     // pipeline schedule (pp > 1)
     const int *pp_layers;      // layers of each pipeline stage, or NULL for an even split
     int virtual_stages;        // chunks per pipeline stage (> 1: the interleaved 1F1B schedule); 0 or 1: one
+    unsigned recompute;        // 0, STAGE_RECOMPUTE_FULL or STAGE_RECOMPUTE_SELECTIVE (model/stage)
 } TrainConfig;
 
 typedef struct Trainer Trainer;

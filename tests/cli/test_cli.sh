@@ -245,5 +245,29 @@ for m in gpt2-tiny gpt3-175b llama2-70b; do
 done
 if [ $crashes -eq 0 ]; then ok "plan never crashes over 96 flag combinations"; else bad "plan crashes" "$crashes"; fi
 
+# ---- --recompute: the same model bit for bit, less activation memory ----
+# one process, and a 2×2×2 mesh (ZeRO-1, --sp, 1F1B) whose recomputation
+# repeats TP collectives inside a pipeline stage
+RC="train --data $DATA --tokenizer byte --steps 5 --log-every 1 --seed 4"
+rc_bad=0
+for lay in "one --batch 2 --grad-accum 2" "mesh --nproc 8 --dp 2 --tp 2 --pp 2 --zero 1 --sp --micro-batches 2 --batch 1"; do
+  read -r name flags <<<"$lay"
+  for m in none selective full; do
+    "$BIN" $RC $flags --recompute $m --ckpt-dir "$TMP/rc_${name}_$m" --log "$TMP/rc_${name}_$m.jsonl" >"$TMP/rc.out" 2>&1 ||
+      { rc_bad=1; echo "     $name $m: $(tail -1 "$TMP/rc.out")"; }
+  done
+  for m in selective full; do
+    same_bits "$TMP/rc_${name}_none" "$TMP/rc_${name}_$m" || { rc_bad=1; echo "     $name: --recompute $m changes the checkpoint"; }
+  done
+  a0=$(field "$TMP/rc_${name}_none.jsonl" acts); a1=$(field "$TMP/rc_${name}_selective.jsonl" acts)
+  a2=$(field "$TMP/rc_${name}_full.jsonl" acts)
+  awk -v a="$a0" -v b="$a1" -v c="$a2" 'BEGIN { exit !(c < b && b < a) }' ||
+    { rc_bad=1; echo "     $name: activation bytes none $a0, selective $a1, full $a2"; }
+done
+"$BIN" $RC --recompute some >"$TMP/rc.out" 2>&1
+[ $? -eq 2 ] && grep -q "expected none, selective or full" "$TMP/rc.out" || { rc_bad=1; echo "     --recompute some: $(cat "$TMP/rc.out")"; }
+[ $rc_bad -eq 0 ] && ok "--recompute selective and full leave the checkpoint of none bit for bit (one process, 2×2×2 ZeRO-1 --sp) with fewer activation bytes" ||
+  bad "--recompute"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -467,6 +467,40 @@ static void test_interleaved_chunks(void) {
     for (int k = 0; k < 2; k++) stage_free(&st[k]);
 }
 
+// Recomputation (selective: the attention core; full: every block) gives
+// the gradients and losses of keeping everything, bit for bit, with two
+// micro-batches in flight sharing the recomputed set, for less activation
+// memory (full < selective < none).
+static void test_recompute(void) {
+    Err e;
+    ModelConfig c = tiny_cfg(3, 2, 16, 32, 8, 40);
+    ModelSlice w = slice_whole(&c);
+    int B = 2, T = 8, tok[2][16], tgt[2][16];
+    make_batch(tok[0], tgt[0], B, T, c.vocab, 5);
+    make_batch(tok[1], tgt[1], B, T, c.vocab, 6);
+    unsigned modes[3] = {0, STAGE_RECOMPUTE_SELECTIVE, STAGE_RECOMPUTE_FULL};
+    Stage st[3];
+    double loss[3];
+    size_t acts[3];
+    for (int k = 0; k < 3; k++) {
+        size_t a0 = mem_current(MEM_ACTS);
+        EXPECT(stage_init(&st[k], &c, &w, B, T, 2, modes[k], &e) == 0, "%s", e.msg);
+        acts[k] = mem_current(MEM_ACTS) - a0;
+        ptable_init(&st[k].table, st[k].params, 9);
+        float sc = 1.0f / (2 * B * T);
+        loss[k] = stage_forward(&st[k], 0, tok[0], tgt[0], B, T, sc) + stage_forward(&st[k], 1, tok[1], tgt[1], B, T, sc);
+        stage_backward(&st[k], 1, tok[1], B, T);
+        stage_backward(&st[k], 0, tok[0], B, T);
+    }
+    for (int k = 1; k < 3; k++) {
+        EXPECT(loss[k] == loss[0], "mode %u: loss %.9g vs %.9g", modes[k], loss[k], loss[0]);
+        EXPECT(!memcmp(st[k].grads, st[0].grads, st[0].table.total * sizeof(float)), "mode %u: gradients differ", modes[k]);
+    }
+    EXPECT(acts[2] < acts[1] && acts[1] < acts[0], "activation bytes none %zu, selective %zu, full %zu", acts[0], acts[1],
+           acts[2]);
+    for (int k = 0; k < 3; k++) stage_free(&st[k]);
+}
+
 // The architecture's description is the one parameter count: the table
 // built from it, whole or as tensor-parallel halves, has exactly the
 // elements arch_part_params and config_param_count say; LLaMA is described
@@ -531,6 +565,7 @@ int main(void) {
     RUN(test_slots);
     RUN(test_pipeline_stages);
     RUN(test_interleaved_chunks);
+    RUN(test_recompute);
     RUN(test_arch_description);
     RUN(test_bad_configs);
     return test_finish();

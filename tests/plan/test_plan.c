@@ -111,7 +111,7 @@ static void test_megatron_estimates(void) {
 }
 
 // The planner against tessera's allocator: fp32, one process.
-static void check_against_tessera(const char *preset, int vocab, int B, int T) {
+static void check_against_tessera(const char *preset, int vocab, int B, int T, PlanRecompute rc) {
     Err e;
     ModelConfig mc;
     config_preset(&mc, preset, &e);
@@ -120,12 +120,13 @@ static void check_against_tessera(const char *preset, int vocab, int B, int T) {
     Stage st;
     ModelSlice sl = slice_whole(&mc);
     AdamW opt;
-    EXPECT(stage_init(&st, &mc, &sl, B, T, 1, 0, &e) == 0 && adamw_init(&opt, st.table.total, &e) == 0, "%s", e.msg);
+    unsigned flags = rc == RECOMPUTE_FULL ? STAGE_RECOMPUTE_FULL : rc == RECOMPUTE_SELECTIVE ? STAGE_RECOMPUTE_SELECTIVE : 0;
+    EXPECT(stage_init(&st, &mc, &sl, B, T, 1, flags, &e) == 0 && adamw_init(&opt, st.table.total, &e) == 0, "%s", e.msg);
     PlanModel m;
     plan_model_from_config(&m, &mc);
     PlanCluster c = cluster(1);
     PlanJob j = {T, B, B, 0};
-    PlanLayout l = {.dp = 1, .tp = 1, .pp = 1, .precision = PREC_FP32, .fused_attention = 1};
+    PlanLayout l = {.dp = 1, .tp = 1, .pp = 1, .precision = PREC_FP32, .fused_attention = 1, .recompute = rc};
     PlanResult r;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
     plan_eval(&m, &c, &j, &l, &r);
@@ -133,16 +134,19 @@ static void check_against_tessera(const char *preset, int vocab, int B, int T) {
     EXPECT(r.grads == (double)(mem_current(MEM_GRADS) - g0), "%s grads", preset);
     EXPECT(r.optim == (double)(mem_current(MEM_OPTIM) - o0), "%s optimizer", preset);
     double acts = (double)(mem_current(MEM_ACTS) - a0);
-    EXPECT(fabs(r.acts - acts) < 0.10 * acts, "%s activations %.4g predicted vs %.4g allocated", preset, r.acts, acts);
+    EXPECT(fabs(r.acts - acts) < 0.10 * acts, "%s recompute %d: activations %.4g predicted vs %.4g allocated", preset, rc,
+           r.acts, acts);
     EXPECT(r.bytes_dp == 0 && r.bytes_tp == 0 && r.bytes_pp == 0, "one process communicates nothing");
     adamw_free(&opt);
     stage_free(&st);
 }
 
 static void test_against_tessera(void) {
-    check_against_tessera("gpt2-tiny", 256, 12, 64);
-    check_against_tessera("gpt2-tiny", 50257, 4, 32);
-    check_against_tessera("gpt2-124m", 50257, 4, 64);
+    for (int rc = 0; rc < 3; rc++) {
+        check_against_tessera("gpt2-tiny", 256, 12, 64, (PlanRecompute)rc);
+        check_against_tessera("gpt2-tiny", 50257, 4, 32, (PlanRecompute)rc);
+        check_against_tessera("gpt2-124m", 50257, 4, 64, (PlanRecompute)rc);
+    }
 }
 
 // The interleaved schedule (V chunks per stage): the bubble shrinks V-fold,
