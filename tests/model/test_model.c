@@ -339,6 +339,30 @@ static void test_slots(void) {
     stage_free(&two);
 }
 
+// The gradients of n pipeline stages against the whole model's: each
+// tensor from the stage that holds it, the embeddings' plus the last
+// stage's copy of them (a tied head). Returns how many differ; *checked
+// gets how many were compared.
+static int stage_grads_differ(const Stage *whole, const Stage *st, int n, int *checked) {
+    int bad = 0;
+    *checked = 0;
+    for (int i = 0; i < whole->table.n; i++) {
+        const ParamInfo *p = &whole->table.p[i];
+        for (int k = 0; k < n; k++) {
+            const ParamInfo *q = ptable_find(&st[k].table, p->name);
+            if (!q || (k == n - 1 && q->part == PART_EMBED)) continue;
+            const ParamInfo *copy = q->part == PART_EMBED ? ptable_find(&st[n - 1].table, p->name) : NULL;
+            for (size_t j = 0; j < p->numel; j++) {
+                float g = st[k].grads[q->offset + j] + (copy ? st[n - 1].grads[copy->offset + j] : 0.0f);
+                float want = whole->grads[p->offset + j];
+                bad += fabsf(g - want) > 1e-5f * (1e-3f + fabsf(want));
+                (*checked)++;
+            }
+        }
+    }
+    return bad;
+}
+
 // Pipeline stages stitched by hand: the model cut into stages of 1, 2 and
 // 1 layers (activations and their gradients copied between them) gives
 // the whole model's loss and every gradient; the tied embedding's gradient
@@ -377,25 +401,9 @@ static void test_pipeline_stages(void) {
     memcpy(stage_grad_output(&st[0], 1), stage_grad_input(&st[1], 1), (size_t)N * C * 4);
     stage_backward(&st[0], 1, tok, B, T);
     EXPECT(fabs(lw - lp) <= 1e-6 * fabs(lw), "pipeline loss %.9g, whole model %.9g", lp, lw);
-    int bad = 0, checked = 0;
-    for (int i = 0; i < whole.table.n; i++) {
-        const ParamInfo *p = &whole.table.p[i];
-        for (int k = 0; k < 3; k++) {
-            const ParamInfo *q = ptable_find(&st[k].table, p->name);
-            if (!q || (k == 2 && q->part == PART_EMBED)) continue;
-            for (size_t j = 0; j < p->numel; j++) {
-                float g = st[k].grads[q->offset + j];
-                if (q->part == PART_EMBED) {   // plus the last stage's copy
-                    const ParamInfo *r = ptable_find(&st[2].table, p->name);
-                    g += st[2].grads[r->offset + j];
-                    if (q->role == ROLE_POS_EMB) bad += st[2].grads[r->offset + j] != 0.0f;
-                }
-                float want = whole.grads[p->offset + j];
-                bad += fabsf(g - want) > 1e-5f * (1e-3f + fabsf(want));
-                checked++;
-            }
-        }
-    }
+    int checked, bad = stage_grads_differ(&whole, st, 3, &checked);
+    const ParamInfo *pos = ptable_role(&st[2].table, ROLE_POS_EMB);   // the last stage's copy: no lookup, no gradient
+    for (size_t j = 0; pos && j < pos->numel; j++) bad += st[2].grads[pos->offset + j] != 0.0f;
     EXPECT(bad == 0 && checked == (int)config_param_count(&c, 1), "%d of %d gradients differ from the whole model's", bad,
            checked);
     stage_free(&whole);
@@ -446,21 +454,7 @@ static void test_interleaved_chunks(void) {
         stage_backward(s, slot[j], tok, B, T);
     }
     EXPECT(fabs(lw - lp) <= 1e-6 * fabs(lw), "interleaved loss %.9g, whole model %.9g", lp, lw);
-    int bad = 0, checked = 0;
-    for (int i = 0; i < whole.table.n; i++) {
-        const ParamInfo *p = &whole.table.p[i];
-        for (int k = 0; k < 2; k++) {
-            const ParamInfo *q = ptable_find(&st[k].table, p->name);
-            if (!q || (k == 1 && q->part == PART_EMBED)) continue;
-            for (size_t j = 0; j < p->numel; j++) {
-                float g = st[k].grads[q->offset + j];
-                if (q->part == PART_EMBED) g += st[1].grads[ptable_find(&st[1].table, p->name)->offset + j];
-                float want = whole.grads[p->offset + j];
-                bad += fabsf(g - want) > 1e-5f * (1e-3f + fabsf(want));
-                checked++;
-            }
-        }
-    }
+    int checked, bad = stage_grads_differ(&whole, st, 2, &checked);
     EXPECT(bad == 0 && checked == (int)config_param_count(&c, 1), "%d of %d gradients differ from the whole model's", bad,
            checked);
     stage_free(&whole);
