@@ -79,14 +79,16 @@ static int check_inputs(const TrainConfig *tc, Err *e) {
 }
 
 // The forked ranks' communicators — the world, the statistics' copy of
-// it, the mesh's TP, DP and PP groups, and a pipeline's neighbour pairs
-// and embedding group (and the groups of one the splits leave) — fit in
-// the local backend's shared-memory segment (exit 2 before forking).
-static int local_room(int n, int dp, int tp, int pp, Err *e) {
+// it, the mesh's TP, DP and PP groups, a pipeline's neighbour pairs and
+// embedding group, an interleaved one's wrap-around pair (and the groups of
+// one the splits leave) — fit in the local backend's shared-memory segment
+// (exit 2 before forking).
+static int local_room(int n, int dp, int tp, int pp, int V, Err *e) {
     size_t need = 2 * comm_local_area_bytes(n) + (size_t)dp * pp * comm_local_area_bytes(tp) +
                   (size_t)tp * pp * comm_local_area_bytes(dp) + (size_t)dp * tp * comm_local_area_bytes(pp) +
                   (size_t)n * comm_local_area_bytes(1);
     if (pp > 1) need += (size_t)dp * tp * (5 * pp * comm_local_area_bytes(2) + comm_local_area_bytes(pp));
+    if (V > 1) need += (size_t)dp * tp * 2 * (comm_local_area_bytes(2) + comm_local_area_bytes(pp));   // the wrap-around pair
     if (need <= comm_local_segment_bytes()) return 0;
     int most = n;
     while (most > 1 && 3 * comm_local_area_bytes(most) + 2 * (size_t)most * comm_local_area_bytes(1) > comm_local_segment_bytes())
@@ -266,7 +268,7 @@ int cmd_train(int argc, char **argv) {
                          dp, nproc, dp, tp, pp);
             goto out;
         }
-        if (world > 0 && local_room(world, dp, tp, pp, &e)) goto out;
+        if (world > 0 && local_room(world, dp, tp, pp, tc.virtual_stages, &e)) goto out;
         if (!threads_given) {   // the cores shared by the ranks on this machine
             int local = world > 0 ? world : mpi_local_ranks();
             tc.threads = omp_get_num_procs() / local > 0 ? omp_get_num_procs() / local : 1;

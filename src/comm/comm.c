@@ -105,12 +105,6 @@ void comm_rank_error(Comm *world, const char *who, const Err *e) {
     else fprintf(stderr, "%s: rank %d: %s\n", who, world->world_rank, e->msg);
 }
 
-void comm_print_history(const Comm *c) {
-    char buf[HIST * 96 + 160];
-    history(c, HIST, buf, sizeof buf);
-    fputs(buf, stderr);
-}
-
 // A call failed: the communicator is unusable from now on. The error is
 // written once here, with this process's world rank and the
 // communicator's recent operations (a rank stuck elsewhere may never

@@ -89,8 +89,6 @@ int comm_wait_timed(CommRequest **r, double *waited, Err *err);
 // 1 when r is done (then comm_wait returns at once), else 0.
 int comm_test(CommRequest *r);
 
-// Writes the ring of the last collectives of c, oldest first, to stderr.
-void comm_print_history(const Comm *c);
 // A rank's error as "<who>: rank R: <message>" — once: nothing when a
 // failed collective already wrote it (e->shown); with forked ranks the
 // launcher writes each distinct message once, naming every rank that had

@@ -141,17 +141,17 @@ int pipe_grad_buffers(PipeSchedule s, int P, int rank, int M, int V) {
             }
     }
     for (int q = 0; q < P; q++) CHECKF(next[q] == n, "the schedule of stage %d deadlocks", q);
-    // this stage's gradient sends: where each is received on dst; at each,
-    // those received after the last operation of dst it depends on are open
-    int most = 0, sent = 0, *recv_at = malloc((size_t)n * sizeof *recv_at);
+    // this stage's gradient sends, in order, and where dst takes each (in
+    // order too): at each, those taken after the last operation of dst it
+    // depends on (late only grows along a stage's list) are still open
+    int most = 0, sent = 0, taken = 0, *recv_at = malloc((size_t)n * sizeof *recv_at);
     CHECKF(recv_at, "out of memory");
     for (int i = 0; i < n; i++) {
         PipeOp o = ops[(size_t)rank * n + i];
         int j = o.chunk * P + rank;
         if (!o.bwd || j == 0) continue;
-        int done = late[(size_t)rank * n + i], open = 0;
-        for (int k = 0; k < sent; k++) open += recv_at[k] > done;
-        if (open + 1 > most) most = open + 1;
+        while (taken < sent && recv_at[taken] <= late[(size_t)rank * n + i]) taken++;
+        if (sent - taken + 1 > most) most = sent - taken + 1;
         recv_at[sent++] = at[(size_t)dst * n + (V + (j - 1) / P) * M + o.mb];
     }
     free(recv_at);

@@ -161,8 +161,10 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
 
     double dt = timer_now() - t0;
     t->t_steps += dt;
-    t->pp_wait += pipe_waited(t->pipe) - pp_w0;
-    t->pp_sent += pipe_bytes_sent(t->pipe) - pp_b0;
+    double pp_w = pipe_waited(t->pipe) - pp_w0;
+    uint64_t pp_b = pipe_bytes_sent(t->pipe) - pp_b0;
+    t->pp_wait += pp_w;
+    t->pp_sent += pp_b;
     uint64_t tp_b1 = comm_totals(t->mesh->tpg, &tp_s1);
     t->done = step + 1;
     double tps = t->tokens_per_step / dt;
@@ -170,8 +172,7 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
                        .ms = dt * 1e3, .tokens_per_s = tps,
                        .mfu = tps * t->flops_tok / (t->peak * 1e9 * t->D * t->mesh->tp * t->mesh->pp),
                        .grad_comm_bytes = grad_sent, .tp_comm_bytes = tp_b1 - tp_b0, .tp_comm_ms = (tp_s1 - tp_s0) * 1e3,
-                       .pp_comm_bytes = pipe_bytes_sent(t->pipe) - pp_b0,
-                       .pp_wait_ms = (pipe_waited(t->pipe) - pp_w0) * 1e3};
+                       .pp_comm_bytes = pp_b, .pp_wait_ms = pp_w * 1e3};
     if (!isfinite(loss)) return err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
     if (!isfinite(norm))
         return err_set(err, ERR_RUN, "the gradient norm became %g at step %d (try a lower --lr, or --clip)", norm, step + 1);
