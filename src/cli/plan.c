@@ -13,8 +13,7 @@
 
 static const double GiB = 1073741824.0;
 
-static const char *sched_name[] = {"1f1b", "gpipe"}, *rec_name[] = {"none", "selective", "full"},
-                  *prec_name[] = {"fp32", "bf16", "fp16"};
+static const char *sched_name[] = {"1f1b", "gpipe"}, *rec_name[] = {"none", "selective", "full"};
 
 static int pick(const char *v, const char *const *names, int n, const char *flag, int *out, Err *err) {
     for (int i = 0; i < n; i++)
@@ -53,7 +52,7 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
     else snprintf(sched, sizeof sched, "%s", sched_name[l->schedule]);
     printf("layout     dp %d × tp %d × pp %d = %lld devices, ZeRO-%d, %s, recompute %s, %s%s, micro-batch %lld × %lld per step (%lld %sin flight)\n",
            l->dp, l->tp, l->pp, (long long)c->devices, l->zero, sched, rec_name[l->recompute],
-           prec_name[l->precision], l->sp ? ", sequence parallel" : "", (long long)j->micro_batch,
+           prec_name(l->precision), l->sp ? ", sequence parallel" : "", (long long)j->micro_batch,
            (long long)r->micro_batches, (long long)r->inflight, V > 1 ? "chunks " : "");
     printf("memory     weights %.2f + gradients %.2f + optimizer %.2f = model states %.2f GiB; activations %.2f; comm buffers %.2f\n",
            r->weights / GiB, r->grads / GiB, r->optim / GiB, r->model_states / GiB, r->acts / GiB, r->comm_buf / GiB);
@@ -107,7 +106,7 @@ static void json_layout(const PlanModel *m, const PlanCluster *c, const PlanLayo
     jb_key(&b, "dp"); jb_int(&b, l->dp); jb_key(&b, "tp"); jb_int(&b, l->tp); jb_key(&b, "pp"); jb_int(&b, l->pp);
     jb_key(&b, "zero"); jb_int(&b, l->zero); jb_key(&b, "schedule"); jb_str(&b, sched_name[l->schedule]);
     jb_key(&b, "virtual_stages"); jb_int(&b, l->vstages > 1 ? l->vstages : 1);
-    jb_key(&b, "recompute"); jb_str(&b, rec_name[l->recompute]); jb_key(&b, "precision"); jb_str(&b, prec_name[l->precision]);
+    jb_key(&b, "recompute"); jb_str(&b, rec_name[l->recompute]); jb_key(&b, "precision"); jb_str(&b, prec_name(l->precision));
     jb_key(&b, "sp"); jb_bool(&b, l->sp);
     jb_obj_end(&b);
     jb_key(&b, "weights_bytes"); jb_num(&b, r->weights);
@@ -274,7 +273,7 @@ int cmd_plan(int argc, char **argv) {
     PlanLayout l = {0};
     int s_ = 0, r_ = 0, p_ = 0, red_ = 0, att_ = 0;
     if (pick(schedule, sched_name, 2, "schedule", &s_, &e) || pick(recompute, rec_name, 3, "recompute", &r_, &e) ||
-        pick(precision, prec_name, 3, "precision", &p_, &e) || pick(reduce, (const char *[]){"bf16", "fp32"}, 2, "reduce-dtype", &red_, &e) ||
+        pick(precision, (const char *[]){"fp32", "bf16", "fp16"}, 3, "precision", &p_, &e) || pick(reduce, (const char *[]){"bf16", "fp32"}, 2, "reduce-dtype", &red_, &e) ||
         pick(attention, (const char *[]){"naive", "fused"}, 2, "attention", &att_, &e))
         return cli_fail("plan", &e);
     l.schedule = s_;
@@ -343,7 +342,7 @@ int cmd_plan(int argc, char **argv) {
     char pbuf[32];
     commas(plan_params(&m), pbuf, sizeof pbuf);
     printf("%s (%s parameters) on %lld devices (%lld per node, %.0f GiB, %.0f TFLOP/s at MFU %.2f), %s, seq %lld, global batch %lld, micro-batch %lld\n",
-           m.name, pbuf, (long long)devices, (long long)per_node, mem, tflops, mfu, prec_name[l.precision], (long long)j.seq,
+           m.name, pbuf, (long long)devices, (long long)per_node, mem, tflops, mfu, prec_name(l.precision), (long long)j.seq,
            (long long)gbatch, (long long)mbatch);
     printf("%4s %4s %4s %5s %-10s | %9s | %10s | %12s | %6s\n", "dp", "tp", "pp", "zero", "recompute", "GiB/dev", "step (s)",
            "tokens/s", "MFU");

@@ -134,6 +134,38 @@ static int pipeline_flags(TrainConfig *tc, int pp, const char *spec, const char 
     return 0;
 }
 
+// --precision, --reduce-dtype and fp16's loss-scale flags into tc (a
+// loss-scale flag without fp16 is an error: bf16 and fp32 need no scale);
+// the test hook TESSERA_TEST_OVERFLOW=STEP[:RANK] puts an inf into that
+// rank's gradients at that step.
+static int precision_flags(TrainConfig *tc, const char *prec, const char *reduce, ScalerConfig *sc, Err *e) {
+    if (prec_parse(prec, &tc->precision))
+        return err_set(e, ERR_USAGE, "--precision: expected fp32, bf16 or fp16, got '%s'", prec);
+    if (strcmp(reduce, "fp32") && strcmp(reduce, "bf16"))
+        return err_set(e, ERR_USAGE, "--reduce-dtype: expected fp32 or bf16, got '%s'", reduce);
+    tc->reduce_bf16 = !strcmp(reduce, "bf16");
+    const char *given = sc->init ? "--loss-scale" : sc->window ? "--loss-scale-window" : sc->hysteresis ? "--hysteresis"
+                      : sc->min >= 0 ? "--loss-scale-min" : NULL;
+    if (given && tc->precision != PREC_FP16)
+        return err_set(e, ERR_USAGE, "%s is fp16's dynamic loss scale: it needs --precision fp16 (%s needs no scale)", given,
+                       prec_name(tc->precision));
+    tc->scaler = (ScalerConfig){.init = sc->init ? sc->init : 65536.0, .window = sc->window ? sc->window : 2000,
+                                .hysteresis = sc->hysteresis ? sc->hysteresis : 1, .min = sc->min >= 0 ? sc->min : 1.0};
+    if (tc->scaler.init < tc->scaler.min)
+        return err_set(e, ERR_USAGE, "--loss-scale %g is below --loss-scale-min %g", tc->scaler.init, tc->scaler.min);
+    const char *hook = getenv("TESSERA_TEST_OVERFLOW");
+    if (hook && *hook) {
+        char *end;
+        long s = strtol(hook, &end, 10), r = 0;
+        if (*end == ':') r = strtol(end + 1, &end, 10);
+        if (s < 1 || r < 0 || *end)
+            return err_set(e, ERR_USAGE, "TESSERA_TEST_OVERFLOW='%s': expected STEP or STEP:RANK", hook);
+        tc->overflow_step = (int)s;
+        tc->overflow_rank = (int)r;
+    }
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     TrainConfig tc = {
         .tokenizer = "gpt2", .eval_batches = 20, .batch = 8, .accum = 1, .steps = 100, .log_every = 10, .seed = 1337,
@@ -143,7 +175,8 @@ int cmd_train(int argc, char **argv) {
     const char *model = "gpt2-tiny", *config = NULL, *schedule = "cosine";
     int nproc = 0, dp = 0, tp = 1, pp = 1, micro = 0;
     tc.virtual_stages = 1;
-    const char *pp_layers = NULL, *pipe_sched = "1f1b", *recompute = "none";
+    const char *pp_layers = NULL, *pipe_sched = "1f1b", *recompute = "none", *precision = "fp32", *reduce = "fp32";
+    ScalerConfig sc = {.init = 0, .window = 0, .hysteresis = 0, .min = -1};
     double comm_timeout = 0;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m", 0, NULL},
@@ -185,6 +218,12 @@ int cmd_train(int argc, char **argv) {
         {"schedule", FLAG_STR, &pipe_sched, 0, 0, "S", "pipeline schedule: 1f1b (default; at most --pp micro-batches of activations per rank) or gpipe (all M)", 0, NULL},
         {"virtual-stages", FLAG_INT, &tc.virtual_stages, 1, 64, "V", "interleaved 1F1B: each rank holds V chunks of layers, P apart, and a micro-batch goes round the stages V times; the bubble shrinks V-fold (default 1; needs --micro-batches a multiple of --pp)", 0, NULL},
         {"recompute", FLAG_STR, &recompute, 0, 0, "R", "activation recomputation: none (default), selective (the attention core again in backward) or full (each block again; only block outputs kept); the same gradients, bit for bit", 0, NULL},
+        {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32 (default), bf16 or fp16: 16-bit weights (a copy of the fp32 masters) and activations, fp32 math; fp16 with a dynamic loss scale", 0, NULL},
+        {"reduce-dtype", FLAG_STR, &reduce, 0, 0, "T", "data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes, summed in fp32)", 0, NULL},
+        {"loss-scale", FLAG_FLOAT, &sc.init, 1e-30, 1e30, "S", "fp16: the first loss scale (default 65536)", 0, NULL},
+        {"loss-scale-window", FLAG_INT, &sc.window, 1, 1 << 30, "N", "fp16: steps without overflow before the scale doubles (default 2000)", 0, NULL},
+        {"hysteresis", FLAG_INT, &sc.hysteresis, 1, 1 << 30, "N", "fp16: overflows before the scale first halves (default 1, PyTorch's; Megatron-LM uses 2)", 0, NULL},
+        {"loss-scale-min", FLAG_FLOAT, &sc.min, 0, 1e30, "X", "fp16: stop with an error when the scale falls below X (default 1)", 0, NULL},
         {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp × --tp × --pp); under mpirun leave it out", 0, NULL},
         {"zero", FLAG_INT, &tc.zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0, NULL},
         {"bucket-mb", FLAG_FLOAT, &tc.bucket_mb, 0.001, 1e6, "MB", "gradient bucket size of --zero 0 (ZeRO reduces layer by layer; default 25)", 0, NULL},
@@ -252,6 +291,7 @@ int cmd_train(int argc, char **argv) {
         err_set(&e, ERR_USAGE, "--recompute: expected none, selective or full, got '%s'", recompute);
         goto out;
     }
+    if (precision_flags(&tc, precision, reduce, &sc, &e)) goto out;
     // the model of the flags; a checkpoint's or file's is checked by every rank as it starts
     if (!tc.resume && !tc.init_from) {   // the flags' model, padded as the trainer pads it
         ModelConfig padded = tc.model;

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "core/half.h"
 
 size_t comm_dtype_size(CommDtype t) {
     static const size_t s[DT_COUNT] = {4, 2, 2, 4, 8, 1, 8};
@@ -11,53 +12,6 @@ size_t comm_dtype_size(CommDtype t) {
 const char *comm_dtype_name(CommDtype t) {
     static const char *n[DT_COUNT] = {"f32", "bf16", "f16", "i32", "i64", "u8", "f64"};
     return t >= 0 && t < DT_COUNT ? n[t] : "?";
-}
-
-static float bf16_to_f32(uint16_t h) {
-    uint32_t b = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &b, 4);
-    return f;
-}
-
-static uint16_t f32_to_bf16(float f) {   // round to nearest even; NaN stays NaN
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((b >> 16) | 0x40);
-    b += 0x7FFFu + ((b >> 16) & 1u);
-    return (uint16_t)(b >> 16);
-}
-
-static float f16_to_f32(uint16_t h) {
-    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 1023u, b;
-    if (e == 0) {
-        float v = (float)m * 5.9604644775390625e-8f;
-        return s ? -v : v;
-    }
-    b = e == 31 ? s | 0x7F800000u | m << 13 : s | (e + 112u) << 23 | m << 13;
-    float f;
-    memcpy(&f, &b, 4);
-    return f;
-}
-
-static uint16_t f32_to_f16(float f) {   // round to nearest even
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    uint32_t s = (b >> 16) & 0x8000u, e = (b >> 23) & 0xFFu, m = b & 0x7FFFFFu;
-    if (e == 0xFF) return (uint16_t)(s | 0x7C00u | (m ? 0x200u : 0));
-    int ex = (int)e - 127 + 15;
-    if (ex >= 31) return (uint16_t)(s | 0x7C00u);
-    if (ex <= 0) {   // subnormal or zero
-        if (ex < -10) return (uint16_t)s;
-        m |= 0x800000u;
-        int shift = 14 - ex;
-        uint32_t half = 1u << (shift - 1), r = m & ((1u << shift) - 1), v = m >> shift;
-        if (r > half || (r == half && (v & 1))) v++;
-        return (uint16_t)(s | v);
-    }
-    uint32_t v = (uint32_t)ex << 10 | m >> 13, r = m & 0x1FFFu;
-    if (r > 0x1000u || (r == 0x1000u && (v & 1))) v++;   // may carry into the exponent: correct
-    return (uint16_t)(s | v);
 }
 
 void comm_reduce(void *out, const void *const *src, int n, size_t count, CommDtype t, CommRedOp op) {

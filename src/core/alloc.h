@@ -11,7 +11,9 @@
 #include <stddef.h>
 
 typedef enum MemTag {
-    MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_WORKSPACE, MEM_NTAGS
+    MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_WORKSPACE,
+    MEM_PARAMS16,   // the 16-bit copy of the weights that bf16/fp16 forward and backward read
+    MEM_NTAGS
 } MemTag;
 
 // Returns a zeroed, 64-byte aligned block of `bytes` (0 is allowed), or NULL

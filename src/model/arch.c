@@ -39,3 +39,8 @@ int64_t config_param_count(const ModelConfig *c, int padded) {
     return arch_part_params(c, PART_EMBED, 1, padded) + c->n_layer * arch_part_params(c, PART_BLOCK, 1, padded) +
            arch_part_params(c, PART_FINAL, 1, padded);
 }
+
+void arch_stored(const Arch *ar, const BlockRun *r, int j) {
+    if (r->prec == PREC_FP32 || (ar->act_keep32 >> j & 1u)) return;
+    half_round(r->prec, r->act[j], r->act[j], ar->act_floats(r->d, j));
+}

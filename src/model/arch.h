@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/half.h"
 #include "model/config.h"
 #include "model/tp.h"
 
@@ -87,6 +88,7 @@ typedef struct BlockRun {
     const float *x;      // (Ns,C) input
     float *tmp;          // (N,C) scratch; the final norm's backward reads d(output), partial over TP, from it
     float *dres;         // (Ns,C) backward: in, d(output); out, d(input) (the final norm adds into it)
+    Precision prec;      // what the saved activations are stored in (arch_stored)
 } BlockRun;
 
 typedef struct Arch {
@@ -98,6 +100,11 @@ typedef struct Arch {
     // A block's saved activations (nact buffers, act_out its output) and the
     // scratch its passes share (nscratch buffers), in floats.
     int nact, act_out, nscratch;
+    // The saved activations kept in fp32 under bf16/fp16 (bit j: activation
+    // j): the norms' statistics, the softmax's log-sum-exp and the block's
+    // output, the residual stream (as Megatron-LM's fp32 residual
+    // connection). The others are stored in 16 bits.
+    unsigned act_keep32;
     // The attention core's saved activations (ncore of them: selective
     // recomputation keeps one shared set of them and recomputes them from
     // the others before each backward, with core_forward).
@@ -112,6 +119,13 @@ typedef struct Arch {
 } Arch;
 
 extern const Arch arch_gpt2, arch_llama;
+
+// A block's forward has finished writing activation j (before anything
+// reads it): under bf16/fp16, unless the arch keeps it in fp32, its values
+// are rounded in place to what the 16-bit store will hold, so that the
+// forward goes on with, and the backward reads, the same values (and
+// recomputation gives the same bits).
+void arch_stored(const Arch *ar, const BlockRun *r, int j);
 
 // The description of c's architecture (config_arch_name names it).
 const Arch *arch_of(const ModelConfig *c);

@@ -94,6 +94,8 @@ static size_t scratch_floats(const LocalDims *d, int i) {
     return 0;
 }
 
+static void stored(const BlockRun *r, int j) { arch_stored(&arch_gpt2, r, j); }
+
 // This rank's rows of a gathered (N,C) buffer.
 static float *own_rows(const LocalDims *d, float *full) { return full + (size_t)d->s0 * d->C; }
 
@@ -104,15 +106,22 @@ static void block_forward(const BlockRun *r) {
     // attention: res2 = x + attn(ln1(x)·Wqkv + bqkv)·Wo + bo, heads split over TP
     layernorm_forward(own_rows(d, a[A_LN1]), a[A_LN1_MEAN], a[A_LN1_RSTD], r->x, w[LN1_W], w[LN1_B], Ns, C);
     tp_gather(r->tp, a[A_LN1], N, C);
+    stored(r, A_LN1);
     linear_forward(a[A_QKV], a[A_LN1], w[QKV_W], w[QKV_B], N, C, 3 * d->Cl);   // column parallel
+    stored(r, A_QKV);
     attention_forward(a[A_ATTY], a[A_LSE], a[A_QKV], r->scr[S_ATT], d->B, d->T, d->Cl, d->NHl);
+    stored(r, A_ATTY);
     linear_forward(r->tmp, a[A_ATTY], w[ATT_W], NULL, N, d->Cl, C);            // row parallel: partial sums
     residual_forward(a[A_RES2], r->x, tp_reduce(r->tp, r->tmp, N, C), w[ATT_B], Ns, C);
+    stored(r, A_RES2);
     // MLP: res3 = res2 + gelu(ln2(res2)·Wfc + bfc)·Wp + bp, columns split over TP
     layernorm_forward(own_rows(d, a[A_LN2]), a[A_LN2_MEAN], a[A_LN2_RSTD], a[A_RES2], w[LN2_W], w[LN2_B], Ns, C);
     tp_gather(r->tp, a[A_LN2], N, C);
+    stored(r, A_LN2);
     linear_forward(a[A_FCH], a[A_LN2], w[FC_W], w[FC_B], N, C, d->Fl);         // column parallel
+    stored(r, A_FCH);
     gelu_forward(a[A_FCH_GELU], a[A_FCH], (size_t)N * d->Fl);
+    stored(r, A_FCH_GELU);
     linear_forward(r->tmp, a[A_FCH_GELU], w[PROJ_W], NULL, N, d->Fl, C);       // row parallel: partial sums
     residual_forward(a[A_RES3], a[A_RES2], tp_reduce(r->tp, r->tmp, N, C), w[PROJ_B], Ns, C);
 }
@@ -121,6 +130,7 @@ static void block_forward(const BlockRun *r) {
 static void core_forward(const BlockRun *r) {
     const LocalDims *d = r->d;
     attention_forward(r->act[A_ATTY], r->act[A_LSE], r->act[A_QKV], r->scr[S_ATT], d->B, d->T, d->Cl, d->NHl);
+    stored(r, A_ATTY);
 }
 
 // The gradient arriving at a row-parallel linear's output, all N rows: the
@@ -198,6 +208,7 @@ const Arch arch_gpt2 = {
     .has_train = 1,
     .nact = NACT,
     .act_out = A_RES3,
+    .act_keep32 = 1u << A_LN1_MEAN | 1u << A_LN1_RSTD | 1u << A_LN2_MEAN | 1u << A_LN2_RSTD | 1u << A_LSE | 1u << A_RES3,
     .nscratch = NSCR,
     .ncore = 2,
     .core = {A_ATTY, A_LSE},

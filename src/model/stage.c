@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/half.h"
 #include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
@@ -19,6 +20,7 @@ enum { HEAD_CHUNK_FLOATS = 16 << 20 };
 typedef struct {
     float *x0;            // (Ns,C) stage input / embeddings (the rank's rows of the residual stream)
     float **blk;          // cl × nact: the activations of each of its chunk's blocks (Arch.act_floats)
+    uint16_t **blk16;     // cl × nact: those stored in 16 bits (bf16/fp16), NULL where blk is not
     float *fin[3];        // final norm: output (N,C) gathered, mean (Ns), rstd (Ns)
     float *losses;        // (N)
     float *dres;          // (Ns,C) gradient of the residual stream: the head's leaves it here for stage_backward
@@ -32,7 +34,13 @@ struct StageActs {
     Tp *tp;                                 // the TP group (NULL: one rank)
     int nl;                                 // blocks on this stage
     int recompute;                          // 0, STAGE_RECOMPUTE_FULL or STAGE_RECOMPUTE_SELECTIVE
-    float *rc[ARCH_MAX_BUFS];               // recomputation's shared set of one block's activations (NULL: not shared)
+    Precision prec;
+    float *rc[ARCH_MAX_BUFS];               // the shared fp32 set of one block's activations that recomputation
+                                            // drops or 16 bits store (NULL: not shared)
+    uint16_t *w16;                          // bf16/fp16: the 16-bit copy of the weights (table.total), or NULL
+    unsigned char *w16_stale;               // per segment: the copy is older than the parameters
+    float *wbuf[PART_COUNT];                // bf16/fp16: one segment of each part's weights as the passes read them
+    void *wbuf_block;
     int cl;                                 // of them in each chunk (chunk v: blocks v·cl .. v·cl + cl − 1)
     size_t (*blk_off)[ARCH_MAX_TENSORS];    // flat-buffer offset of each block tensor
     int *blk_seg;                           // each block's segment
@@ -51,9 +59,28 @@ struct StageActs {
 
 // ---- parameters and gradients by segment: the hooks, or the flat buffers ----
 
+// Under bf16/fp16 the 16-bit weights, in fp32 for the kernels: the stage's
+// own parameters through their 16-bit copy, gathered ones rounded as they
+// come (the same values).
 static const float *seg_params(Stage *s, int seg, int next) {
-    if (s->hooks.params) return s->hooks.params(s->hooks.ctx, seg, next);
-    return s->params + s->table.seg[seg].lo;
+    const float *src = s->hooks.params ? s->hooks.params(s->hooks.ctx, seg, next) : s->params + s->table.seg[seg].lo;
+    StageActs *a = s->acts;
+    if (a->prec == PREC_FP32) return src;
+    const ParamSeg *g = &s->table.seg[seg];
+    size_t n = g->hi - g->lo;
+    float *dst = a->wbuf[g->part];
+    if (a->w16) {
+        if (a->w16_stale[seg]) half_pack(a->prec, a->w16 + g->lo, src, n);
+        a->w16_stale[seg] = 0;
+        half_unpack(a->prec, dst, a->w16 + g->lo, n);
+    } else {
+        half_round(a->prec, dst, src, n);
+    }
+    return dst;
+}
+
+void stage_params_changed(Stage *s) {
+    if (s->acts && s->acts->w16) memset(s->acts->w16_stale, 1, (size_t)s->table.nseg);
 }
 
 static void seg_params_done(Stage *s, int seg) {
@@ -87,6 +114,16 @@ static float *carve(char *base, size_t *off, size_t n) {
     return p;
 }
 
+// Carves n 16-bit values.
+static uint16_t *carve16(char *base, size_t *off, size_t n) {
+    uint16_t *p = base ? (uint16_t *)(base + *off) : NULL;
+    *off += (n * sizeof(uint16_t) + 63) & ~(size_t)63;
+    return p;
+}
+
+// Whether activation j of a block is stored in 16 bits.
+static int half_act(const StageActs *a, int j) { return a->prec != PREC_FP32 && !(a->arch->act_keep32 >> j & 1u); }
+
 // Whether recomputation leaves activation j of a block to the shared set.
 static int shared_act(const StageActs *a, int j) {
     if (a->recompute == STAGE_RECOMPUTE_FULL) return j != a->arch->act_out;
@@ -101,14 +138,18 @@ static size_t layout_acts(StageActs *a, int slots, char *base) {
     const Arch *ar = a->arch;
     size_t off = 0, N = (size_t)a->dim.N, Ns = (size_t)a->dim.Ns, C = (size_t)a->dim.C;
     for (int j = 0; j < ar->nact; j++)   // full: one whole block's set (its output too, for the recomputation)
-        a->rc[j] = a->recompute && (shared_act(a, j) || a->recompute == STAGE_RECOMPUTE_FULL)
+        a->rc[j] = a->recompute == STAGE_RECOMPUTE_FULL || shared_act(a, j) || half_act(a, j)
                        ? carve(base, &off, ar->act_floats(&a->dim, j)) : NULL;
     for (int k = 0; k < slots; k++) {
         Slot *sl = &a->slot[k];
         sl->x0 = carve(base, &off, Ns * C);
         for (int i = 0; i < a->cl; i++)
-            for (int j = 0; j < ar->nact; j++)
-                sl->blk[i * ar->nact + j] = shared_act(a, j) ? NULL : carve(base, &off, ar->act_floats(&a->dim, j));
+            for (int j = 0; j < ar->nact; j++) {
+                size_t n = ar->act_floats(&a->dim, j);
+                int shared = shared_act(a, j), half = !shared && half_act(a, j);
+                sl->blk[i * ar->nact + j] = shared || half ? NULL : carve(base, &off, n);
+                sl->blk16[i * ar->nact + j] = half ? carve16(base, &off, n) : NULL;
+            }
         sl->fin[0] = carve(base, &off, N * C);
         sl->fin[1] = carve(base, &off, Ns);
         sl->fin[2] = carve(base, &off, Ns);
@@ -172,6 +213,35 @@ int stage_check_split(const ModelConfig *c, int tp, int sp, int T, Err *err) {
     return 0;
 }
 
+// bf16/fp16: the 16-bit copy of the stage's own weights (own: it holds
+// them) and the fp32 buffers the passes read them through, each the size
+// of its part's largest segment.
+static int weight_buffers(Stage *s, int own, Err *err) {
+    StageActs *a = s->acts;
+    size_t most[PART_COUNT] = {0}, off[PART_COUNT] = {0}, bytes = 0;
+    for (int k = 0; k < s->table.nseg; k++) {
+        const ParamSeg *g = &s->table.seg[k];
+        if (g->hi - g->lo > most[g->part]) most[g->part] = g->hi - g->lo;
+    }
+    for (int p = 0; p < PART_COUNT; p++) {
+        off[p] = bytes;
+        carve(NULL, &bytes, most[p]);
+    }
+    a->wbuf_block = mem_alloc(MEM_WORKSPACE, bytes);
+    if (own) {
+        a->w16 = mem_alloc(MEM_PARAMS16, s->table.total * sizeof(uint16_t));
+        a->w16_stale = malloc((size_t)s->table.nseg + 1);
+    }
+    if (!a->wbuf_block || (own && (!a->w16 || !a->w16_stale))) {
+        char b[32];
+        return err_set(err, ERR_RUN, "out of memory allocating the 16-bit weights (%s)",
+                       mem_fmt(s->table.total * sizeof(uint16_t) + bytes, b, sizeof b));
+    }
+    for (int p = 0; p < PART_COUNT; p++) a->wbuf[p] = (float *)((char *)a->wbuf_block + off[p]);
+    stage_params_changed(s);
+    return 0;
+}
+
 int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, int slots, unsigned flags,
                Err *err) {
     memset(s, 0, sizeof *s);
@@ -202,6 +272,9 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     a->cl = slice->layer_end - slice->layer_begin;
     a->recompute = (int)(flags & (STAGE_RECOMPUTE_FULL | STAGE_RECOMPUTE_SELECTIVE));
     CHECKF(a->recompute != (STAGE_RECOMPUTE_FULL | STAGE_RECOMPUTE_SELECTIVE), "full and selective recomputation at once");
+    CHECKF((flags & (STAGE_BF16 | STAGE_FP16)) != (STAGE_BF16 | STAGE_FP16), "bf16 and fp16 at once");
+    s->prec = a->prec = flags & STAGE_BF16 ? PREC_BF16 : flags & STAGE_FP16 ? PREC_FP16 : PREC_FP32;
+    CHECKF(ar->act_keep32 >> ar->act_out & 1u, "a block's output (the next one's input) is kept in fp32");
     CHECKF(ar->nact <= ARCH_MAX_BUFS, "%d activations per block", ar->nact);
     a->nl = a->cl * s->chunks;
     a->dim = (LocalDims){.B = B, .T = T, .N = B * T, .C = cfg->d_model, .Cl = cfg->d_model / tp,
@@ -215,7 +288,9 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     a->blk_seg = calloc((size_t)a->nl + 1, sizeof *a->blk_seg);
     a->slot = calloc((size_t)slots, sizeof *a->slot);
     int ok = a->blk_off && a->blk_seg && a->slot;
-    for (int k = 0; ok && k < slots; k++) ok = (a->slot[k].blk = calloc((size_t)a->cl * ar->nact + 1, sizeof(float *))) != NULL;
+    for (int k = 0; ok && k < slots; k++)
+        ok = (a->slot[k].blk = calloc((size_t)a->cl * ar->nact + 1, sizeof(float *))) &&
+             (a->slot[k].blk16 = calloc((size_t)a->cl * ar->nact + 1, sizeof(uint16_t *)));
     if (!ok) { stage_free(s); return err_set(err, ERR_RUN, "out of memory"); }
     index_tensors(s);
     size_t pbytes = s->table.total * sizeof(float);
@@ -235,6 +310,7 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     }
     layout_acts(a, slots, a->act_block);
     layout_scratch(a, slots, a->ws_block);
+    if (a->prec != PREC_FP32 && weight_buffers(s, !(flags & STAGE_NO_PARAMS), err)) { stage_free(s); return -1; }
     return 0;
 }
 
@@ -243,7 +319,13 @@ void stage_free(Stage *s) {
         tp_free(s->acts->tp);
         mem_free(s->acts->act_block);
         mem_free(s->acts->ws_block);
-        for (int k = 0; s->acts->slot && k < s->slots; k++) free(s->acts->slot[k].blk);
+        mem_free(s->acts->wbuf_block);
+        mem_free(s->acts->w16);
+        free(s->acts->w16_stale);
+        for (int k = 0; s->acts->slot && k < s->slots; k++) {
+            free(s->acts->slot[k].blk);
+            free(s->acts->slot[k].blk16);
+        }
         free(s->acts->slot);
         free(s->acts->blk_off);
         free(s->acts->blk_seg);
@@ -320,7 +402,7 @@ static void final_tensors(const Stage *s, const float *buf, float **w) {
 // shared set's output too, so the saved one stays as it is.
 static float *const *block_acts(const StageActs *a, Slot *sl, int j, int again, float **buf) {
     float **mine = sl->blk + j * a->arch->nact;
-    if (!a->recompute) return mine;
+    if (!a->recompute && a->prec == PREC_FP32) return mine;
     for (int i = 0; i < a->arch->nact; i++) buf[i] = mine[i] ? mine[i] : a->rc[i];
     if (again && a->recompute == STAGE_RECOMPUTE_FULL) buf[a->arch->act_out] = a->rc[a->arch->act_out];
     return buf;
@@ -331,7 +413,24 @@ static float *const *block_acts(const StageActs *a, Slot *sl, int j, int again, 
 static BlockRun run_of(Stage *s, const LocalDims *d, Slot *sl, int j, float *const *act, float **w, float **g) {
     StageActs *a = s->acts;
     return (BlockRun){.cfg = &s->cfg, .d = d, .tp = a->tp, .w = w, .g = g, .act = act, .scr = a->scr,
-                      .x = block_output(s, sl, j >= 0 ? j - 1 : a->cl - 1), .tmp = a->tmp, .dres = sl->dres};
+                      .x = block_output(s, sl, j >= 0 ? j - 1 : a->cl - 1), .tmp = a->tmp, .dres = sl->dres,
+                      .prec = a->prec};
+}
+
+// The slot's j-th block's 16-bit activations: stored from the shared set
+// after its forward (out), or back into it before its backward (in).
+static void move16(StageActs *a, Slot *sl, int j, const LocalDims *d, int out) {
+    uint16_t **h = sl->blk16 + j * a->arch->nact;
+    for (int i = 0; i < a->arch->nact; i++) {
+        if (!h[i]) continue;
+        if (out) half_pack(a->prec, h[i], a->rc[i], a->arch->act_floats(d, i));
+        else half_unpack(a->prec, a->rc[i], h[i], a->arch->act_floats(d, i));
+    }
+}
+
+// Under fp16 the gradient leaving a block or the head is held in fp16.
+static void round_grad(const StageActs *a, Slot *sl, const LocalDims *d) {
+    if (a->prec == PREC_FP16) half_round(a->prec, sl->dres, sl->dres, (size_t)d->Ns * d->C);
 }
 
 
@@ -383,6 +482,7 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
         float *buf[ARCH_MAX_BUFS];
         BlockRun r = run_of(s, &d, sl, j, block_acts(a, sl, j, 0, buf), w, NULL);
         ar->block_forward(&r);
+        move16(a, sl, j, &d, 1);
         seg_params_done(s, bseg[j]);
     }
     if (!last) return 0.0;
@@ -424,6 +524,7 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
         memset(sl->dres, 0, (size_t)d.Ns * C * sizeof(float));
         fr.g = g;
         ar->final_backward(&fr);
+        round_grad(a, sl, &d);
         seg_grads_done(s, sf);
     }
     seg_params_done(s, sf);
@@ -447,8 +548,10 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         float *buf[ARCH_MAX_BUFS];
         BlockRun r = run_of(s, &d, sl, j, block_acts(a, sl, j, 1, buf), w, g);
         if (a->recompute == STAGE_RECOMPUTE_FULL) a->arch->block_forward(&r);   // the same bits as the first time
+        else move16(a, sl, j, &d, 0);
         if (a->recompute == STAGE_RECOMPUTE_SELECTIVE) a->arch->core_forward(&r);
         a->arch->block_backward(&r);
+        round_grad(a, sl, &d);
         seg_params_done(s, sg);
         seg_grads_done(s, sg);
     }

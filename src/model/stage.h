@@ -74,7 +74,20 @@ typedef struct StageHooks {
 // keeps everything but the attention core's output, recomputed from the
 // saved q/k/v. Either gives the gradients of keeping everything, bit for
 // bit; the recomputed activations live in one shared set.
-enum { STAGE_NO_PARAMS = 1, STAGE_NO_GRADS = 2, STAGE_RECOMPUTE_FULL = 4, STAGE_RECOMPUTE_SELECTIVE = 8 };
+//
+// Precision (one at most; neither: fp32): under bf16 or fp16 the passes
+// read a 16-bit copy of the weights (MEM_PARAMS16, made from the fp32
+// parameters, the optimizer's masters, segment by segment on first use
+// after stage_params_changed; a segment that hooks gather for the pass is
+// rounded as it arrives) and store each block's activations in 16 bits but
+// those the arch keeps in fp32 (Arch.act_keep32); every operation computes
+// in fp32, from the 16-bit values. Under fp16 the gradient flowing back out
+// of each block (and out of the head) is held in fp16 too, the range a loss
+// scale exists for. Gradients are fp32.
+enum {
+    STAGE_NO_PARAMS = 1, STAGE_NO_GRADS = 2, STAGE_RECOMPUTE_FULL = 4, STAGE_RECOMPUTE_SELECTIVE = 8,
+    STAGE_BF16 = 16, STAGE_FP16 = 32
+};
 
 typedef struct Stage {
     ModelConfig cfg;
@@ -85,6 +98,7 @@ typedef struct Stage {
     int B, T;          // activation capacity per slot
     int slots;         // micro-batches whose activations it can hold at once
     int chunks;        // the slice's chunks (slice_chunks)
+    Precision prec;    // PREC_FP32, or with STAGE_BF16 / STAGE_FP16 the 16-bit format
     StageHooks hooks;
     StageActs *acts;
 } Stage;
@@ -102,6 +116,10 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
 // checks it; the command line checks it before starting any rank.
 int stage_check_split(const ModelConfig *c, int tp, int sp, int T, Err *err);
 void stage_free(Stage *s);
+
+// The parameters changed (an optimizer step, a load): under bf16/fp16 the
+// 16-bit copy of each segment is made again when next read.
+void stage_params_changed(Stage *s);
 
 // Installs the hooks (NULL: none; the flat buffers are used).
 void stage_set_hooks(Stage *s, const StageHooks *h);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/half.h"
 #include "parallel/embsync.h"
 
 enum { POOL_EMB, POOL_LNF, POOL_BLK0, POOL_BLK1, NPOOL };
@@ -14,6 +15,7 @@ enum { BUF_EMPTY, BUF_PENDING, BUF_READY, BUF_IN_USE };
 // reduce-scattered) at a time.
 typedef struct {
     float *buf;
+    uint16_t *h;         // gradients under a bf16 reduction: buf's values in bf16, as sent
     size_t cap;
     int seg, state;
     int micro;           // gradients: the micro-batch they are from
@@ -50,6 +52,8 @@ struct Dp {
     Buf gbuf[NPOOL];         // stages 2, 3: gradients being written or reduced
     CommRequest **rs;        // stage 1: per segment, its in-place reduce-scatter
     CommRequest **ag;        // stages 1, 2: per segment, the allgather of the updated parameters
+    CommDtype reduce;        // the gradients' dtype on the wire
+    uint16_t *h;             // stages 0, 1 under a bf16 reduction: the gradient buffer in bf16, as sent (MEM_COMM)
     int failed;
     Err err;
     double waited;
@@ -101,21 +105,43 @@ static void apply_rows(Dp *d, float *g, size_t lo, size_t n) {
     if (embsync_apply(d->es, g, lo, lo + n, &d->waited, &e)) keep_failure(d, &e);
 }
 
+// ---- reductions ----
+
+// Starts the sum of n gradients at g over the ranks: an allreduce in place,
+// or (scatter) a reduce-scatter leaving this rank's piece at g + mine.
+// Under a bf16 reduction they travel as bf16 through h (n values), and
+// reduce_done widens the result back.
+static CommRequest *reduce_start(Dp *d, float *g, uint16_t *h, size_t n, int scatter) {
+    size_t mine = scatter ? (size_t)d->rank * (n / (size_t)d->d) : 0;
+    if (d->reduce == DT_F32)
+        return scatter ? comm_ireduce_scatter(d->c, g, g + mine, n, DT_F32, RED_SUM)
+                       : comm_iallreduce(d->c, g, g, n, DT_F32, RED_SUM);
+    half_pack(PREC_BF16, h, g, n);
+    return scatter ? comm_ireduce_scatter(d->c, h, h + mine, n, DT_BF16, RED_SUM)
+                   : comm_iallreduce(d->c, h, h, n, DT_BF16, RED_SUM);
+}
+
+// Waits for a reduction of reduce_start and widens what it left (n values
+// from g, through h) back into fp32.
+static void reduce_done(Dp *d, CommRequest **r, float *g, const uint16_t *h, size_t n) {
+    if (!*r) return;
+    wait_req(d, r);
+    if (d->reduce == DT_BF16 && !d->failed) half_unpack(PREC_BF16, g, h, n);
+}
+
 // ---- stage 0: buckets ----
 
 // Starts every bucket whose gradients are final: those at offset >= ready.
 static void start_from(Dp *d, size_t ready) {
     while (d->next < d->nb && d->b[d->next].lo >= ready) {
         Bucket *b = &d->b[d->next++];
-        float *g = d->st->grads + b->lo;
-        b->req = comm_iallreduce(d->c, g, g, b->hi - b->lo, DT_F32, RED_SUM);
+        b->req = reduce_start(d, d->st->grads + b->lo, d->h + b->lo, b->hi - b->lo, 0);
     }
 }
 
 static void start_embeddings(Dp *d) {
     if (d->embb.hi > d->embb.lo && !d->embb.req) {
-        float *g = d->st->grads + d->embb.lo;
-        d->embb.req = comm_iallreduce(d->c, g, g, d->embb.hi - d->embb.lo, DT_F32, RED_SUM);
+        d->embb.req = reduce_start(d, d->st->grads + d->embb.lo, d->h + d->embb.lo, d->embb.hi - d->embb.lo, 0);
     }
 }
 
@@ -194,9 +220,10 @@ static void hook_params_done(void *ctx, int k) {
 // first micro-batch of a step copies it).
 static void reduce_finish(Dp *d, Buf *b) {
     if (b->state != BUF_PENDING) return;
-    wait_req(d, &b->req);
     int k = b->seg;
-    const float *src = b->buf + (size_t)d->rank * d->sk[k];
+    size_t mine = (size_t)d->rank * d->sk[k];
+    reduce_done(d, &b->req, b->buf + mine, b->h + mine, d->sk[k]);
+    const float *src = b->buf + mine;
     float *dst = d->gshard + d->soff[k];
     if (b->micro == 0) memcpy(dst, src, d->sk[k] * sizeof(float));
     else
@@ -225,19 +252,16 @@ static void hook_grads_done(void *ctx, int k) {
         else start_from(d, d->t->seg[k].lo);
         return;
     }
-    size_t n = (size_t)d->d * d->sk[k], mine = (size_t)d->rank * d->sk[k];
+    size_t n = (size_t)d->d * d->sk[k];
     if (d->zero == 1) {   // whole gradients: reduce the last micro-batch's, in place
-        if (d->last) {
-            float *g = d->st->grads + d->t->seg[k].lo;
-            d->rs[k] = comm_ireduce_scatter(d->c, g, g + mine, n, DT_F32, RED_SUM);
-        }
+        if (d->last) d->rs[k] = reduce_start(d, d->st->grads + d->t->seg[k].lo, d->h + d->t->seg[k].lo, n, 1);
         return;
     }
     Buf *b = &d->gbuf[pool_of(d, k)];
     CHECK(b->seg == k && b->state == BUF_IN_USE);
     b->state = BUF_PENDING;
     b->micro = d->micro;
-    b->req = comm_ireduce_scatter(d->c, b->buf, b->buf + mine, n, DT_F32, RED_SUM);
+    b->req = reduce_start(d, b->buf, b->h, n, 1);
 }
 
 // The embedding lookup's rows travel separately whenever this micro-batch
@@ -254,7 +278,7 @@ static void hook_rows(void *ctx, const int *tokens, const float *dres, int B, in
 
 // ---- setup ----
 
-int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, Stage *st, Err *err) {
+int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, CommDtype reduce, Stage *st, Err *err) {
     *out = NULL;
     CHECKF(c || zero == 0, "ZeRO-%d needs a communicator", zero);
     const ParamTable *t = &st->table;
@@ -265,6 +289,8 @@ int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, Stage *st, Err *err) 
     d->rank = c ? comm_rank(c) : 0;
     d->d = c ? comm_size(c) : 1;
     d->bucket_mb = bucket_mb;
+    CHECKF(reduce == DT_F32 || reduce == DT_BF16, "gradients reduced in %s", comm_dtype_name(reduce));
+    d->reduce = reduce;
     d->st = st;
     d->t = t;
     d->npc = zero ? t->nseg : 1;
@@ -300,10 +326,14 @@ int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, Stage *st, Err *err) 
         if ((d->gbuf[p].cap && !(d->gbuf[p].buf = mem_alloc(MEM_COMM, d->gbuf[p].cap * sizeof(float)))) ||
             (d->pbuf[p].cap && !(d->pbuf[p].buf = mem_alloc(MEM_COMM, d->pbuf[p].cap * sizeof(float)))))
             goto oom;
+        if (reduce == DT_BF16 && d->gbuf[p].cap &&
+            !(d->gbuf[p].h = mem_alloc(MEM_COMM, d->gbuf[p].cap * sizeof(uint16_t))))
+            goto oom;
     }
     if (zero >= 2 && !(d->gshard = mem_alloc(MEM_GRADS, d->S * sizeof(float)))) goto oom;
     if (zero >= 3 && !(d->pshard = mem_alloc(MEM_PARAMS, d->S * sizeof(float)))) goto oom;
     if (zero == 0 && d->d > 1 && make_buckets(d)) goto oom;
+    if (reduce == DT_BF16 && zero <= 1 && reduces && !(d->h = mem_alloc(MEM_COMM, t->total * sizeof(uint16_t)))) goto oom;
     if (reduces) {
         StageHooks h = {.ctx = d, .grads_done = hook_grads_done};
         if (zero >= 1) h.params = hook_params;
@@ -329,7 +359,9 @@ void dp_free(Dp *d) {
         wait_req(d, &d->gbuf[p].req);
         mem_free(d->pbuf[p].buf);
         mem_free(d->gbuf[p].buf);
+        mem_free(d->gbuf[p].h);
     }
+    mem_free(d->h);
     for (int k = 0; d->rs && k < d->t->nseg; k++) wait_req(d, &d->rs[k]);
     for (int k = 0; d->ag && k < d->t->nseg; k++) wait_req(d, &d->ag[k]);
     embsync_free(d->es);
@@ -356,13 +388,17 @@ int dp_finish(Dp *d, Err *err) {
         if (d->d == 1) return 0;
         start_embeddings(d);
         start_from(d, 0);
-        wait_req(d, &d->embb.req);
-        for (int i = 0; i < d->nb; i++) wait_req(d, &d->b[i].req);
+        float *g = d->st->grads;
+        reduce_done(d, &d->embb.req, g + d->embb.lo, d->h + d->embb.lo, d->embb.hi - d->embb.lo);
+        for (int i = 0; i < d->nb; i++) reduce_done(d, &d->b[i].req, g + d->b[i].lo, d->h + d->b[i].lo, d->b[i].hi - d->b[i].lo);
         d->next = 0;
         if (!d->failed && d->es) apply_rows(d, d->st->grads, 0, d->embb.hi);
         return status(d, err);
     }
-    for (int k = 0; k < d->t->nseg; k++) wait_req(d, &d->rs[k]);
+    for (int k = 0; k < d->t->nseg; k++) {
+        size_t at = d->t->seg[k].lo + (size_t)d->rank * d->sk[k];
+        if (d->zero == 1) reduce_done(d, &d->rs[k], d->st->grads + at, d->h + at, d->sk[k]);
+    }
     if (d->zero == 1 && d->es) apply_rows(d, piece_grads(d, d->emb), d->t->seg[d->emb].lo + (size_t)d->rank * d->sk[d->emb],
                                           d->sk[d->emb]);
     for (int p = 0; p < NPOOL; p++) reduce_finish(d, &d->gbuf[p]);
@@ -442,6 +478,10 @@ int dp_update(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scal
         if (d->zero == 1 || d->zero == 2)
             d->ag[k] = comm_iallgather(d->c, p.params, d->st->params + d->t->seg[k].lo, d->sk[k], DT_F32);
     }
+    return dp_skip(d, err);
+}
+
+int dp_skip(Dp *d, Err *err) {
     if (d->zero >= 3) {
         // gathered copies are stale now; the next forward's first segment
         // starts gathering at once

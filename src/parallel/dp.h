@@ -58,8 +58,11 @@ int dp_pad_multiple(int zero, int ranks);
 
 // Data parallelism of stage `zero` (0..3) over c (NULL: one process,
 // stage 0) for st, built as dp_stage_flags and dp_pad_multiple say;
-// installs st's hooks. bucket_mb sizes stage 0's buckets.
-int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, Stage *st, Err *err);
+// installs st's hooks. bucket_mb sizes stage 0's buckets. reduce is the
+// gradients' dtype on the wire: DT_F32, or DT_BF16 (half the bytes; each
+// range is rounded to bf16 before it is sent, summed in fp32 in rank order
+// and rounded to bf16 again, then widened back into the fp32 gradients).
+int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, CommDtype reduce, Stage *st, Err *err);
 void dp_free(Dp *d);
 
 // Before micro-batch k (of K)'s forward and before its backward (a
@@ -89,6 +92,10 @@ float *dp_owned_grads(Dp *d, int seg, size_t *n);
 // updated (the next forward waits for each segment's in turn), stage 3
 // starts gathering the next forward's first segment. 0, or -1 with err.
 int dp_update(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scale, Err *err);
+// The step is skipped (fp16 gradients overflowed): parameters and moments
+// stay as they are; the next forward starts as after dp_update. 0, or -1
+// with err.
+int dp_skip(Dp *d, Err *err);
 // Waits for every parameter allgather in flight: the parameters the stage
 // reads are current afterwards. 0, or -1 with err.
 int dp_sync_params(Dp *d, Err *err);

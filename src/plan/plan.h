@@ -34,12 +34,12 @@
 #include <stdint.h>
 
 #include "core/check.h"
+#include "core/half.h"
 #include "model/config.h"
 
 typedef enum { PLAN_GPT, PLAN_LLAMA } PlanArch;
 typedef enum { SCHED_1F1B, SCHED_GPIPE } PlanSchedule;
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } PlanRecompute;
-typedef enum { PREC_FP32, PREC_BF16, PREC_FP16 } PlanPrecision;
 
 // The model: its config (model/arch describes its tensors, so parameter
 // counts come from there) and the sizes the formulas use, read off it.
@@ -70,7 +70,7 @@ typedef struct PlanLayout {
     PlanSchedule schedule;
     int vstages;                    // chunks per pipeline stage (> 1: interleaved 1F1B); 0 or 1: none
     PlanRecompute recompute;
-    PlanPrecision precision;
+    Precision precision;
     int reduce_fp32;                // gradients reduced in fp32 under mixed precision
     int fused_attention;            // no s² term (tessera's kind)
 } PlanLayout;

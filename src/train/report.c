@@ -44,9 +44,9 @@ static void write_record(Report *r, JsonBuf *b) {
     fflush(r->log);
 }
 
-// "name": {params, grads, optim, acts, comm, workspace} of peak or current bytes.
+// "name": {params, params16, grads, optim, acts, comm, workspace} of peak or current bytes.
 static void mem_object(JsonBuf *b, const char *name, size_t (*bytes)(MemTag tag)) {
-    static const MemTag tags[] = {MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_WORKSPACE};
+    static const MemTag tags[] = {MEM_PARAMS, MEM_PARAMS16, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_WORKSPACE};
     jb_key(b, name);
     jb_obj_begin(b);
     for (size_t i = 0; i < sizeof tags / sizeof *tags; i++) {
@@ -58,8 +58,10 @@ static void mem_object(JsonBuf *b, const char *name, size_t (*bytes)(MemTag tag)
 
 void report_step(Report *r, const StepMetrics *m) {
     clear_bar(r);
-    printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%\n", m->step, m->steps,
+    printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%", m->step, m->steps,
            m->loss, m->lr, m->grad_norm, m->ms, m->tokens_per_s, 100 * m->mfu);
+    if (m->scaler) printf(" | scale %g%s", m->loss_scale, m->skipped ? " | skipped: gradients overflowed" : "");
+    printf("\n");
     if (m->mfu > 1 && !r->mfu_warned) {
         r->mfu_warned = 1;
         printf("warning:   MFU above 100%%: the peak it is quoted against (the header's compute line) is below what "
@@ -85,6 +87,8 @@ void report_step(Report *r, const StepMetrics *m) {
     jb_key(&b, "tp_comm_ms"); jb_fixed(&b, m->tp_comm_ms, 3);
     jb_key(&b, "pp_comm_bytes"); jb_int(&b, (int64_t)m->pp_comm_bytes);
     jb_key(&b, "pp_wait_ms"); jb_fixed(&b, m->pp_wait_ms, 3);
+    jb_key(&b, "loss_scale"); jb_num(&b, m->loss_scale);
+    jb_key(&b, "skipped"); jb_bool(&b, m->skipped);
     jb_obj_end(&b);
     write_record(r, &b);
     jb_free(&b);

@@ -21,6 +21,9 @@ typedef struct StepMetrics {
     double tp_comm_ms;            // time spent in the TP group's collectives in this step
     uint64_t pp_comm_bytes;       // bytes this rank sent to its pipeline neighbours in this step
     double pp_wait_ms;            // time this rank waited on pipeline sends and receives (its bubble)
+    double loss_scale;            // fp16: the scale this step's backward used (1 without a scaler)
+    int scaler;                   // the run has a loss scaler (fp16)
+    int skipped;                  // the step was skipped: its gradients overflowed
 } StepMetrics;
 
 typedef struct Report Report;

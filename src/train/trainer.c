@@ -37,6 +37,8 @@ struct Trainer {
     int V;                     // chunks per stage (virtual stages; 1: not interleaved)
     int *begin;                // the layers of virtual stage j: [begin[j], begin[j + 1]) (pipe_split_layers)
     AdamW opt;
+    LossScaler sc;             // fp16's loss scale
+    int fp16;
     Report *rep;
     int *inp, *tgt;            // the step's micro-batches (M,B,T)
     int done;                  // steps done
@@ -119,6 +121,33 @@ static int agree(Trainer *t, int rc, const char *what, Err *err) {
 
 // ---- one step ----
 
+// Whether a gradient this rank holds after the reduction is inf or NaN (1.0
+// or 0.0, to be summed over the ranks): a product with zero is NaN exactly
+// for those.
+static double grads_overflow(Trainer *t) {
+    float z = 0.0f;
+    for (int k = 0; k < t->st.table.nseg; k++) {
+        size_t n;
+        const float *gr = dp_owned_grads(t->dp, k, &n);
+        long nn = (long)n;
+#pragma omp parallel for reduction(+ : z) schedule(static)
+        for (long i = 0; i < nn; i++) z += gr[i] * 0.0f;
+    }
+    return z != z ? 1.0 : 0.0;
+}
+
+// The test hook of an overflow: an inf in the first gradient this rank owns.
+static void poison_grads(Trainer *t) {
+    for (int k = 0; k < t->st.table.nseg; k++) {
+        size_t n;
+        float *gr = dp_owned_grads(t->dp, k, &n);
+        if (n) {
+            gr[0] = INFINITY;
+            return;
+        }
+    }
+}
+
 int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     const TrainConfig *tc = t->tc;
     Stage *st = &t->st;
@@ -135,7 +164,9 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     size_t bt = (size_t)B * T;
     for (int k = 0; k < K; k++) loader_next(t->ld, t->inp + k * bt, t->tgt + k * bt);
     if (st->grads) memset(st->grads, 0, st->table.total * sizeof(float));
-    float dscale = (float)(1.0 / t->tokens_per_step);   // d(mean loss over the global batch)/d(loss sum)
+    // d(mean loss over the global batch)/d(loss sum), times fp16's loss scale
+    double scale = t->fp16 ? t->sc.scale : 1.0;
+    float dscale = (float)(scale / t->tokens_per_step);
     double loss_sum = 0;
     if (pipe_step(t->pipe, t->dp, t->inp, t->tgt, B, T, dscale, &loss_sum, err)) return -1;
     // gradient sync: the owned gradients are final; then the tied
@@ -145,19 +176,27 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     uint64_t grad_sent = bytes_sent(t->mesh->dpg) - t->sent_mark;
     t->sent_mark += grad_sent;
 
+    if (tc->overflow_step == step + 1 && tc->overflow_rank == t->mesh->rank) poison_grads(t);
+
     // the global loss and gradient norm, every gradient counted once (the
-    // last stage's TP ranks computed the same loss: the first one counts it)
-    double g[2] = {t->mesh->tp_rank == 0 && t->last ? loss_sum : 0.0, dp_grad_sumsq(t->dp)};
-    if (sum_all(t, g, 2, err)) return -1;
-    double loss = g[0] / t->tokens_per_step, norm = sqrt(g[1]);
+    // last stage's TP ranks computed the same loss: the first one counts
+    // it), and under fp16 the ranks whose gradients overflowed
+    double g[3] = {t->mesh->tp_rank == 0 && t->last ? loss_sum : 0.0, dp_grad_sumsq(t->dp),
+                   t->fp16 ? grads_overflow(t) : 0.0};
+    if (sum_all(t, g, 3, err)) return -1;
+    double loss = g[0] / t->tokens_per_step, norm = sqrt(g[1]) / scale;
 
-    // clip; the loss-scale check has nothing to do in fp32 (no scaler, no step skipped)
+    // fp16: an overflow anywhere skips the step everywhere and moves the scale
+    int skipped = t->fp16 && g[2] > 0;
+    if (t->fp16 && scaler_update(&t->sc, skipped, step + 1, err)) return -1;
+
+    // clip (on the unscaled norm), unscale, and update the owned pieces; the
+    // parameter sync starts inside (ZeRO ≥ 1)
     float clip = (float)tc->clip;
-    float gscale = (clip > 0 && norm > clip) ? (float)(clip / norm) : 1.0f;
-
-    // update the owned pieces; the parameter sync starts inside (ZeRO ≥ 1)
+    float gscale = (float)(((clip > 0 && norm > clip) ? clip / norm : 1.0) / scale);
     float lr = lr_at(&tc->lr, step);
-    if (dp_update(t->dp, &t->opt, lr, &tc->adamw, gscale, err)) return -1;
+    if (skipped ? dp_skip(t->dp, err) : dp_update(t->dp, &t->opt, lr, &tc->adamw, gscale, err)) return -1;
+    if (!skipped) stage_params_changed(st);   // the 16-bit copy follows
 
     double dt = timer_now() - t0;
     t->t_steps += dt;
@@ -172,7 +211,9 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
                        .ms = dt * 1e3, .tokens_per_s = tps,
                        .mfu = tps * t->flops_tok / (t->peak * 1e9 * t->D * t->mesh->tp * t->mesh->pp),
                        .grad_comm_bytes = grad_sent, .tp_comm_bytes = tp_b1 - tp_b0, .tp_comm_ms = (tp_s1 - tp_s0) * 1e3,
-                       .pp_comm_bytes = pp_b, .pp_wait_ms = pp_w * 1e3};
+                       .pp_comm_bytes = pp_b, .pp_wait_ms = pp_w * 1e3, .loss_scale = scale, .scaler = t->fp16,
+                       .skipped = skipped};
+    if (skipped) return 0;
     if (!isfinite(loss)) return err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
     if (!isfinite(norm))
         return err_set(err, ERR_RUN, "the gradient norm became %g at step %d (try a lower --lr, or --clip)", norm, step + 1);
@@ -303,6 +344,10 @@ static int init_state(Trainer *t, uint32_t *crc, Err *err) {
     const Json *meta = ckpt_meta(ck), *ls = json_get(json_get(meta, "train"), "loader");
     int64_t e = 0, p = 0;
     if (adamw_state_read(&t->opt, meta, ckpt_dir(ck), err)) return -1;
+    const Json *sj = json_get(json_get(meta, "train"), "loss_scaler");   // a run of another precision has none
+    char where[4200];
+    snprintf(where, sizeof where, "%s/meta.json", ckpt_dir(ck));
+    if (t->fp16 && sj && scaler_state_read(&t->sc, sj, where, err)) return -1;
     if (json_int64(json_get(ls, "epoch"), &e) || json_int64(json_get(ls, "pos"), &p) || e < 0 || p < 0 ||
         e > INT32_MAX || p > loader_samples(t->ld))
         return err_set(err, ERR_USAGE, "%s/meta.json: field 'train.loader' is missing or out of range (epoch %lld, position "
@@ -400,6 +445,14 @@ static void print_header(Trainer *t) {
            (float)tc->adamw.beta2, (float)tc->adamw.eps, (float)tc->adamw.weight_decay, (float)tc->clip);
     printf("compute:   %d thread%s, %s; %.3g GFLOP per token; MFU against %.1f GFLOP/s (%s)\n", kernels_threads(),
            kernels_threads() == 1 ? "" : "s", kernels_blas_info(), t->flops_tok * 1e-9, t->peak, t->peak_src);
+    if (tc->precision != PREC_FP32)
+        printf("precision: %s — the passes read a 16-bit copy of the fp32 weights (AdamW updates the fp32 masters) and "
+               "store activations in 16 bits (norm statistics, softmax log-sum-exp and the residual stream in fp32); "
+               "every operation computes in fp32; gradients fp32\n", prec_name(tc->precision));
+    if (t->fp16)
+        printf("scaler:    dynamic loss scale from %g: ×2 after %d steps without overflow, ×0.5 on overflow (hysteresis "
+               "%d: the overflows before the first halving), the step skipped on every rank; the run stops below %g\n",
+               t->sc.scale, tc->scaler.window, tc->scaler.hysteresis, tc->scaler.min);
     if (tc->recompute == STAGE_RECOMPUTE_FULL)
         printf("recompute: full — each block keeps only its output (the next block's input) and runs forward again "
                "before its backward\n");
@@ -440,10 +493,14 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     slice.pad_multiple = dp_pad_multiple(tc->zero, t->D);   // ZeRO: every segment splits into D equal pieces
     t->last = slice_is_last(&slice, &t->mc);
     int slots = pipe_in_flight(tc->schedule, m->pp, m->pp_rank, tc->accum, V);   // the micro-batches in flight here
-    if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, dp_stage_flags(tc->zero) | tc->recompute, err))
+    unsigned prec = tc->precision == PREC_BF16 ? STAGE_BF16 : tc->precision == PREC_FP16 ? STAGE_FP16 : 0;
+    t->fp16 = tc->precision == PREC_FP16;
+    scaler_init(&t->sc, &tc->scaler);
+    if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, dp_stage_flags(tc->zero) | tc->recompute | prec,
+                   err))
         goto fail;
     if (m->tpg && stage_set_tp(&t->st, m->tpg, err)) goto fail;
-    if (dp_init(&t->dp, m->dpg, tc->zero, tc->bucket_mb, &t->st, err)) goto fail;
+    if (dp_init(&t->dp, m->dpg, tc->zero, tc->bucket_mb, tc->reduce_bf16 ? DT_BF16 : DT_F32, &t->st, err)) goto fail;
     if (pipe_init(&t->pipe, m->ppg, tc->schedule, tc->accum, &t->st, err)) goto fail;
     if (pipe_holds_tied_copy(t->pipe)) dp_set_shared(t->dp, 0);   // the first stage counts the embeddings
     if (adamw_init(&t->opt, dp_shard_floats(t->dp), err)) goto fail;   // the moments of the owned pieces
@@ -493,7 +550,7 @@ void trainer_close(Trainer *t) {
 
 // ---- the run ----
 
-static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls) {
+static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls, const LossScaler *sc) {
     JsonBuf b;
     jb_init(&b);
     jb_obj_begin(&b);
@@ -505,6 +562,13 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls) {
     jb_key(&b, "batch"); jb_int(&b, tc->batch);
     jb_key(&b, "seq"); jb_int(&b, tc->seq);
     jb_key(&b, "grad_accum"); jb_int(&b, tc->accum);
+    jb_key(&b, "precision"); jb_str(&b, prec_name(tc->precision));
+    if (sc) {
+        char *s = scaler_state_json(sc);
+        jb_key(&b, "loss_scaler");
+        jb_raw(&b, s);
+        free(s);
+    }
     jb_key(&b, "loader"); jb_obj_begin(&b);
     jb_key(&b, "epoch"); jb_int(&b, ls.epoch);
     jb_key(&b, "pos"); jb_int(&b, ls.pos);
@@ -524,7 +588,7 @@ static int save(Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
     double t0 = timer_now();
     int n = dp_npieces(t->dp), rc = 0;
-    char *train = train_meta_json(tc, t->done, loader_state(t->ld));
+    char *train = train_meta_json(tc, t->done, loader_state(t->ld), t->fp16 ? &t->sc : NULL);
     char *state = adamw_state_json(&t->opt);
     CkptPiece *pc = calloc((size_t)n + 1, sizeof *pc);
     if (!pc || !train || !state) rc = err_set(err, ERR_RUN, "out of memory");
@@ -590,7 +654,7 @@ int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
         StepMetrics sm;
         if (trainer_step(t, &sm, err)) goto done;
         int step = t->done, last = step == tc->steps;
-        if (step % tc->log_every == 0 || last || step == 1) report_step(t->rep, &sm);
+        if (step % tc->log_every == 0 || last || step == 1 || sm.skipped) report_step(t->rep, &sm);
         if (tc->exit_after > 0 && step == tc->exit_after && !last) {
             if (tc->ckpt_dir && save(t, err)) goto done;
             printf("stopped:   after step %d of %d (--exit-after); continue with --resume\n", step, tc->steps);

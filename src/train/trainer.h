@@ -7,7 +7,8 @@
 // header. trainer_step is one optimizer step, always the same sequence:
 //
 //   data → micro-batches (forward, backward) → gradient sync → global norm
-//   → clip → loss-scale check → update → parameter sync → metrics
+//   → loss-scale check (fp16: an overflow on any rank skips the step on
+//   every rank) → clip → update → parameter sync → metrics
 //
 // train_run is the loop: steps, reports, evaluations and checkpoints.
 #ifndef TSR_TRAIN_TRAINER_H
@@ -20,6 +21,7 @@
 #include "model/config.h"
 #include "model/stage.h"
 #include "optim/adamw.h"
+#include "optim/scaler.h"
 #include "parallel/mesh.h"
 #include "parallel/pipe.h"
 #include "train/report.h"
@@ -57,6 +59,10 @@ typedef struct TrainConfig {
     const int *pp_layers;      // layers of each pipeline stage, or NULL for an even split
     int virtual_stages;        // chunks per pipeline stage (> 1: the interleaved 1F1B schedule); 0 or 1: one
     unsigned recompute;        // 0, STAGE_RECOMPUTE_FULL or STAGE_RECOMPUTE_SELECTIVE (model/stage)
+    Precision precision;       // fp32, or bf16/fp16: 16-bit weights and activations, fp32 masters (model/stage)
+    int reduce_bf16;           // data-parallel gradient reduction in bf16 (summed in fp32)
+    ScalerConfig scaler;       // fp16's dynamic loss scale (optim/scaler)
+    int overflow_step, overflow_rank;   // test hook: an inf in that world rank's gradients at that step (0: none)
 } TrainConfig;
 
 typedef struct Trainer Trainer;

@@ -211,7 +211,7 @@ static void test_invalid_and_sweep(void) {
             PlanJob jj = {seqs[b], gbs[g], 1, 1e12};
             int dp = (int)(devs[a] / (tps[t] * pps[p]));
             PlanLayout ll = {.dp = dp > 0 ? dp : 1, .tp = tps[t], .pp = pps[p], .zero = zs[z], .recompute = (a + b) % 3,
-                             .precision = (PlanPrecision)(g % 3), .sp = t % 2, .fused_attention = p % 2,
+                             .precision = (Precision)(g % 3), .sp = t % 2, .fused_attention = p % 2,
                              .schedule = (PlanSchedule)(z % 2), .vstages = 1 + (g + b) % 3};
             if (plan_check(&m, &cc, &jj, &ll, &e)) continue;
             PlanResult r;

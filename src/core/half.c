@@ -1,0 +1,144 @@
+#include "core/half.h"
+
+#include <string.h>
+
+#include "core/check.h"
+
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
+const char *prec_name(Precision p) {
+    static const char *n[PREC_COUNT] = {"fp32", "bf16", "fp16"};
+    return p >= 0 && p < PREC_COUNT ? n[p] : "?";
+}
+
+int prec_parse(const char *s, Precision *p) {
+    for (int k = 0; k < PREC_COUNT; k++)
+        if (!strcmp(s, prec_name((Precision)k))) {
+            *p = (Precision)k;
+            return 0;
+        }
+    return -1;
+}
+
+#ifdef __F16C__
+float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+uint16_t f32_to_f16(float f) { return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+#else
+float f16_to_f32(uint16_t h) {
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 1023u, b;
+    if (e == 0) {
+        float v = (float)m * 5.9604644775390625e-8f;
+        return s ? -v : v;
+    }
+    b = e == 31 ? s | 0x7F800000u | m << 13 : s | (e + 112u) << 23 | m << 13;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+uint16_t f32_to_f16(float f) {
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    uint32_t s = (b >> 16) & 0x8000u, e = (b >> 23) & 0xFFu, m = b & 0x7FFFFFu;
+    if (e == 0xFF) return (uint16_t)(s | 0x7C00u | (m ? 0x200u : 0));
+    int ex = (int)e - 127 + 15;
+    if (ex >= 31) return (uint16_t)(s | 0x7C00u);
+    if (ex <= 0) {   // subnormal or zero
+        if (ex < -10) return (uint16_t)s;
+        m |= 0x800000u;
+        int shift = 14 - ex;
+        uint32_t half = 1u << (shift - 1), r = m & ((1u << shift) - 1), v = m >> shift;
+        if (r > half || (r == half && (v & 1))) v++;
+        return (uint16_t)(s | v);
+    }
+    uint32_t v = (uint32_t)ex << 10 | m >> 13, r = m & 0x1FFFu;
+    if (r > 0x1000u || (r == 0x1000u && (v & 1))) v++;   // may carry into the exponent: correct
+    return (uint16_t)(s | v);
+}
+#endif
+
+// The bulk conversions split n over the threads in blocks of this many.
+enum { HALF_BLOCK = 1 << 14 };
+
+// bf16 without branches, so the loop vectorises: the same bits as f32_to_bf16.
+static inline uint16_t bf16_of_bits(uint32_t b) {
+    uint32_t nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
+    uint32_t r = nan ? b | 0x400000u : b + 0x7FFFu + ((b >> 16) & 1u);
+    return (uint16_t)(r >> 16);
+}
+
+static void pack_block(Precision p, uint16_t *dst, const float *src, size_t n) {
+    size_t i = 0;
+    if (p == PREC_BF16) {
+        for (; i < n; i++) {
+            uint32_t b;
+            memcpy(&b, src + i, 4);
+            dst[i] = bf16_of_bits(b);
+        }
+        return;
+    }
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) dst[i] = f32_to_f16(src[i]);
+}
+
+static void unpack_block(Precision p, float *dst, const uint16_t *src, size_t n) {
+    size_t i = 0;
+    if (p == PREC_BF16) {
+        for (; i < n; i++) {
+            uint32_t b = (uint32_t)src[i] << 16;
+            memcpy(dst + i, &b, 4);
+        }
+        return;
+    }
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#endif
+    for (; i < n; i++) dst[i] = f16_to_f32(src[i]);
+}
+
+static void round_block(Precision p, float *dst, const float *src, size_t n) {
+    uint16_t tmp[256];
+    for (size_t i = 0; i < n; i += 256) {
+        size_t k = n - i < 256 ? n - i : 256;
+        pack_block(p, tmp, src + i, k);
+        unpack_block(p, dst + i, tmp, k);
+    }
+}
+
+void half_pack(Precision p, uint16_t *dst, const float *src, size_t n) {
+    CHECKF(p == PREC_BF16 || p == PREC_FP16, "packing into %s", prec_name(p));
+    long nb = (long)((n + HALF_BLOCK - 1) / HALF_BLOCK);
+#pragma omp parallel for schedule(static) if (nb > 4)
+    for (long b = 0; b < nb; b++) {
+        size_t lo = (size_t)b * HALF_BLOCK, k = n - lo < HALF_BLOCK ? n - lo : HALF_BLOCK;
+        pack_block(p, dst + lo, src + lo, k);
+    }
+}
+
+void half_unpack(Precision p, float *dst, const uint16_t *src, size_t n) {
+    CHECKF(p == PREC_BF16 || p == PREC_FP16, "unpacking %s", prec_name(p));
+    long nb = (long)((n + HALF_BLOCK - 1) / HALF_BLOCK);
+#pragma omp parallel for schedule(static) if (nb > 4)
+    for (long b = 0; b < nb; b++) {
+        size_t lo = (size_t)b * HALF_BLOCK, k = n - lo < HALF_BLOCK ? n - lo : HALF_BLOCK;
+        unpack_block(p, dst + lo, src + lo, k);
+    }
+}
+
+void half_round(Precision p, float *dst, const float *src, size_t n) {
+    if (p == PREC_FP32) {
+        if (dst != src) memmove(dst, src, n * sizeof *dst);
+        return;
+    }
+    long nb = (long)((n + HALF_BLOCK - 1) / HALF_BLOCK);
+#pragma omp parallel for schedule(static) if (nb > 4)
+    for (long b = 0; b < nb; b++) {
+        size_t lo = (size_t)b * HALF_BLOCK, k = n - lo < HALF_BLOCK ? n - lo : HALF_BLOCK;
+        round_block(p, dst + lo, src + lo, k);
+    }
+}
