@@ -25,31 +25,35 @@ static int load_whole(Ckpt *ck, const ModelConfig *mc, ParamTable *t, float **pa
 }
 
 int cmd_export(int argc, char **argv) {
-    const char *ckpt = NULL, *out = NULL;
+    const char *ckpt = NULL, *out = NULL, *dtype = "f32";
     Flag f[] = {
         {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0, NULL},
         {"out", FLAG_STR, &out, 0, 0, "FILE", "safetensors file to write (required)", 0, NULL},
+        {"dtype", FLAG_STR, &dtype, 0, 0, "T", "f32 (default; the fp32 masters as they are), bf16 or f16 (rounded to nearest even)", 0, NULL},
     };
-    int nf = 2, help;
+    int nf = 3, help;
     Json *unused = NULL;
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "export", &help, &unused, &e)) return cli_fail("export", &e);
     if (help) {
         printf("usage: tessera export --ckpt PATH --out FILE.safetensors\n\n"
-               "Writes the model as Hugging Face GPT2LMHeadModel tensors (F32).\n\n");
+               "Writes the model as Hugging Face GPT2LMHeadModel tensors (F32, or BF16/F16 with --dtype).\n\n");
         flags_print(f, nf);
         return 0;
     }
     if (!ckpt || !out) { err_set(&e, ERR_USAGE, "%s is required", !ckpt ? "--ckpt PATH" : "--out FILE"); return cli_fail("export", &e); }
+    StDtype dt = !strcmp(dtype, "f32") ? ST_F32 : !strcmp(dtype, "bf16") ? ST_BF16 : !strcmp(dtype, "f16") ? ST_F16 : ST_U8;
+    if (dt == ST_U8) { err_set(&e, ERR_USAGE, "--dtype: expected f32, bf16 or f16, got '%s'", dtype); return cli_fail("export", &e); }
     Ckpt *ck = NULL;
     ModelConfig mc;
     ParamTable t = {0};
     float *params = NULL;
     int rc = -1;
     if (ckpt_open(&ck, ckpt, &e) || ckpt_config(ck, &mc, &e) || load_whole(ck, &mc, &t, &params, &e) ||
-        hf_export(&mc, &t, params, out, &e))
+        hf_export(&mc, &t, params, out, dt, &e))
         goto done;
-    printf("exported %s (step %lld, %zu parameters) to %s\n", ckpt_dir(ck), (long long)ckpt_step(ck), t.total, out);
+    printf("exported %s (step %lld, %zu parameters) to %s (%s)\n", ckpt_dir(ck), (long long)ckpt_step(ck), t.total, out,
+           dtype);
     rc = 0;
 done:
     mem_free(params);

@@ -12,7 +12,7 @@
 #include "train/trainer.h"
 
 int cmd_eval(int argc, char **argv) {
-    const char *ckpt = NULL, *data = NULL;
+    const char *ckpt = NULL, *data = NULL, *precision = "fp32";
     int batch = 8, seq = 0, batches = 0, threads = 0;
     Flag f[] = {
         {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0, NULL},
@@ -21,6 +21,7 @@ int cmd_eval(int argc, char **argv) {
         {"seq", FLAG_INT, &seq, 1, 1 << 20, "T", "tokens per sequence (default: the training run's)", 0, NULL},
         {"batches", FLAG_INT, &batches, 0, 1 << 30, "N", "evaluate at most N batches, 0 = all (default)", 0, NULL},
         {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0, NULL},
+        {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32 (default), bf16 or fp16: weights and activations in 16 bits, fp32 math", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
     Json *unused = NULL;
@@ -34,6 +35,11 @@ int cmd_eval(int argc, char **argv) {
     }
     if (!ckpt || !data) {
         err_set(&e, ERR_USAGE, "%s is required", !ckpt ? "--ckpt PATH" : "--data PATH");
+        return cli_fail("eval", &e);
+    }
+    Precision prec;
+    if (prec_parse(precision, &prec)) {
+        err_set(&e, ERR_USAGE, "--precision: expected fp32, bf16 or fp16, got '%s'", precision);
         return cli_fail("eval", &e);
     }
     kernels_set_threads(threads ? threads : omp_get_num_procs());
@@ -58,14 +64,14 @@ int cmd_eval(int argc, char **argv) {
     LoaderOptions lo = {.T = seq, .B = batch, .ranks = 1, .split = SPLIT_VAL};
     ModelSlice sl = slice_whole(&mc);
     if (loader_open(&val, data, &tok, &lo, &e)) { err_prefix(&e, "--data"); goto fail; }
-    if (stage_init(&st, &mc, &sl, batch, seq, 1, 0, &e) || ckpt_load_params(ck, &st.table, st.params, &e)) goto fail;
+    if (stage_init(&st, &mc, &sl, batch, seq, 1, stage_prec_flag(prec), &e) || ckpt_load_params(ck, &st.table, st.params, &e)) goto fail;
     int64_t n;
     double t0 = timer_now(), sum;
     if (train_evaluate(&st, NULL, val, batches, &sum, &n, &e)) goto fail;
     double loss = n ? sum / (double)n : 0.0;
     printf("model %s (step %lld), %s: %lld tokens in %.1f s\n", dir,
            (long long)(json_get(meta, "step") ? json_get(meta, "step")->num : 0), data, (long long)n, timer_now() - t0);
-    printf("val loss %.4f  perplexity %.2f\n", loss, exp(loss));
+    printf("val loss %.4f  perplexity %.2f%s%s\n", loss, exp(loss), prec ? "  in " : "", prec ? prec_name(prec) : "");
     loader_free(val);
     stage_free(&st);
     tokenizer_close(&tok);

@@ -43,7 +43,7 @@ static int pick(float *logits, int V, double temperature, int top_k, double u) {
 }
 
 int cmd_sample(int argc, char **argv) {
-    const char *ckpt = NULL, *prompt = "\n";
+    const char *ckpt = NULL, *prompt = "\n", *precision = "fp32";
     int tokens = 200, top_k = 40, threads = 0;
     double temperature = 0.8;
     uint64_t seed = 1337;
@@ -55,6 +55,7 @@ int cmd_sample(int argc, char **argv) {
         {"top-k", FLAG_INT, &top_k, 0, 1 << 24, "K", "sample among the K most likely, 0 = all (default 40)", 0, NULL},
         {"seed", FLAG_U64, &seed, 0, 9.2e18, "N", "sampling seed (default 1337)", 0, NULL},
         {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0, NULL},
+        {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32 (default), bf16 or fp16: weights and activations in 16 bits, fp32 math", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
     Json *unused = NULL;
@@ -67,6 +68,11 @@ int cmd_sample(int argc, char **argv) {
         return 0;
     }
     if (!ckpt) { err_set(&e, ERR_USAGE, "--ckpt PATH is required"); return cli_fail("sample", &e); }
+    Precision prec;
+    if (prec_parse(precision, &prec)) {
+        err_set(&e, ERR_USAGE, "--precision: expected fp32, bf16 or fp16, got '%s'", precision);
+        return cli_fail("sample", &e);
+    }
     kernels_set_threads(threads ? threads : omp_get_num_procs());
     Ckpt *ck = NULL;
     ModelConfig mc;
@@ -85,7 +91,7 @@ int cmd_sample(int argc, char **argv) {
         goto fail;
     }
     ModelSlice sl = slice_whole(&mc);
-    if (stage_init(&st, &mc, &sl, 1, mc.max_seq, 1, 0, &e) || ckpt_load_params(ck, &st.table, st.params, &e)) goto fail;
+    if (stage_init(&st, &mc, &sl, 1, mc.max_seq, 1, stage_prec_flag(prec), &e) || ckpt_load_params(ck, &st.table, st.params, &e)) goto fail;
     size_t plen = strlen(prompt);
     int total = (int)plen + tokens + 1;
     int *ids = malloc((size_t)(total > 0 ? total : 1) * sizeof *ids);

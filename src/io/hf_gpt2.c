@@ -50,7 +50,7 @@ static int check_arch(const ModelConfig *c, Err *err) {
     return 0;
 }
 
-int hf_export(const ModelConfig *c, const ParamTable *t, const float *params, const char *path, Err *err) {
+int hf_export(const ModelConfig *c, const ParamTable *t, const float *params, const char *path, StDtype dtype, Err *err) {
     if (check_arch(c, err)) return -1;
     StWrite *w = calloc((size_t)t->n, sizeof *w);
     char (*names)[96] = calloc((size_t)t->n, sizeof *names);
@@ -76,6 +76,7 @@ int hf_export(const ModelConfig *c, const ParamTable *t, const float *params, co
         snprintf(names[k], sizeof names[k], "transformer.%s", p->name);
         w[k].name = names[k];
         w[k].data = bufs[k];
+        w[k].dtype = dtype;
         k++;
     }
     rc = st_write(path, w, k, err);

@@ -17,7 +17,7 @@
 #include "model/params.h"
 
 // Writes the whole-model parameters (the table of a whole GPT-2 model) to path.
-int hf_export(const ModelConfig *c, const ParamTable *t, const float *params, const char *path, Err *err);
+int hf_export(const ModelConfig *c, const ParamTable *t, const float *params, const char *path, StDtype dtype, Err *err);
 
 // Infers a model config from the file's shapes: layers, d_model, d_ff,
 // max_seq, vocab; n_head from cfg->n_head when it is set, else d_model/64

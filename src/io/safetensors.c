@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/half.h"
 #include "core/json.h"
 
 static const struct { const char *name; int size; } DT[] = {
@@ -190,15 +191,18 @@ int st_write(const char *path, const StWrite *t, int n, Err *err) {
         for (int d = 0; d < t[i].ndim; d++) numel *= t[i].shape[d];
         jb_key(&h, t[i].name);
         jb_obj_begin(&h);
-        jb_key(&h, "dtype"); jb_str(&h, "F32");
+        CHECKF(t[i].dtype == ST_F32 || t[i].dtype == ST_BF16 || t[i].dtype == ST_F16, "writing %s as dtype %d",
+               t[i].name, t[i].dtype);
+        uint64_t es = t[i].dtype == ST_F32 ? 4 : 2;
+        jb_key(&h, "dtype"); jb_str(&h, DT[t[i].dtype].name);
         jb_key(&h, "shape"); jb_arr_begin(&h);
         for (int d = 0; d < t[i].ndim; d++) jb_int(&h, t[i].shape[d]);
         jb_arr_end(&h);
         jb_key(&h, "data_offsets"); jb_arr_begin(&h);
-        jb_int(&h, (int64_t)off); jb_int(&h, (int64_t)(off + 4 * (uint64_t)numel));
+        jb_int(&h, (int64_t)off); jb_int(&h, (int64_t)(off + es * (uint64_t)numel));
         jb_arr_end(&h);
         jb_obj_end(&h);
-        off += 4 * (uint64_t)numel;
+        off += es * (uint64_t)numel;
     }
     jb_obj_end(&h);
     while (h.len % 8) jb_raw(&h, " ");   // data starts 8-byte aligned
@@ -217,7 +221,16 @@ int st_write(const char *path, const StWrite *t, int n, Err *err) {
     for (int i = 0; i < n && !bad; i++) {
         int64_t numel = 1;
         for (int d = 0; d < t[i].ndim; d++) numel *= t[i].shape[d];
-        bad = fwrite(t[i].data, 4, (size_t)numel, fp) != (size_t)numel;
+        if (t[i].dtype == ST_F32) {
+            bad = fwrite(t[i].data, 4, (size_t)numel, fp) != (size_t)numel;
+            continue;
+        }
+        uint16_t buf[4096];
+        for (int64_t j = 0; j < numel && !bad; j += 4096) {
+            size_t k = numel - j < 4096 ? (size_t)(numel - j) : 4096;
+            half_pack(t[i].dtype == ST_BF16 ? PREC_BF16 : PREC_FP16, buf, t[i].data + j, k);
+            bad = fwrite(buf, 2, k, fp) != k;
+        }
     }
     bad = bad || fflush(fp) || fsync(fileno(fp));
     int e = errno;

@@ -48,7 +48,8 @@ typedef struct StWrite {
     const char *name;
     int ndim;
     int64_t shape[ST_MAX_DIM];
-    const float *data;       // row-major, written as F32
+    const float *data;       // row-major
+    StDtype dtype;           // written as F32 (the default), BF16 or F16 (rounded to nearest even)
 } StWrite;
 
 // Writes tensors in the given order (temporary name, fsync, rename).

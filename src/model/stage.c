@@ -79,6 +79,8 @@ static const float *seg_params(Stage *s, int seg, int next) {
     return dst;
 }
 
+unsigned stage_prec_flag(Precision p) { return p == PREC_BF16 ? STAGE_BF16 : p == PREC_FP16 ? STAGE_FP16 : 0; }
+
 void stage_params_changed(Stage *s) {
     if (s->acts && s->acts->w16) memset(s->acts->w16_stale, 1, (size_t)s->table.nseg);
 }

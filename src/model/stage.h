@@ -89,6 +89,9 @@ enum {
     STAGE_BF16 = 16, STAGE_FP16 = 32
 };
 
+// The stage_init flag of a precision (0 for fp32).
+unsigned stage_prec_flag(Precision p);
+
 typedef struct Stage {
     ModelConfig cfg;
     ModelSlice slice;

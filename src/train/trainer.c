@@ -493,7 +493,7 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     slice.pad_multiple = dp_pad_multiple(tc->zero, t->D);   // ZeRO: every segment splits into D equal pieces
     t->last = slice_is_last(&slice, &t->mc);
     int slots = pipe_in_flight(tc->schedule, m->pp, m->pp_rank, tc->accum, V);   // the micro-batches in flight here
-    unsigned prec = tc->precision == PREC_BF16 ? STAGE_BF16 : tc->precision == PREC_FP16 ? STAGE_FP16 : 0;
+    unsigned prec = stage_prec_flag(tc->precision);
     t->fp16 = tc->precision == PREC_FP16;
     scaler_init(&t->sc, &tc->scaler);
     if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, dp_stage_flags(tc->zero) | tc->recompute | prec,

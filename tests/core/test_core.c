@@ -1,9 +1,12 @@
 // core/: JSON strictness and round trips, the counter-based RNG, the tagged
-// allocator and CRC-32C.
+// allocator, CRC-32C and the 16-bit float formats.
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/checksum.h"
+#include "core/half.h"
 #include "core/json.h"
 #include "core/rng.h"
 #include "test.h"
@@ -112,11 +115,79 @@ static void test_crc32c(void) {
     EXPECT(crc32c(c, "6789", 4) == 0xE3069283u, "incremental");
 }
 
+// The value x rounds to in a format of `bits` bits of precision whose
+// smallest normal is 2^emin and largest finite `maxf`, in float64: the
+// nearest multiple of the quantum at x's binade, ties to even (nearbyint's
+// default mode); past the largest finite by half a quantum or more, inf.
+static double ref_round(float x, int bits, int emin, double maxf) {
+    if (isnan(x) || isinf(x) || x == 0) return x;
+    int e;
+    frexp(fabs((double)x), &e);   // |x| in [2^(e-1), 2^e)
+    int ex = e - 1 < emin ? emin : e - 1;
+    double q = ldexp(1.0, ex - (bits - 1));
+    double r = nearbyint((double)x / q) * q;
+    if (fabs(r) > maxf) return x > 0 ? INFINITY : -INFINITY;
+    return r;
+}
+
+// Every 16-bit value survives the trip through fp32; random fp32 values
+// (every exponent, the ties, the edges of the range) pack to the nearest
+// value, ties to even, in both formats; the bulk conversions (threads,
+// vector paths and their tails) agree with the scalar ones.
+static void test_half(void) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        float b = bf16_to_f32((uint16_t)h), f = f16_to_f32((uint16_t)h);
+        if (!isnan(b)) EXPECT(f32_to_bf16(b) == h, "bf16 %04x round trip", h);
+        if (!isnan(f)) EXPECT(f32_to_f16(f) == h, "f16 %04x round trip", h);
+        if (isnan(b)) EXPECT(isnan(bf16_to_f32(f32_to_bf16(b))), "bf16 NaN stays NaN");
+        if (isnan(f)) EXPECT(isnan(f16_to_f32(f32_to_f16(f))), "f16 NaN stays NaN");
+    }
+    enum { N = 200003 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y), *z = malloc(N * sizeof *z);
+    uint16_t *h = malloc(N * sizeof *h);
+    for (int i = 0; i < N; i++) {
+        uint32_t o[4];
+        rng_philox(5, 0, (uint64_t)i, o);
+        uint32_t u = o[0];
+        if (i % 3 == 1) u = (u & 0xFFFF0000u) | 0x8000u;           // a bf16 tie
+        if (i % 3 == 2) u = (u & 0xFFFFE000u) | 0x1000u;           // an fp16 tie (normal range)
+        if (i % 7 == 0) u = (u & 0x807FFFFFu) | (uint32_t)(100 + i % 60) << 23;   // around fp16's range
+        memcpy(&x[i], &u, 4);
+    }
+    x[0] = 65504.0f; x[1] = 65520.0f; x[2] = 65519.996f; x[3] = 5.9604645e-8f; x[4] = 2.9802322e-8f;
+    x[5] = 2.9802326e-8f; x[6] = FLT_MAX; x[7] = -0.0f; x[8] = INFINITY; x[9] = NAN;
+    for (int p = PREC_BF16; p <= PREC_FP16; p++) {
+        int bits = p == PREC_BF16 ? 8 : 11, emin = p == PREC_BF16 ? -126 : -14;
+        double maxf = p == PREC_BF16 ? ldexp(255.0, 120) : 65504.0;
+        half_pack((Precision)p, h, x, N);
+        half_unpack((Precision)p, y, h, N);
+        half_round((Precision)p, z, x, N);
+        int wrong = 0, first = -1;
+        for (int i = 0; i < N; i++) {
+            double want = ref_round(x[i], bits, emin, maxf);
+            uint16_t one = p == PREC_BF16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i]);
+            int ok = isnan(x[i]) ? isnan(y[i]) && isnan(z[i])
+                                 : (double)y[i] == want && signbit(y[i]) == signbit(x[i]) && h[i] == one &&
+                                       memcmp(&y[i], &z[i], 4) == 0;
+            if (!ok && !wrong++) first = i;
+        }
+        EXPECT(!wrong, "%s: %d of %d values round wrongly (first: %a -> %a, want %a)", prec_name((Precision)p), wrong, N,
+               first >= 0 ? x[first] : 0.0f, first >= 0 ? y[first] : 0.0f,
+               first >= 0 ? ref_round(x[first], bits, emin, maxf) : 0.0);
+    }
+    half_round(PREC_FP32, z, x, N);
+    EXPECT(!memcmp(z, x, N * sizeof *x), "fp32 rounding copies");
+    Precision q;
+    EXPECT(prec_parse("bf16", &q) == 0 && q == PREC_BF16 && prec_parse("fp8", &q) == -1, "parse");
+    free(x); free(y); free(z); free(h);
+}
+
 int main(void) {
     RUN(test_json_strict);
     RUN(test_json_values);
     RUN(test_rng);
     RUN(test_alloc);
     RUN(test_crc32c);
+    RUN(test_half);
     return test_finish();
 }

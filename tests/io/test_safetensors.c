@@ -86,7 +86,7 @@ static void test_gpt2_roundtrip(void) {
     int f1 = mkstemp(p1), f2 = mkstemp(p2);
     close(f1);
     close(f2);
-    EXPECT(hf_export(&a.cfg, &a.table, a.params, p1, &e) == 0, "%s", e.msg);
+    EXPECT(hf_export(&a.cfg, &a.table, a.params, p1, ST_F32, &e) == 0, "%s", e.msg);
     StFile f;
     EXPECT(st_open(&f, p1, &e) == 0, "%s", e.msg);
     const StTensor *wte = st_find(&f, "transformer.wte.weight"), *qkv = st_find(&f, "transformer.h.1.attn.c_attn.weight");
@@ -101,7 +101,7 @@ static void test_gpt2_roundtrip(void) {
            "inferred config: %s", e.msg);
     EXPECT(hf_load(&f, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
     EXPECT(memcmp(a.params, b.params, a.table.total * 4) == 0, "import differs from the exported model");
-    EXPECT(hf_export(&b.cfg, &b.table, b.params, p2, &e) == 0, "%s", e.msg);
+    EXPECT(hf_export(&b.cfg, &b.table, b.params, p2, ST_F32, &e) == 0, "%s", e.msg);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "cmp -s %s %s", p1, p2);
     EXPECT(system(cmd) == 0, "export -> import -> export is not byte-identical");

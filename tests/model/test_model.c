@@ -102,20 +102,24 @@ static void test_init(void) {
 // float64 reference model (tests/ref.h), one random direction per tensor
 // and one over all of them: g·u vs (L(θ+hu) − L(θ−hu))/2h. The fp32 loss
 // must also match the reference.
+// Larger weights than GPT-2's init so every path carries signal; nonzero
+// biases, gains off one.
+static void signal_params(Stage *st) {
+    ptable_init(&st->table, st->params, 5);
+    for (size_t i = 0; i < st->table.total; i++) st->params[i] *= 4.0f;
+    for (int k = 0; k < st->table.n; k++) {
+        const ParamInfo *p = &st->table.p[k];
+        if (p->init != INIT_NORMAL)
+            for (size_t i = 0; i < p->numel; i++) st->params[p->offset + i] += (float)(0.3 * rng_normal(9, k, i));
+    }
+}
+
 static void check_model_grad(ModelConfig c, int B, int T) {
     Err e;
     Stage st;
     ModelSlice s = slice_whole(&c);
     EXPECT(stage_init(&st, &c, &s, B, T, 1, 0, &e) == 0, "%s", e.msg);
-    ptable_init(&st.table, st.params, 5);
-    // Larger weights than GPT-2's init so every path carries signal.
-    for (size_t i = 0; i < st.table.total; i++) st.params[i] *= 4.0f;
-    for (int k = 0; k < st.table.n; k++) {           // nonzero biases, gains off one
-        const ParamInfo *p = &st.table.p[k];
-        if (p->init != INIT_NORMAL)
-            for (size_t i = 0; i < p->numel; i++)
-                st.params[p->offset + i] += (float)(0.3 * rng_normal(9, k, i));
-    }
+    signal_params(&st);
     int *tok = malloc(B * T * sizeof(int)), *tgt = malloc(B * T * sizeof(int));
     make_batch(tok, tgt, B, T, c.vocab, 77);
     tgt[1] = -1;                                      // a skipped position
@@ -160,6 +164,62 @@ static void check_model_grad(ModelConfig c, int B, int T) {
 // Mean loss of the batch with the current parameters.
 static double loss_of(Stage *st, const int *tok, const int *tgt, int B, int T) {
     return stage_forward(st, 0, tok, tgt, B, T, 0.0f) / (B * T);
+}
+
+// The loss against the float64 reference model and, tensor by tensor, the
+// gradient against the fp32 stage's (which check_model_grad holds to the
+// reference's central differences) under 16-bit precision (flags): relative
+// errors within tol_loss and tol_grad (the gradient's: ‖g16 − g32‖/‖g32‖).
+static void check_half_model(ModelConfig c, int B, int T, unsigned flags, double tol_loss, double tol_grad) {
+    Err e;
+    Stage st[2];
+    ModelSlice s = slice_whole(&c);
+    int *tok = malloc(B * T * sizeof(int)), *tgt = malloc(B * T * sizeof(int));
+    make_batch(tok, tgt, B, T, c.vocab, 77);
+    tgt[1] = -1;
+    double loss[2];
+    for (int k = 0; k < 2; k++) {
+        EXPECT(stage_init(&st[k], &c, &s, B, T, 1, k ? flags : 0, &e) == 0, "%s", e.msg);
+        signal_params(&st[k]);
+        loss[k] = stage_forward(&st[k], 0, tok, tgt, B, T, 1.0f / (B * T)) / (B * T);
+        stage_backward(&st[k], 0, tok, B, T);
+    }
+    RefGpt g = {c.n_layer, c.n_head, c.d_model, c.d_ff, c.max_seq, c.vocab, c.vocab_padded};
+    size_t n = st[0].table.total;
+    double *P = malloc(n * sizeof *P);
+    for (size_t i = 0; i < n; i++) P[i] = st[0].params[i];
+    double ref = ref_gpt2_loss(&g, P, tok, tgt, B, T), worst = 0;
+    const char *worst_name = "";
+    for (int k = 0; k < st[0].table.n; k++) {
+        const ParamInfo *p = &st[0].table.p[k];
+        double d2 = 0, n2 = 0;
+        for (size_t i = p->offset; i < p->offset + p->numel; i++) {
+            double a = st[0].grads[i], b = st[1].grads[i];
+            d2 += (a - b) * (a - b);
+            n2 += a * a;
+        }
+        double err = n2 > 0 ? sqrt(d2 / n2) : sqrt(d2);
+        if (err > worst) { worst = err; worst_name = p->name; }
+    }
+    const char *pn = prec_name(st[1].prec);
+    if (getenv("GRAD_DEBUG"))
+        fprintf(stderr, "%s: loss rel err %.2e, worst gradient %.2e (%s)\n", pn, fabs(loss[1] - ref) / fabs(ref), worst,
+                worst_name);
+    EXPECT(fabs(loss[1] - ref) < tol_loss * fabs(ref), "%s: loss %.9g vs reference %.9g", pn, loss[1], ref);
+    EXPECT(worst < tol_grad, "%s: gradient of %s off by %.2e of its norm", pn, worst_name, worst);
+    free(P); free(tok); free(tgt);
+    for (int k = 0; k < 2; k++) stage_free(&st[k]);
+}
+
+// Every kernel as the 16-bit passes use it (weights and stored activations
+// rounded, fp32 math): bf16 within ~1e-2, fp16 within ~1e-3 (unit
+// roundoffs 2^-9 and 2^-12, a few roundings deep; fp16's gradient also
+// leaves each block rounded).
+static void test_half_precision(void) {
+    check_half_model(tiny_cfg(2, 2, 8, 12, 9, 13), 2, 9, STAGE_BF16, 1e-2, 2e-2);
+    check_half_model(tiny_cfg(3, 3, 12, 48, 70, 29), 1, 67, STAGE_BF16, 1e-2, 2e-2);
+    check_half_model(tiny_cfg(2, 2, 8, 12, 9, 13), 2, 9, STAGE_FP16, 1e-3, 3e-3);
+    check_half_model(tiny_cfg(3, 3, 12, 48, 70, 29), 1, 67, STAGE_FP16, 1e-3, 3e-3);
 }
 
 static void test_model_gradient(void) {
@@ -464,7 +524,8 @@ static void test_interleaved_chunks(void) {
 // Recomputation (selective: the attention core; full: every block) gives
 // the gradients and losses of keeping everything, bit for bit, with two
 // micro-batches in flight sharing the recomputed set, for less activation
-// memory (full < selective < none).
+// memory (full < selective < none) — in fp32, bf16 and fp16 (whose
+// activations take less than 3/4 of fp32's).
 static void test_recompute(void) {
     Err e;
     ModelConfig c = tiny_cfg(3, 2, 16, 32, 8, 40);
@@ -473,26 +534,35 @@ static void test_recompute(void) {
     make_batch(tok[0], tgt[0], B, T, c.vocab, 5);
     make_batch(tok[1], tgt[1], B, T, c.vocab, 6);
     unsigned modes[3] = {0, STAGE_RECOMPUTE_SELECTIVE, STAGE_RECOMPUTE_FULL};
-    Stage st[3];
-    double loss[3];
-    size_t acts[3];
-    for (int k = 0; k < 3; k++) {
-        size_t a0 = mem_current(MEM_ACTS);
-        EXPECT(stage_init(&st[k], &c, &w, B, T, 2, modes[k], &e) == 0, "%s", e.msg);
-        acts[k] = mem_current(MEM_ACTS) - a0;
-        ptable_init(&st[k].table, st[k].params, 9);
-        float sc = 1.0f / (2 * B * T);
-        loss[k] = stage_forward(&st[k], 0, tok[0], tgt[0], B, T, sc) + stage_forward(&st[k], 1, tok[1], tgt[1], B, T, sc);
-        stage_backward(&st[k], 1, tok[1], B, T);
-        stage_backward(&st[k], 0, tok[0], B, T);
+    size_t fp32_acts = 0;
+    for (unsigned prec = 0; prec <= STAGE_FP16; prec += STAGE_BF16) {   // fp32, bf16, fp16
+        Stage st[3];
+        double loss[3];
+        size_t acts[3];
+        for (int k = 0; k < 3; k++) {
+            size_t a0 = mem_current(MEM_ACTS);
+            EXPECT(stage_init(&st[k], &c, &w, B, T, 2, modes[k] | prec, &e) == 0, "%s", e.msg);
+            acts[k] = mem_current(MEM_ACTS) - a0;
+            ptable_init(&st[k].table, st[k].params, 9);
+            float sc = 1.0f / (2 * B * T);
+            loss[k] = stage_forward(&st[k], 0, tok[0], tgt[0], B, T, sc) +
+                      stage_forward(&st[k], 1, tok[1], tgt[1], B, T, sc);
+            stage_backward(&st[k], 1, tok[1], B, T);
+            stage_backward(&st[k], 0, tok[0], B, T);
+        }
+        const char *pn = prec_name(st[0].prec);
+        for (int k = 1; k < 3; k++) {
+            EXPECT(loss[k] == loss[0], "%s mode %u: loss %.9g vs %.9g", pn, modes[k], loss[k], loss[0]);
+            EXPECT(!memcmp(st[k].grads, st[0].grads, st[0].table.total * sizeof(float)), "%s mode %u: gradients differ",
+                   pn, modes[k]);
+        }
+        EXPECT(acts[2] < acts[1] && acts[1] < acts[0], "%s: activation bytes none %zu, selective %zu, full %zu", pn,
+               acts[0], acts[1], acts[2]);
+        if (!prec) fp32_acts = acts[0];
+        else EXPECT(acts[0] < fp32_acts * 3 / 4, "%s: activations %zu bytes against fp32's %zu", pn, acts[0],
+                    fp32_acts);
+        for (int k = 0; k < 3; k++) stage_free(&st[k]);
     }
-    for (int k = 1; k < 3; k++) {
-        EXPECT(loss[k] == loss[0], "mode %u: loss %.9g vs %.9g", modes[k], loss[k], loss[0]);
-        EXPECT(!memcmp(st[k].grads, st[0].grads, st[0].table.total * sizeof(float)), "mode %u: gradients differ", modes[k]);
-    }
-    EXPECT(acts[2] < acts[1] && acts[1] < acts[0], "activation bytes none %zu, selective %zu, full %zu", acts[0], acts[1],
-           acts[2]);
-    for (int k = 0; k < 3; k++) stage_free(&st[k]);
 }
 
 // The architecture's description is the one parameter count: the table
@@ -553,6 +623,7 @@ int main(void) {
     RUN(test_param_counts);
     RUN(test_init);
     RUN(test_model_gradient);
+    RUN(test_half_precision);
     RUN(test_accumulate_and_repeat);
     RUN(test_segments);
     RUN(test_stage_hooks);
