@@ -61,8 +61,13 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
         int mixed = l->precision != PREC_FP32;
         printf("  = states: (%s) × Ψ=%s%s\n", mixed ? "2 weights + 2 gradients + 12 fp32 master/m/v" : "4 + 4 + 8 (m, v)", pd,
                l->zero ? (l->zero == 1 ? ", optimizer / dp" : l->zero == 2 ? ", gradients and optimizer / dp" : ", all / dp") : "");
-        printf("  = activations: %.3g B per layer per micro-batch × %lld layers × %lld %sin flight (+ stage input and final norm)\n",
-               r->act_layer, (long long)(m->L / l->pp / V), (long long)r->inflight, V > 1 ? "chunks " : "");
+        printf("  = activations: %.3g B per layer per micro-batch × %lld layers × %lld %sin flight (+ stage input and final norm)"
+               "%s\n", r->act_layer, (long long)(m->L / l->pp / V), (long long)r->inflight, V > 1 ? "chunks " : "",
+               r->act_exact ? "" : " = the figure above");
+        if (r->act_exact)
+            printf("    = %.4g B by this formula; the figure above is tessera's own stage layout, to the byte (64-byte\n"
+                   "    aligned buffers, norm statistics, losses, the fp32 set of the layer being recomputed or widened)\n",
+                   r->act_formula);
         printf("    per layer: tensors tessera keeps for backward (norm outputs, q/k/v, attention output and log-sum-exp,\n"
                "    residual, FFN pre- and post-activation, output); Korthikanti et al. s·b·h·(34+5as/h) for a 16-bit\n"
                "    Megatron layer = %.3g B%s\n", r->act_korthikanti,

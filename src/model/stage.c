@@ -244,6 +244,46 @@ static int weight_buffers(Stage *s, int own, Err *err) {
     return 0;
 }
 
+// The activations' shape: the arch, each chunk's blocks, the local
+// dimensions, recomputation and precision.
+static void set_shape(StageActs *a, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, unsigned flags) {
+    const Arch *ar = arch_of(cfg);
+    int tp = slice->tp_size;
+    a->arch = ar;
+    a->cl = slice->layer_end - slice->layer_begin;
+    a->recompute = (int)(flags & (STAGE_RECOMPUTE_FULL | STAGE_RECOMPUTE_SELECTIVE));
+    CHECKF(a->recompute != (STAGE_RECOMPUTE_FULL | STAGE_RECOMPUTE_SELECTIVE), "full and selective recomputation at once");
+    CHECKF((flags & (STAGE_BF16 | STAGE_FP16)) != (STAGE_BF16 | STAGE_FP16), "bf16 and fp16 at once");
+    a->prec = flags & STAGE_BF16 ? PREC_BF16 : flags & STAGE_FP16 ? PREC_FP16 : PREC_FP32;
+    CHECKF(ar->act_keep32 >> ar->act_out & 1u, "a block's output (the next one's input) is kept in fp32");
+    CHECKF(ar->nact <= ARCH_MAX_BUFS, "%d activations per block", ar->nact);
+    a->dim = (LocalDims){.B = B, .T = T, .N = B * T, .C = cfg->d_model, .Cl = cfg->d_model / tp,
+                         .NHl = cfg->n_head / tp, .Fl = cfg->d_ff / tp, .Vl = cfg->vocab_padded / tp};
+    a->dim.v0 = a->dim.Vl * slice->tp_rank;
+    a->dim.sp = slice->sp && tp > 1;
+    a->dim.Ns = a->dim.sp ? a->dim.N / tp : a->dim.N;
+    a->dim.s0 = a->dim.sp ? a->dim.Ns * slice->tp_rank : 0;
+    a->head_rows = stage_head_rows(a->dim.Vl, a->dim.N);
+}
+
+size_t stage_act_bytes(const ModelConfig *cfg, const ModelSlice *slice, int B, int T, int slots, unsigned flags) {
+    StageActs a = {0};
+    set_shape(&a, cfg, slice, B, T, flags);
+    size_t bytes = 0;
+    if (!a.arch->has_train || !(a.slot = calloc((size_t)slots, sizeof *a.slot))) return 0;
+    int ok = 1;
+    for (int k = 0; ok && k < slots; k++)
+        ok = (a.slot[k].blk = calloc((size_t)a.cl * a.arch->nact + 1, sizeof(float *))) &&
+             (a.slot[k].blk16 = calloc((size_t)a.cl * a.arch->nact + 1, sizeof(uint16_t *)));
+    if (ok) bytes = layout_acts(&a, slots, NULL);
+    for (int k = 0; k < slots; k++) {
+        free(a.slot[k].blk);
+        free(a.slot[k].blk16);
+    }
+    free(a.slot);
+    return bytes;
+}
+
 int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B, int T, int slots, unsigned flags,
                Err *err) {
     memset(s, 0, sizeof *s);
@@ -270,22 +310,9 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     StageActs *a = calloc(1, sizeof *a);
     if (!a) { stage_free(s); return err_set(err, ERR_RUN, "out of memory"); }
     s->acts = a;
-    a->arch = ar;
-    a->cl = slice->layer_end - slice->layer_begin;
-    a->recompute = (int)(flags & (STAGE_RECOMPUTE_FULL | STAGE_RECOMPUTE_SELECTIVE));
-    CHECKF(a->recompute != (STAGE_RECOMPUTE_FULL | STAGE_RECOMPUTE_SELECTIVE), "full and selective recomputation at once");
-    CHECKF((flags & (STAGE_BF16 | STAGE_FP16)) != (STAGE_BF16 | STAGE_FP16), "bf16 and fp16 at once");
-    s->prec = a->prec = flags & STAGE_BF16 ? PREC_BF16 : flags & STAGE_FP16 ? PREC_FP16 : PREC_FP32;
-    CHECKF(ar->act_keep32 >> ar->act_out & 1u, "a block's output (the next one's input) is kept in fp32");
-    CHECKF(ar->nact <= ARCH_MAX_BUFS, "%d activations per block", ar->nact);
+    set_shape(a, cfg, slice, B, T, flags);
+    s->prec = a->prec;
     a->nl = a->cl * s->chunks;
-    a->dim = (LocalDims){.B = B, .T = T, .N = B * T, .C = cfg->d_model, .Cl = cfg->d_model / tp,
-                         .NHl = cfg->n_head / tp, .Fl = cfg->d_ff / tp, .Vl = cfg->vocab_padded / tp};
-    a->dim.v0 = a->dim.Vl * slice->tp_rank;
-    a->dim.sp = slice->sp && tp > 1;
-    a->dim.Ns = a->dim.sp ? a->dim.N / tp : a->dim.N;
-    a->dim.s0 = a->dim.sp ? a->dim.Ns * slice->tp_rank : 0;
-    a->head_rows = stage_head_rows(a->dim.Vl, a->dim.N);
     a->blk_off = calloc((size_t)a->nl + 1, sizeof *a->blk_off);
     a->blk_seg = calloc((size_t)a->nl + 1, sizeof *a->blk_seg);
     a->slot = calloc((size_t)slots, sizeof *a->slot);

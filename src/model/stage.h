@@ -119,6 +119,10 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
 // checks it; the command line checks it before starting any rank.
 int stage_check_split(const ModelConfig *c, int tp, int sp, int T, Err *err);
 void stage_free(Stage *s);
+// The bytes of activations (MEM_ACTS) stage_init allocates for these
+// arguments (a valid configuration of a trainable arch; 0 otherwise),
+// without allocating them: the planner's count for tessera's own runs.
+size_t stage_act_bytes(const ModelConfig *cfg, const ModelSlice *slice, int B, int T, int slots, unsigned flags);
 
 // The parameters changed (an optimizer step, a load): under bf16/fp16 the
 // 16-bit copy of each segment is made again when next read.

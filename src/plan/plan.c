@@ -117,15 +117,17 @@ double plan_act_layer(const PlanModel *m, const PlanJob *j, const PlanLayout *l)
     // residual stream's (and the norms' statistics) too under sequence
     // parallelism, while the norms' outputs are kept gathered, every row,
     // for the column-parallel weight gradients. With a naive attention the
-    // a·s probabilities per token are kept as well (the s² term).
+    // a·s probabilities per token are kept as well (the s² term). Under
+    // bf16/fp16 all of them are 16-bit but the statistics, the log-sum-exp
+    // and the layer output (the residual stream between layers), fp32.
     double h = (double)m->h, hs = h / (double)m->a, t = l->tp, sp = l->sp ? t : 1;
     double e = l->precision == PREC_FP32 ? 4 : 2, stats = m->arch == PLAN_GPT ? 2 : 1;
     double inside = (h + 2 * m->kv * hs) + h + (m->arch == PLAN_GPT ? 2 : 3) * (double)m->f;
-    double norms = 2 * h, residual = 2 * h;   // the two norms' outputs; the residual after attention and the layer output
-    double per_token = e * (inside / t + norms + residual / sp) + 4 * (2 * stats / sp + (double)m->a / t);
+    double norms = 2 * h;   // the two norms' outputs
+    double per_token = e * (inside / t + norms + h / sp) + 4 * (h / sp + 2 * stats / sp + (double)m->a / t);
     if (!l->fused_attention) per_token += e * (double)m->a * (double)j->seq / t;
     double tokens = (double)j->seq * (double)j->micro_batch;
-    if (l->recompute == RECOMPUTE_FULL) return tokens * e * h / sp;   // only the layer input
+    if (l->recompute == RECOMPUTE_FULL) return tokens * 4 * h / sp;   // only the layer input
     if (l->recompute == RECOMPUTE_SELECTIVE) per_token -= plan_act_core(m, j, l) / tokens;   // the attention core's
     return tokens * per_token;
 }
@@ -207,12 +209,33 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     r->act_korthikanti = sbh * (34 + 5.0 * m->a * j->seq / m->h);
     r->acts = r->act_layer * chunk * r->inflight;
     if (l->recompute == RECOMPUTE_FULL) {   // one layer's full activations while recomputing it
-        PlanLayout none = *l;
+        PlanLayout none = *l;   // in fp32
         none.recompute = RECOMPUTE_NONE;
+        none.precision = PREC_FP32;
         r->acts += plan_act_layer(m, j, &none);
     }
     if (l->recompute == RECOMPUTE_SELECTIVE) r->acts += plan_act_core(m, j, l);   // one layer's attention core, shared
+    if (mixed && l->recompute != RECOMPUTE_FULL) {   // one layer's 16-bit activations in fp32 while it runs
+        PlanLayout f32 = *l;
+        f32.precision = PREC_FP32;
+        r->acts += (plan_act_layer(m, j, &f32) - r->act_layer) * 2;
+    }
     r->acts += sbh * 4 / (l->sp ? t : 1) + sbh * 4;   // stage input (rows split under SP) and final norm output (gathered), fp32
+    r->act_formula = r->acts;
+    // an architecture tessera trains: its stage's own layout, to the byte
+    // (the slots of the micro-batches in flight, each a chunk's layers)
+    ModelSlice sl = {0, (int)chunk, 0, l->tp, 1, l->sp && l->tp > 1, 1, 0};
+    Err ignored;
+    unsigned flags = (l->recompute == RECOMPUTE_FULL ? STAGE_RECOMPUTE_FULL : 0) |
+                     (l->recompute == RECOMPUTE_SELECTIVE ? STAGE_RECOMPUTE_SELECTIVE : 0) | stage_prec_flag(l->precision);
+    if (l->fused_attention && arch_of(mc)->has_train && j->seq <= mc->max_seq && j->micro_batch * j->seq <= (1 << 30) &&
+        r->inflight <= (1 << 20) && chunk >= 1 && stage_check_split(mc, l->tp, l->sp, (int)j->seq, &ignored) == 0) {
+        size_t exact = stage_act_bytes(mc, &sl, (int)j->micro_batch, (int)j->seq, (int)r->inflight, flags);
+        if (exact) {
+            r->acts = (double)exact;
+            r->act_exact = 1;
+        }
+    }
     double grad_bytes = (mixed && !l->reduce_fp32 ? 2 : 4) * psi;
     r->comm_buf = l->dp > 1 ? (l->zero == 3 ? 2 * (double)layer * e : 2 * 25e6) : 0;
     r->total = r->model_states + r->acts + r->comm_buf;

@@ -81,6 +81,8 @@ typedef struct PlanResult {
     double weights, grads, optim, model_states, acts, comm_buf, total;   // bytes per device
     double act_layer;               // bytes per layer per micro-batch
     double act_korthikanti;         // s·b·h·(34 + 5as/h) for comparison
+    double act_formula;             // the activations by plan_act_layer's formula
+    int act_exact;                  // acts is tessera's stage layout itself (an architecture it trains), to the byte
     int64_t micro_batches, inflight;   // in flight: micro-batches (interleaved: micro-batch chunks) on stage 0
     double flops_token, hw_flops_token;
     double t_compute, t_bubble, t_dp, t_dp_exposed, t_tp, t_pp, t_step;

@@ -111,6 +111,20 @@ awk -v a="$g32" -v b="$g16" -v w="$worst" 'BEGIN { exit !(b < 0.52 * a && w < 1e
   ok "--reduce-dtype bf16 sends $g16 gradient bytes per step against $g32 (the embedding rows stay fp32), losses within $worst" ||
   bad "--reduce-dtype bf16: $g16 bytes against $g32, losses off by $worst" "$(tail -1 "$TMP/rd.out")"
 
+# ---- the planner's activation bytes are the trainer's, to the byte ----
+pl_bad=0
+for c in "bf16 none 1 1" "fp16 full 1 1" "bf16 selective 2 4" "fp16 none 2 2"; do
+  read -r p rc pp m <<<"$c"
+  "$BIN" $B --steps 1 --batch 4 --precision $p --recompute $rc --nproc $pp --pp $pp --micro-batches $m --log "$TMP/pl.jsonl" >/dev/null 2>&1
+  want=$(grep -o '"acts":[0-9]*' "$TMP/pl.jsonl" | head -1 | cut -d: -f2)
+  got=$("$BIN" plan --model gpt2-tiny --vocab 256 --micro-batch 4 --global-batch $((4 * m)) --seq 64 --dp 1 --pp $pp \
+        --devices $pp --precision $p --recompute $rc --json | grep -o '"activations_bytes":[0-9]*' | cut -d: -f2)
+  [ -n "$want" ] && [ "$got" = "$want" ] || { pl_bad=1; echo "     $p $rc pp=$pp M=$m: plan $got bytes, the run $want"; }
+  rm -f "$TMP/pl.jsonl"
+done
+[ $pl_bad -eq 0 ] && ok "tessera plan's activation bytes equal the run's (bf16/fp16, every recomputation, one process and pp=2)" ||
+  bad "planned activations"
+
 # ---- bad flags: one line, exit 2 ----
 err_bad=0
 expect_usage() {   # MESSAGE FLAGS...: exit 2 and the message

@@ -80,7 +80,7 @@ static void test_activations_and_flops(void) {
     EXPECT(plan_act_layer(&m, &j, &sp) < a1, "sequence parallel");
     PlanLayout full = l;
     full.recompute = RECOMPUTE_FULL;
-    EXPECT(plan_act_layer(&m, &j, &full) == 2.0 * sbh, "full recompute keeps s·b·h 16-bit values");
+    EXPECT(plan_act_layer(&m, &j, &full) == 4.0 * sbh, "full recompute keeps the s·b·h layer input (fp32)");
     plan_eval(&m, &c, &j, &full, &r);
     EXPECT(r.hw_flops_token == 8.0 * r.params + 16.0 * m.L * m.h * 2048, "hardware FLOPs with full recompute");
 }
@@ -110,43 +110,62 @@ static void test_megatron_estimates(void) {
     EXPECT(fabs(r.megatron_days - 84) < 1.0, "1T: %.2f days, paper ≈ 84", r.megatron_days);
 }
 
-// The planner against tessera's allocator: fp32, one process.
-static void check_against_tessera(const char *preset, int vocab, int B, int T, PlanRecompute rc) {
+// The planner against tessera's allocator, one process: the weights (fp32,
+// or bf16/fp16's 16-bit copy), the optimizer (bf16/fp16: the fp32 masters
+// with the moments) and the activations to the byte, for every
+// recomputation mode and precision. The gradients: fp32's; under bf16/fp16
+// the planner counts the ZeRO paper's 16-bit gradients, tessera keeps fp32
+// ones (twice the bytes).
+static void check_against_tessera(const char *preset, int vocab, int B, int T, PlanRecompute rc, Precision prec) {
     Err e;
     ModelConfig mc;
     config_preset(&mc, preset, &e);
     config_set_vocab(&mc, vocab);
     size_t p0 = mem_current(MEM_PARAMS), g0 = mem_current(MEM_GRADS), o0 = mem_current(MEM_OPTIM), a0 = mem_current(MEM_ACTS);
+    size_t h0 = mem_current(MEM_PARAMS16);
     Stage st;
     ModelSlice sl = slice_whole(&mc);
     AdamW opt;
     unsigned flags = rc == RECOMPUTE_FULL ? STAGE_RECOMPUTE_FULL : rc == RECOMPUTE_SELECTIVE ? STAGE_RECOMPUTE_SELECTIVE : 0;
+    flags |= stage_prec_flag(prec);
     EXPECT(stage_init(&st, &mc, &sl, B, T, 1, flags, &e) == 0 && adamw_init(&opt, st.table.total, &e) == 0, "%s", e.msg);
     PlanModel m;
     plan_model_from_config(&m, &mc);
     PlanCluster c = cluster(1);
     PlanJob j = {T, B, B, 0};
-    PlanLayout l = {.dp = 1, .tp = 1, .pp = 1, .precision = PREC_FP32, .fused_attention = 1, .recompute = rc};
+    PlanLayout l = {.dp = 1, .tp = 1, .pp = 1, .precision = prec, .fused_attention = 1, .recompute = rc};
     PlanResult r;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
     plan_eval(&m, &c, &j, &l, &r);
-    EXPECT(r.weights == (double)(mem_current(MEM_PARAMS) - p0), "%s weights %.0f vs allocator %zu", preset, r.weights, mem_current(MEM_PARAMS) - p0);
-    EXPECT(r.grads == (double)(mem_current(MEM_GRADS) - g0), "%s grads", preset);
-    EXPECT(r.optim == (double)(mem_current(MEM_OPTIM) - o0), "%s optimizer", preset);
+    double params = (double)(mem_current(MEM_PARAMS) - p0), params16 = (double)(mem_current(MEM_PARAMS16) - h0);
+    double grads = (double)(mem_current(MEM_GRADS) - g0), optim = (double)(mem_current(MEM_OPTIM) - o0);
+    const char *pn = prec_name(prec);
+    if (prec == PREC_FP32) {
+        EXPECT(r.weights == params && params16 == 0, "%s weights %.0f vs allocator %.0f", preset, r.weights, params);
+        EXPECT(r.grads == grads && r.optim == optim, "%s grads, optimizer", preset);
+    } else {
+        EXPECT(r.weights == params16, "%s %s weights %.0f vs the 16-bit copy's %.0f", preset, pn, r.weights, params16);
+        EXPECT(r.optim == optim + params, "%s %s optimizer %.0f vs masters and moments %.0f", preset, pn, r.optim,
+               optim + params);
+        EXPECT(2 * r.grads == grads, "%s %s gradients %.0f vs fp32 %.0f", preset, pn, r.grads, grads);
+    }
     double acts = (double)(mem_current(MEM_ACTS) - a0);
-    EXPECT(fabs(r.acts - acts) < 0.10 * acts, "%s recompute %d: activations %.4g predicted vs %.4g allocated", preset, rc,
-           r.acts, acts);
+    EXPECT(r.act_exact && r.acts == acts, "%s %s recompute %d: activations %.0f predicted vs %.0f allocated", preset, pn,
+           rc, r.acts, acts);
+    EXPECT(fabs(r.act_formula - acts) < 0.10 * acts, "%s %s recompute %d: the formula's activations %.4g vs %.4g allocated",
+           preset, pn, rc, r.act_formula, acts);
     EXPECT(r.bytes_dp == 0 && r.bytes_tp == 0 && r.bytes_pp == 0, "one process communicates nothing");
     adamw_free(&opt);
     stage_free(&st);
 }
 
 static void test_against_tessera(void) {
-    for (int rc = 0; rc < 3; rc++) {
-        check_against_tessera("gpt2-tiny", 256, 12, 64, (PlanRecompute)rc);
-        check_against_tessera("gpt2-tiny", 50257, 4, 32, (PlanRecompute)rc);
-        check_against_tessera("gpt2-124m", 50257, 4, 64, (PlanRecompute)rc);
-    }
+    for (int p = 0; p < PREC_COUNT; p++)
+        for (int rc = 0; rc < 3; rc++) {
+            check_against_tessera("gpt2-tiny", 256, 12, 64, (PlanRecompute)rc, (Precision)p);
+            check_against_tessera("gpt2-tiny", 50257, 4, 32, (PlanRecompute)rc, (Precision)p);
+            check_against_tessera("gpt2-124m", 50257, 4, 64, (PlanRecompute)rc, (Precision)p);
+        }
 }
 
 // The interleaved schedule (V chunks per stage): the bubble shrinks V-fold,
@@ -174,7 +193,9 @@ static void test_interleaved(void) {
     EXPECT(one.bytes_pp == 2 * 16 * sbh2 && three.bytes_pp == 2 * 3 * 16 * sbh2, "pp bytes %g and %g", one.bytes_pp,
            three.bytes_pp);
     // activations: 15 chunks of one layer against 4 micro-batches of 3
-    EXPECT(fabs((three.acts - one.acts) - one.act_layer * (15 - 12)) < 1, "acts %g vs %g", three.acts, one.acts);
+    EXPECT(fabs((three.act_formula - one.act_formula) - one.act_layer * (15 - 12)) < 1, "acts %g vs %g", three.act_formula,
+           one.act_formula);
+    EXPECT(one.act_exact && three.act_exact && three.acts > one.acts, "tessera's layout: %g and %g", one.acts, three.acts);
     l.vstages = 5;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "do not divide the 12 layers"), "%s", e.msg);
     l.vstages = 3;
