@@ -59,25 +59,50 @@ echo "MFU/sg: against the measured SGEMM ceiling; MFU/pk: against the FMA peak; 
 echo "tagMiB: peak of tessera's tagged allocator; RSS: the process's peak resident memory."
 
 echo
-# Activation recomputation: time against the activation bytes it saves.
-echo "Recomputation, gpt2-124m B=8 T=256, fp32, 3 steps (the faster of steps 2-3):"
-rcrow() {   # mode; sets RC_MS, RC_ACTS
+# Mixed precision × activation recomputation: time against memory by tag.
+echo "Precision × recomputation, gpt2-124m B=8 T=256, 3 steps (the faster of steps 2-3); peak MiB by tag:"
+printf '  %-6s %-10s %9s %9s %8s %8s %8s %8s %8s %8s %8s\n' precision recompute ms/step tok/s params params16 grads optim \
+  acts workspace total
+mprow() {   # precision recompute; sets MP_MS, MP_ACTS, MP_PEAK
   local log; log=$(mktemp)
   ./tessera train --model gpt2-124m --data "$TEXT" --batch 8 --seq 256 --steps 3 --log-every 1 --threads "$THREADS" \
-    --recompute "$1" --log "$log" >"$log.out" 2>&1
-  RC_MS=$(grep -o '"ms":[0-9.]*' "$log" | tail -2 | cut -d: -f2 | sort -n | head -1)
-  RC_ACTS=$(grep -o '"acts":[0-9]*' "$log" | tail -1 | cut -d: -f2)
-  local peak; peak=$(grep -o '"mem_peak_bytes":[0-9]*' "$log" | tail -1 | cut -d: -f2)
-  printf '  --recompute %-10s %9.1f ms/step   activations %7.1f MiB   peak %7.1f MiB\n' "$1" "$RC_MS" \
-    "$(awk -v a="$RC_ACTS" 'BEGIN { print a / 1048576 }')" "$(awk -v a="$peak" 'BEGIN { print a / 1048576 }')"
+    --precision "$1" --recompute "$2" --log "$log" >"$log.out" 2>&1
+  MP_MS=$(grep -o '"ms":[0-9.]*' "$log" | tail -2 | cut -d: -f2 | sort -n | head -1)
+  MP_ACTS=$(grep -o '"acts":[0-9]*' "$log" | tail -1 | cut -d: -f2)
+  MP_PEAK=$(grep -o '"mem_peak_bytes":[0-9]*' "$log" | tail -1 | cut -d: -f2)
+  local mem; mem=$(grep -o '"mem":{[^}]*}' "$log" | tail -1)
+  tag() { echo "$mem" | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+  awk -v p="$1" -v r="$2" -v ms="$MP_MS" -v a="$(tag params)" -v h="$(tag params16)" -v g="$(tag grads)" -v o="$(tag optim)" \
+    -v c="$(tag acts)" -v w="$(tag workspace)" -v t="$MP_PEAK" 'BEGIN { M = 1048576
+    printf "  %-9s %-10s %9.1f %9.0f %8.1f %8.1f %8.1f %8.1f %8.1f %9.1f %8.1f\n", p, r, ms, 8 * 256 / ms * 1000, a / M, h / M,
+           g / M, o / M, c / M, w / M, t / M }'
   rm -f "$log" "$log.out"
 }
-rcrow none; n_ms=$RC_MS; n_acts=$RC_ACTS
-rcrow selective; s_ms=$RC_MS; s_acts=$RC_ACTS
-rcrow full; f_ms=$RC_MS; f_acts=$RC_ACTS
-awk -v nm="$n_ms" -v na="$n_acts" -v sm="$s_ms" -v sa="$s_acts" -v fm="$f_ms" -v fa="$f_acts" 'BEGIN {
-  printf "  full: %.2fx the time (goal <= 1.4) for %.3f of the activation bytes (goal <= 0.25); selective: %.2fx for %.3f\n",
-         fm / nm, fa / na, sm / nm, sa / na }'
+for p in fp32 bf16 fp16; do
+  for r in none full; do
+    mprow $p $r
+    eval "ms_${p}_$r=$MP_MS acts_${p}_$r=$MP_ACTS peak_${p}_$r=$MP_PEAK"
+  done
+done
+awk -v f="$ms_fp32_none" -v b="$ms_bf16_none" -v h="$ms_fp16_none" -v fa="$acts_fp32_none" -v ba="$acts_bf16_none" \
+    -v fp="$peak_fp32_none" -v bp="$peak_bf16_none" 'BEGIN {
+  printf "  bf16 against fp32: %.2fx the time (goal <= 1.15), %.3f of the activations (goal <= 0.55), %.3f of the peak (goal <= 0.75); fp16: %.2fx the time\n",
+         b / f, ba / fa, bp / fp, h / f }'
+for p in fp32 bf16 fp16; do
+  eval "n=\$ms_${p}_none f=\$ms_${p}_full na=\$acts_${p}_none fa=\$acts_${p}_full"
+  awk -v p="$p" -v n="$n" -v f="$f" -v na="$na" -v fa="$fa" 'BEGIN {
+    printf "  %s --recompute full: %.2fx the time (goal <= 1.4) for %.3f of the activation bytes (goal <= 0.25)\n", p, f / n, fa / na }'
+done
+# gradient bytes of dp=2 with the bf16 reduction against fp32's
+gb() {   # reduce-dtype; prints the gradient bytes of the last step
+  local log; log=$(mktemp)
+  ./tessera train --model gpt2-124m --data "$TEXT" --batch 2 --seq 64 --steps 2 --log-every 1 --nproc 2 --precision bf16 \
+    --reduce-dtype "$1" --log "$log" >/dev/null 2>&1
+  grep -o '"grad_comm_bytes":[0-9]*' "$log" | tail -1 | cut -d: -f2
+  rm -f "$log"
+}
+g32=$(gb fp32); g16=$(gb bf16)
+awk -v a="$g32" -v b="$g16" 'BEGIN { printf "  dp=2 bf16, gradient bytes per step and rank: --reduce-dtype fp32 %.1f MB, bf16 %.1f MB (%.3f; goal 0.5)\n", a / 1e6, b / 1e6, b / a }'
 
 echo
 # Debian's alternatives give libopenblas.so.0 to the pthreads build when

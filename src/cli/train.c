@@ -236,7 +236,7 @@ int cmd_train(int argc, char **argv) {
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "train", &help, &cfg, &e)) return cli_fail("train", &e);
     if (help) {
-        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model (fp32) on one process, or on a 3D mesh of\n"
+        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model (fp32, bf16 or fp16) on one process, or on a 3D mesh of\n"
                "--nproc forked ranks or the ranks mpirun starts: data parallel with ZeRO 0-3 (--dp, --zero),\n"
                "tensor parallel (Megatron-style, --tp, --sp) and pipeline parallel (--pp, --micro-batches,\n"
                "--schedule, --virtual-stages). rank = pp_rank·dp·tp + dp_rank·tp + tp_rank: tensor-parallel ranks are neighbours.\n"

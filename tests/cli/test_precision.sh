@@ -90,6 +90,7 @@ for p in bf16 fp16; do
   "$BIN" $L --precision $p --batch 2 --grad-accum 4 --log "$TMP/l_$p.jsonl" --ckpt-dir "$TMP/l_$p" >/dev/null 2>&1
   for lay in "d2z0|--nproc 2 --batch 2 --grad-accum 2" "d2z3|--nproc 2 --zero 3 --batch 2 --grad-accum 2" \
              "t2sp|--nproc 2 --tp 2 --sp --batch 2 --grad-accum 4" "p2|--nproc 2 --pp 2 --micro-batches 4 --batch 2 --recompute full" \
+             "p2v2|--nproc 2 --pp 2 --virtual-stages 2 --micro-batches 4 --batch 2" \
              "d2t2p2|--nproc 8 --dp 2 --tp 2 --pp 2 --zero 1 --micro-batches 2 --batch 2 --recompute selective"; do
     name=${lay%%|*}; flags=${lay#*|}
     "$BIN" $L --precision $p $flags --log "$TMP/l_${p}_$name.jsonl" --ckpt-dir "$TMP/l_${p}_$name" >"$TMP/l.out" 2>&1 ||
@@ -101,7 +102,7 @@ for p in bf16 fp16; do
       { lay_bad=1; echo "     $p $name: losses off by $worst, parameters by $rel"; }
   done
 done
-[ $lay_bad -eq 0 ] && ok "bf16 and fp16 in dp=2 (ZeRO-0, 3), tp=2 --sp, pp=2 --recompute full and 2×2×2 --recompute selective track one process (losses within 1e-4)" ||
+[ $lay_bad -eq 0 ] && ok "bf16 and fp16 in dp=2 (ZeRO-0, 3), tp=2 --sp, pp=2 --recompute full, pp=2 interleaved and 2×2×2 --recompute selective track one process (losses within 1e-4)" ||
   bad "16-bit layouts"
 # --reduce-dtype bf16 halves the gradient bytes and stays near the fp32 reduction
 "$BIN" $L --precision bf16 --nproc 2 --batch 2 --grad-accum 2 --reduce-dtype bf16 --log "$TMP/rd.jsonl" >"$TMP/rd.out" 2>&1
