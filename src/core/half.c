@@ -110,24 +110,27 @@ static void round_block(Precision p, float *dst, const float *src, size_t n) {
     }
 }
 
-void half_pack(Precision p, uint16_t *dst, const float *src, size_t n) {
-    CHECKF(p == PREC_BF16 || p == PREC_FP16, "packing into %s", prec_name(p));
+// Runs one of the conversions over n values in blocks, split over the threads.
+enum { BULK_PACK, BULK_UNPACK, BULK_ROUND };
+static void bulk(int op, Precision p, void *dst, const void *src, size_t n) {
     long nb = (long)((n + HALF_BLOCK - 1) / HALF_BLOCK);
 #pragma omp parallel for schedule(static) if (nb > 4)
     for (long b = 0; b < nb; b++) {
         size_t lo = (size_t)b * HALF_BLOCK, k = n - lo < HALF_BLOCK ? n - lo : HALF_BLOCK;
-        pack_block(p, dst + lo, src + lo, k);
+        if (op == BULK_PACK) pack_block(p, (uint16_t *)dst + lo, (const float *)src + lo, k);
+        else if (op == BULK_UNPACK) unpack_block(p, (float *)dst + lo, (const uint16_t *)src + lo, k);
+        else round_block(p, (float *)dst + lo, (const float *)src + lo, k);
     }
+}
+
+void half_pack(Precision p, uint16_t *dst, const float *src, size_t n) {
+    CHECKF(p == PREC_BF16 || p == PREC_FP16, "packing into %s", prec_name(p));
+    bulk(BULK_PACK, p, dst, src, n);
 }
 
 void half_unpack(Precision p, float *dst, const uint16_t *src, size_t n) {
     CHECKF(p == PREC_BF16 || p == PREC_FP16, "unpacking %s", prec_name(p));
-    long nb = (long)((n + HALF_BLOCK - 1) / HALF_BLOCK);
-#pragma omp parallel for schedule(static) if (nb > 4)
-    for (long b = 0; b < nb; b++) {
-        size_t lo = (size_t)b * HALF_BLOCK, k = n - lo < HALF_BLOCK ? n - lo : HALF_BLOCK;
-        unpack_block(p, dst + lo, src + lo, k);
-    }
+    bulk(BULK_UNPACK, p, dst, src, n);
 }
 
 void half_round(Precision p, float *dst, const float *src, size_t n) {
@@ -135,10 +138,5 @@ void half_round(Precision p, float *dst, const float *src, size_t n) {
         if (dst != src) memmove(dst, src, n * sizeof *dst);
         return;
     }
-    long nb = (long)((n + HALF_BLOCK - 1) / HALF_BLOCK);
-#pragma omp parallel for schedule(static) if (nb > 4)
-    for (long b = 0; b < nb; b++) {
-        size_t lo = (size_t)b * HALF_BLOCK, k = n - lo < HALF_BLOCK ? n - lo : HALF_BLOCK;
-        round_block(p, dst + lo, src + lo, k);
-    }
+    bulk(BULK_ROUND, p, dst, src, n);
 }
