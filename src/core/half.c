@@ -111,26 +111,33 @@ static void round_block(Precision p, float *dst, const float *src, size_t n) {
 }
 
 // Runs one of the conversions over n values in blocks, split over the threads.
-enum { BULK_PACK, BULK_UNPACK, BULK_ROUND };
-static void bulk(int op, Precision p, void *dst, const void *src, size_t n) {
+// (BULK_PACK_WIDEN also widens what it packed into dst2.)
+enum { BULK_PACK, BULK_UNPACK, BULK_ROUND, BULK_PACK_WIDEN };
+static void bulk(int op, Precision p, void *dst, const void *src, size_t n, float *dst2) {
     long nb = (long)((n + HALF_BLOCK - 1) / HALF_BLOCK);
 #pragma omp parallel for schedule(static) if (nb > 4)
     for (long b = 0; b < nb; b++) {
         size_t lo = (size_t)b * HALF_BLOCK, k = n - lo < HALF_BLOCK ? n - lo : HALF_BLOCK;
-        if (op == BULK_PACK) pack_block(p, (uint16_t *)dst + lo, (const float *)src + lo, k);
-        else if (op == BULK_UNPACK) unpack_block(p, (float *)dst + lo, (const uint16_t *)src + lo, k);
-        else round_block(p, (float *)dst + lo, (const float *)src + lo, k);
+        if (op == BULK_PACK || op == BULK_PACK_WIDEN) pack_block(p, (uint16_t *)dst + lo, (const float *)src + lo, k);
+        if (op == BULK_PACK_WIDEN) unpack_block(p, dst2 + lo, (const uint16_t *)dst + lo, k);
+        if (op == BULK_UNPACK) unpack_block(p, (float *)dst + lo, (const uint16_t *)src + lo, k);
+        if (op == BULK_ROUND) round_block(p, (float *)dst + lo, (const float *)src + lo, k);
     }
 }
 
 void half_pack(Precision p, uint16_t *dst, const float *src, size_t n) {
     CHECKF(p == PREC_BF16 || p == PREC_FP16, "packing into %s", prec_name(p));
-    bulk(BULK_PACK, p, dst, src, n);
+    bulk(BULK_PACK, p, dst, src, n, NULL);
+}
+
+void half_pack_widen(Precision p, uint16_t *h, float *dst, const float *src, size_t n) {
+    CHECKF(p == PREC_BF16 || p == PREC_FP16, "packing into %s", prec_name(p));
+    bulk(BULK_PACK_WIDEN, p, h, src, n, dst);
 }
 
 void half_unpack(Precision p, float *dst, const uint16_t *src, size_t n) {
     CHECKF(p == PREC_BF16 || p == PREC_FP16, "unpacking %s", prec_name(p));
-    bulk(BULK_UNPACK, p, dst, src, n);
+    bulk(BULK_UNPACK, p, dst, src, n, NULL);
 }
 
 void half_round(Precision p, float *dst, const float *src, size_t n) {
@@ -138,5 +145,5 @@ void half_round(Precision p, float *dst, const float *src, size_t n) {
         if (dst != src) memmove(dst, src, n * sizeof *dst);
         return;
     }
-    bulk(BULK_ROUND, p, dst, src, n);
+    bulk(BULK_ROUND, p, dst, src, n, NULL);
 }

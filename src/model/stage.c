@@ -69,9 +69,10 @@ static const float *seg_params(Stage *s, int seg, int next) {
     const ParamSeg *g = &s->table.seg[seg];
     size_t n = g->hi - g->lo;
     float *dst = a->wbuf[g->part];
-    if (a->w16) {
-        if (a->w16_stale[seg]) half_pack(a->prec, a->w16 + g->lo, src, n);
+    if (a->w16 && a->w16_stale[seg]) {   // the copy made again, and widened in the same pass
+        half_pack_widen(a->prec, a->w16 + g->lo, dst, src, n);
         a->w16_stale[seg] = 0;
+    } else if (a->w16) {
         half_unpack(a->prec, dst, a->w16 + g->lo, n);
     } else {
         half_round(a->prec, dst, src, n);

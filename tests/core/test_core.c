@@ -162,6 +162,13 @@ static void test_half(void) {
         half_pack((Precision)p, h, x, N);
         half_unpack((Precision)p, y, h, N);
         half_round((Precision)p, z, x, N);
+        uint16_t *h2 = malloc(N * sizeof *h2);
+        float *w = malloc(N * sizeof *w);
+        half_pack_widen((Precision)p, h2, w, x, N);
+        EXPECT(!memcmp(h2, h, N * sizeof *h) && !memcmp(w, y, N * sizeof *w), "%s: pack and widen in one pass",
+               prec_name((Precision)p));
+        free(h2);
+        free(w);
         int wrong = 0, first = -1;
         for (int i = 0; i < N; i++) {
             double want = ref_round(x[i], bits, emin, maxf);
