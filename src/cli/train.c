@@ -134,6 +134,24 @@ static int pipeline_flags(TrainConfig *tc, int pp, const char *spec, const char 
     return 0;
 }
 
+// A resumed run continues with its own sequence length when --seq is not
+// given (the checkpoint's, or its model's max_seq up to 256); a checkpoint
+// that cannot be read is left for the run to report, with the rest.
+static void resumed_seq(TrainConfig *tc) {
+    Ckpt *ck = NULL;
+    ModelConfig mc;
+    Err ignored;
+    struct stat sb;
+    if (stat(tc->resume, &sb) || ckpt_open(&ck, tc->resume, &ignored)) return;
+    int64_t s = 0;
+    if (ckpt_config(ck, &mc, &ignored) == 0) {
+        const Json *tr = json_get(ckpt_meta(ck), "train");
+        if (json_int64(json_get(tr, "seq"), &s) || s < 1 || s > mc.max_seq) s = mc.max_seq < 256 ? mc.max_seq : 256;
+        tc->seq = (int)s;
+    }
+    ckpt_close(ck);
+}
+
 // --precision, --reduce-dtype and fp16's loss-scale flags into tc (a
 // loss-scale flag without fp16 is an error: bf16 and fp32 need no scale);
 // the test hook TESSERA_TEST_OVERFLOW=STEP[:RANK] puts an inf into that
@@ -268,11 +286,12 @@ int cmd_train(int argc, char **argv) {
         err_set(&e, ERR_USAGE, "--min-lr %g is above --lr %g", tc.lr.min_lr, tc.lr.lr);
         goto out;
     }
-    if (!tc.seq) tc.seq = tc.model.max_seq < 256 ? tc.model.max_seq : 256;
     if (tc.resume && !strcmp(tc.resume, "@latest")) {
         if (!tc.ckpt_dir) { err_set(&e, ERR_USAGE, "--resume without a path needs --ckpt-dir"); goto out; }
         tc.resume = tc.ckpt_dir;
     }
+    if (!tc.seq && tc.resume) resumed_seq(&tc);
+    if (!tc.seq) tc.seq = tc.model.max_seq < 256 ? tc.model.max_seq : 256;
     if (tc.resume && tc.init_from) { err_set(&e, ERR_USAGE, "--resume and --init-from exclude each other"); goto out; }
     if (tc.exit_after && !tc.ckpt_dir) {
         err_set(&e, ERR_USAGE, "--exit-after %d stops with a checkpoint to resume from: it needs --ckpt-dir", tc.exit_after);

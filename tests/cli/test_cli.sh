@@ -148,6 +148,12 @@ if [ "$(sed 's/"ms".*//' "$TMP/full.jsonl")" = "$(sed 's/"ms".*//' "$TMP/part.js
    grep -q "resumed: .*step_00000006 at step 6" "$TMP/resume.out"; then
   ok "resume is bitwise identical to an uninterrupted run"
 else bad "resume is bitwise identical to an uninterrupted run" "$(diff <(sed 's/"ms".*//' "$TMP/full.jsonl") <(sed 's/"ms".*//' "$TMP/part.jsonl") | head -4)"; fi
+# a run of its own --seq continues with it when --seq is not given again
+echo '{"model": {"n_layer": 2, "n_head": 2, "d_model": 32, "d_ff": 64, "max_seq": 32}}' >"$TMP/s32.json"
+"$BIN" train --data "$DATA" --tokenizer byte --config "$TMP/s32.json" --seq 24 --steps 2 --ckpt-dir "$TMP/s32" >/dev/null 2>&1
+if "$BIN" train --data "$DATA" --tokenizer byte --steps 3 --ckpt-dir "$TMP/s32" --resume >"$TMP/s32.out" 2>&1 &&
+   grep -q "× 24 tokens" "$TMP/s32.out"; then ok "resume without --seq keeps the run's sequence length (24, below the default model's)"
+else bad "resume without --seq" "$(tail -1 "$TMP/s32.out")"; fi
 expect_error "resume without a checkpoint" 2 "\-\-resume: .*no such checkpoint" -- $R --steps 2 --resume "$TMP/none"
 expect_error "resume without --ckpt-dir"   2 "\-\-resume without a path needs \-\-ckpt-dir" -- $R --steps 2 --resume
 expect_error "resume with another tokenizer" 2 "the run used \-\-tokenizer byte" -- train --data "$DATA" --steps 2 --resume "$TMP/part"
