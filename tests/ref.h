@@ -9,7 +9,7 @@
 #include <string.h>
 
 // out (N,OC) = inp (N,C) · w (OC,C)^T + b (OC or NULL)
-static void ref_linear_d(double *out, const double *inp, const double *w, const double *b, int N, int C, int OC) {
+static inline void ref_linear_d(double *out, const double *inp, const double *w, const double *b, int N, int C, int OC) {
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
             double s = b ? b[o] : 0;
@@ -18,7 +18,7 @@ static void ref_linear_d(double *out, const double *inp, const double *w, const 
         }
 }
 
-static void ref_layernorm_d(double *out, const double *inp, const double *w, const double *b, int N, int C) {
+static inline void ref_layernorm_d(double *out, const double *inp, const double *w, const double *b, int N, int C) {
     for (int n = 0; n < N; n++) {
         const double *x = inp + (size_t)n * C;
         double m = 0, v = 0;
@@ -31,24 +31,62 @@ static void ref_layernorm_d(double *out, const double *inp, const double *w, con
     }
 }
 
+// RMSNorm: x / √(mean x² + eps) · w, per row.
+static inline void ref_rmsnorm_d(double *out, const double *inp, const double *w, int N, int C, double eps) {
+    for (int n = 0; n < N; n++) {
+        const double *x = inp + (size_t)n * C;
+        double v = 0;
+        for (int i = 0; i < C; i++) v += x[i] * x[i];
+        double r = 1 / sqrt(v / C + eps);
+        for (int i = 0; i < C; i++) out[(size_t)n * C + i] = x[i] * r * w[i];
+    }
+}
+
+// silu(gate) · up from rows of F gate then F up values.
+static inline void ref_swiglu_d(double *out, const double *gu, int N, int F) {
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < F; i++) {
+            double g = gu[(size_t)n * 2 * F + i], u = gu[(size_t)n * 2 * F + F + i];
+            out[(size_t)n * F + i] = g / (1 + exp(-g)) * u;
+        }
+}
+
+// Rotary embeddings in place on rows (position n mod T) of `heads` heads of
+// HS values, ld apart: the pair (i, i + HS/2) turned by t·θ^(−2i/HS), the
+// angle in fp32 as Hugging Face computes it, its cosine and sine in double.
+static inline void ref_rope_d(double *x, int N, int T, int heads, int HS, int ld, double theta) {
+    int h = HS / 2;
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < heads; k++)
+            for (int i = 0; i < h; i++) {
+                float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)HS), ang = (float)(n % T) * inv;
+                double c = cos((double)ang), s = sin((double)ang);
+                double *a = x + (size_t)n * ld + (size_t)k * HS, x1 = a[i], x2 = a[i + h];
+                a[i] = x1 * c - x2 * s;
+                a[i + h] = x2 * c + x1 * s;
+            }
+}
+
 // 0.5·x·(1 + tanh u) written as x·sigmoid(2u): equal, but without the
 // cancellation of 1 + tanh u for very negative u in double.
-static double ref_gelu1(double x) {
+static inline double ref_gelu1(double x) {
     double u = sqrt(2 / M_PI) * (x + 0.044715 * x * x * x);
     return x / (1 + exp(-2 * u));
 }
 
-// out (B,T,C) from qkv (B,T,3C), causal, NH heads.
-static void ref_attention_d(double *out, const double *qkv, int B, int T, int C, int NH) {
-    int HS = C / NH;
+// out (B,T,NH·HS) from qkv (B,T,(NH + 2·NKV)·HS), causal: query head h
+// reads key/value head h / (NH/NKV).
+static inline void ref_attention_d(double *out, const double *qkv, int B, int T, int NH, int NKV, int HS) {
+    int C = NH * HS, ld = (NH + 2 * NKV) * HS;
     double *p = malloc((size_t)T * sizeof *p);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * HS;
+                int g = h / (NH / NKV);
+                const double *q = qkv + ((size_t)b * T + t) * ld + h * HS;
                 double m = -INFINITY, s = 0;
                 for (int j = 0; j <= t; j++) {
-                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * HS;
+                    const double *k = qkv + ((size_t)b * T + j) * ld + C + g * HS;
                     double d = 0;
                     for (int i = 0; i < HS; i++) d += q[i] * k[i];
                     p[j] = d / sqrt(HS);
@@ -58,7 +96,7 @@ static void ref_attention_d(double *out, const double *qkv, int B, int T, int C,
                 double *o = out + ((size_t)b * T + t) * C + h * HS;
                 for (int i = 0; i < HS; i++) {
                     double a = 0;
-                    for (int j = 0; j <= t; j++) a += p[j] / s * qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * HS + i];
+                    for (int j = 0; j <= t; j++) a += p[j] / s * qkv[((size_t)b * T + j) * ld + C + (NKV + g) * HS + i];
                     o[i] = a;
                 }
             }
@@ -66,7 +104,7 @@ static void ref_attention_d(double *out, const double *qkv, int B, int T, int C,
 }
 
 // -log softmax(x[0..V))[tgt]
-static double ref_ce1(const double *x, int V, int tgt) {
+static inline double ref_ce1(const double *x, int V, int tgt) {
     double m = -INFINITY, s = 0;
     for (int v = 0; v < V; v++) if (x[v] > m) m = x[v];
     for (int v = 0; v < V; v++) s += exp(x[v] - m);
@@ -77,7 +115,7 @@ static double ref_ce1(const double *x, int V, int tgt) {
 // whole-model flat buffer (model/params.c order); returns the mean loss.
 typedef struct { int L, NH, C, F, T, V, Vp; } RefGpt;
 
-static double ref_gpt2_loss(const RefGpt *g, const double *P, const int *tok, const int *tgt, int B, int T) {
+static inline double ref_gpt2_loss(const RefGpt *g, const double *P, const int *tok, const int *tgt, int B, int T) {
     int C = g->C, F = g->F, N = B * T;
     const double *wte = P, *wpe = P + (size_t)g->Vp * C, *w = wpe + (size_t)g->T * C;
     double *x = malloc(sizeof(double) * N * C), *ln = malloc(sizeof(double) * N * C);
@@ -93,7 +131,7 @@ static double ref_gpt2_loss(const RefGpt *g, const double *P, const int *tok, co
         w = fpb + C;
         ref_layernorm_d(ln, x, ln1w, ln1b, N, C);
         ref_linear_d(qkv, ln, qw, qb, N, C, 3 * C);
-        ref_attention_d(att, qkv, B, T, C, g->NH);
+        ref_attention_d(att, qkv, B, T, g->NH, g->NH, C / g->NH);
         ref_linear_d(prj, att, pw, pb, N, C, C);
         for (int i = 0; i < N * C; i++) x[i] += prj[i];
         ref_layernorm_d(ln, x, ln2w, ln2b, N, C);

@@ -38,15 +38,15 @@ static void softmax_rows(float *S, int nq, int nk, int q0, float *lse_out, const
     }
 }
 
-void attention_forward(float *out, float *lse, const float *qkv, float *scratch,
-                       int B, int T, int C, int NH) {
-    int HS = C / NH, ld = 3 * C;
+void attention_forward(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int NH, int NKV,
+                       int HS) {
+    int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
+        int b = bh / NH, h = bh % NH, g = h / group;
         float *S = scratch + (size_t)omp_get_thread_num() * 2 * ATT_BQ * T;
-        const float *q = qkv + (size_t)b * T * ld + h * HS, *k = q + C, *v = q + 2 * C;
+        const float *row = qkv + (size_t)b * T * ld, *q = row + h * HS, *k = row + C + g * HS, *v = k + NKV * HS;
         float *o = out + (size_t)b * T * C + h * HS;
         float *l = lse + ((size_t)b * NH + h) * T;
         for (int q0 = 0; q0 < T; q0 += ATT_BQ) {
@@ -60,48 +60,54 @@ void attention_forward(float *out, float *lse, const float *qkv, float *scratch,
     }
 }
 
-void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                        const float *lse, float *scratch, int B, int T, int C, int NH) {
-    int HS = C / NH, ld = 3 * C;
+// One thread per (batch, key/value head): its query heads one after
+// another, so their key/value gradients add up in head order.
+void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                        float *scratch, int B, int T, int NH, int NKV, int HS) {
+    int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for schedule(dynamic, 1)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
+    for (int bg = 0; bg < B * NKV; bg++) {
+        int b = bg / NKV, g = bg % NKV;
         float *P = scratch + (size_t)omp_get_thread_num() * 2 * ATT_BQ * T;
         float *dP = P + (size_t)ATT_BQ * T;
-        size_t base = (size_t)b * T * ld + h * HS;
-        const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
-        float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
-        const float *o = out + (size_t)b * T * C + h * HS;
-        const float *dO = dout + (size_t)b * T * C + h * HS;
-        const float *l = lse + ((size_t)b * NH + h) * T;
+        size_t row = (size_t)b * T * ld, kv = row + C + (size_t)g * HS;
+        const float *k = qkv + kv, *v = k + NKV * HS;
+        float *dk = dqkv + kv, *dv = dk + NKV * HS;
         for (int t = 0; t < T; t++) {
             memset(dk + (size_t)t * ld, 0, HS * sizeof(float));
             memset(dv + (size_t)t * ld, 0, HS * sizeof(float));
         }
-        for (int q0 = 0; q0 < T; q0 += ATT_BQ) {
-            int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, nk = q0 + nq;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale,
-                        q + (size_t)q0 * ld, ld, k, ld, 0.0f, P, nk);
-            softmax_rows(P, nq, nk, q0, NULL, l + q0);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, 1.0f,
-                        dO + (size_t)q0 * C, C, v, ld, 0.0f, dP, nk);
-            for (int i = 0; i < nq; i++) {
-                // D_i = sum_j P_ij dP_ij = dO_i · O_i; dS = P ∘ (dP − D)
-                const float *oi = o + (size_t)(q0 + i) * C, *di = dO + (size_t)(q0 + i) * C;
-                float D = 0.0f;
-                #pragma omp simd reduction(+:D)
-                for (int d = 0; d < HS; d++) D += oi[d] * di[d];
-                float *p = P + (size_t)i * nk, *dp = dP + (size_t)i * nk;
-                #pragma omp simd
-                for (int j = 0; j < nk; j++) dp[j] = p[j] * (dp[j] - D);
+        for (int h = g * group; h < (g + 1) * group; h++) {
+            const float *q = qkv + row + h * HS;
+            float *dq = dqkv + row + h * HS;
+            const float *o = out + (size_t)b * T * C + h * HS;
+            const float *dO = dout + (size_t)b * T * C + h * HS;
+            const float *l = lse + ((size_t)b * NH + h) * T;
+            for (int q0 = 0; q0 < T; q0 += ATT_BQ) {
+                int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, nk = q0 + nq;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale,
+                            q + (size_t)q0 * ld, ld, k, ld, 0.0f, P, nk);
+                softmax_rows(P, nq, nk, q0, NULL, l + q0);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, 1.0f,
+                            dO + (size_t)q0 * C, C, v, ld, 0.0f, dP, nk);
+                for (int i = 0; i < nq; i++) {
+                    // D_i = sum_j P_ij dP_ij = dO_i · O_i; dS = P ∘ (dP − D)
+                    const float *oi = o + (size_t)(q0 + i) * C, *di = dO + (size_t)(q0 + i) * C;
+                    float D = 0.0f;
+                    #pragma omp simd reduction(+:D)
+                    for (int d = 0; d < HS; d++) D += oi[d] * di[d];
+                    float *p = P + (size_t)i * nk, *dp = dP + (size_t)i * nk;
+                    #pragma omp simd
+                    for (int j = 0; j < nk; j++) dp[j] = p[j] * (dp[j] - D);
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, scale, dP, nk, k, ld,
+                            0.0f, dq + (size_t)q0 * ld, ld);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, scale, dP, nk,
+                            q + (size_t)q0 * ld, ld, 1.0f, dk, ld);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, 1.0f, P, nk,
+                            dO + (size_t)q0 * C, C, 1.0f, dv, ld);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, scale, dP, nk, k, ld,
-                        0.0f, dq + (size_t)q0 * ld, ld);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, scale, dP, nk,
-                        q + (size_t)q0 * ld, ld, 1.0f, dk, ld);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, 1.0f, P, nk,
-                        dO + (size_t)q0 * C, C, 1.0f, dv, ld);
         }
     }
 }

@@ -1,7 +1,11 @@
-// kernels/attention — fused causal self-attention, memory-efficient.
+// kernels/attention — fused causal self-attention, memory-efficient, with
+// grouped-query attention (Ainslie et al. 2023).
 //
-// Layout: qkv (B,T,3·C) holds for every token the queries of NH heads, then
-// the keys, then the values, each head HS = C/NH wide. out (B,T,C).
+// Layout: qkv (B,T,(NH + 2·NKV)·HS) holds for every token the queries of NH
+// heads, then the keys of NKV heads, then their values, each head HS wide;
+// query head h reads key/value head h / (NH/NKV) (NKV = NH: multi-head
+// attention, as GPT-2), without the shared heads being copied. out
+// (B,T,NH·HS).
 // Each (batch, head) is processed in blocks of ATT_BQ query rows: the block's
 // scores against the keys it may see (at most ATT_BQ × T floats of per-thread
 // scratch) are computed with SGEMM, softmaxed, and multiplied into the values.
@@ -17,14 +21,16 @@ enum { ATT_BQ = 64 };
 // Floats of scratch that attention_forward/backward need for T and `threads`.
 size_t attention_scratch_floats(int T, int threads);
 
-// out (B,T,C), lse (B,NH,T) from qkv (B,T,3C); scratch from attention_scratch_floats
-// with at least omp_get_max_threads() threads.
-void attention_forward(float *out, float *lse, const float *qkv, float *scratch,
-                       int B, int T, int C, int NH);
+// out (B,T,NH·HS), lse (B,NH,T) from qkv; scratch from
+// attention_scratch_floats with at least omp_get_max_threads() threads. NKV
+// divides NH.
+void attention_forward(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int NH, int NKV,
+                       int HS);
 
-// dqkv (B,T,3C) is overwritten with the gradient given dout (B,T,C), the
-// forward's inputs and lse.
-void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                        const float *lse, float *scratch, int B, int T, int C, int NH);
+// dqkv (B,T,(NH + 2·NKV)·HS) is overwritten with the gradient given dout,
+// the forward's inputs and lse. A key/value head's gradient sums its query
+// heads' in head order, whatever the thread count.
+void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                        float *scratch, int B, int T, int NH, int NKV, int HS);
 
 #endif

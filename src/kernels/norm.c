@@ -24,6 +24,53 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
     }
 }
 
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        float v = 0.0f;
+        #pragma omp simd reduction(+:v)
+        for (int c = 0; c < C; c++) v += x[c] * x[c];
+        float r = 1.0f / sqrtf(v / C + eps);
+        #pragma omp simd
+        for (int c = 0; c < C; c++) y[c] = (x[c] * r) * weight[c];
+        rstd[n] = r;
+    }
+}
+
+// y = x·r·w, r = (mean x² + eps)^(−1/2): dx = r·w·dy − x·r³·mean(w·dy·x).
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                      const float *rstd, int N, int C) {
+    #pragma omp parallel
+    {
+        #pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
+            float r = rstd[n], dot = 0.0f;
+            #pragma omp simd reduction(+:dot)
+            for (int c = 0; c < C; c++) dot += weight[c] * dy[c] * x[c];
+            float k = dot / C * r * r * r;
+            #pragma omp simd
+            for (int c = 0; c < C; c++) dx[c] += weight[c] * dy[c] * r - x[c] * k;
+        }
+        int nblk = (C + 63) / 64;
+        #pragma omp for schedule(static)
+        for (int blk = 0; blk < nblk; blk++) {
+            int c0 = blk * 64, c1 = c0 + 64 < C ? c0 + 64 : C;
+            float dw[64] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+                float r = rstd[n];
+                #pragma omp simd
+                for (int c = c0; c < c1; c++) dw[c - c0] += dy[c] * (x[c] * r);
+            }
+            for (int c = c0; c < c1; c++) dweight[c] += dw[c - c0];
+        }
+    }
+}
+
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C) {

@@ -1,4 +1,5 @@
-// kernels/norm — LayerNorm over the last dimension.
+// kernels/norm — LayerNorm (GPT-2) and RMSNorm (LLaMA) over the last
+// dimension.
 #ifndef TSR_KERNELS_NORM_H
 #define TSR_KERNELS_NORM_H
 
@@ -12,5 +13,15 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C);
+
+// RMSNorm (Zhang & Sennrich 2019) as Hugging Face's LLaMA computes it:
+// out (N,C) = (inp · rstd) · weight per row, rstd = 1/√(mean(inp²) + eps);
+// saves rstd (N).
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps);
+
+// Adds to dinp (N,C) and dweight (C); dweight's columns are summed over
+// rows in order, independent of the thread count.
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                      const float *rstd, int N, int C);
 
 #endif

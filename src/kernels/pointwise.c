@@ -23,6 +23,30 @@ void gelu_forward(float *out, const float *inp, size_t n) {
     }
 }
 
+void swiglu_forward(float *out, const float *gu, int N, int F) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *g = gu + (size_t)n * 2 * F, *u = g + F;
+        float *y = out + (size_t)n * F;
+        #pragma omp simd
+        for (int i = 0; i < F; i++) y[i] = g[i] / (1.0f + vexpf(-g[i])) * u[i];
+    }
+}
+
+void swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *g = gu + (size_t)n * 2 * F, *u = g + F, *dy = dout + (size_t)n * F;
+        float *dg = dgu + (size_t)n * 2 * F, *du = dg + F;
+        #pragma omp simd
+        for (int i = 0; i < F; i++) {
+            float s = 1.0f / (1.0f + vexpf(-g[i]));   // silu' = s·(1 + g·(1 − s))
+            du[i] = g[i] * s * dy[i];
+            dg[i] = u[i] * dy[i] * s * (1.0f + g[i] * (1.0f - s));
+        }
+    }
+}
+
 void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     size_t nb = (n + BLK - 1) / BLK;
     #pragma omp parallel for schedule(static)

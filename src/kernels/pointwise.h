@@ -1,4 +1,5 @@
-// kernels/pointwise — elementwise kernels: GELU (tanh form), residual adds.
+// kernels/pointwise — elementwise kernels: GELU (tanh form), SwiGLU,
+// residual adds.
 #ifndef TSR_KERNELS_POINTWISE_H
 #define TSR_KERNELS_POINTWISE_H
 
@@ -9,6 +10,12 @@
 void gelu_forward(float *out, const float *inp, size_t n);
 // dinp (n) = gelu'(inp) · dout; dinp may alias dout.
 void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+// SwiGLU (Shazeer 2020): out (N,F) = silu(gate) · up, for gu (N,2F) whose
+// rows are F gate values then F up values; silu(x) = x·sigmoid(x).
+void swiglu_forward(float *out, const float *gu, int N, int F);
+// dgu (N,2F) = the gradients of gate and up, given dout (N,F).
+void swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F);
 
 // out (N,C) = x + y + bias (bias (C) may be NULL); out may alias x or y.
 void residual_forward(float *out, const float *x, const float *y, const float *bias, int N, int C);

@@ -109,7 +109,7 @@ static void block_forward(const BlockRun *r) {
     stored(r, A_LN1);
     linear_forward(a[A_QKV], a[A_LN1], w[QKV_W], w[QKV_B], N, C, 3 * d->Cl);   // column parallel
     stored(r, A_QKV);
-    attention_forward(a[A_ATTY], a[A_LSE], a[A_QKV], r->scr[S_ATT], d->B, d->T, d->Cl, d->NHl);
+    attention_forward(a[A_ATTY], a[A_LSE], a[A_QKV], r->scr[S_ATT], d->B, d->T, d->NHl, d->NHl, d->Cl / d->NHl);
     stored(r, A_ATTY);
     linear_forward(r->tmp, a[A_ATTY], w[ATT_W], NULL, N, d->Cl, C);            // row parallel: partial sums
     residual_forward(a[A_RES2], r->x, tp_reduce(r->tp, r->tmp, N, C), w[ATT_B], Ns, C);
@@ -129,7 +129,8 @@ static void block_forward(const BlockRun *r) {
 // The attention core again, from the saved q/k/v (selective recomputation).
 static void core_forward(const BlockRun *r) {
     const LocalDims *d = r->d;
-    attention_forward(r->act[A_ATTY], r->act[A_LSE], r->act[A_QKV], r->scr[S_ATT], d->B, d->T, d->Cl, d->NHl);
+    attention_forward(r->act[A_ATTY], r->act[A_LSE], r->act[A_QKV], r->scr[S_ATT], d->B, d->T, d->NHl, d->NHl,
+                      d->Cl / d->NHl);
     stored(r, A_ATTY);
 }
 
@@ -176,7 +177,8 @@ static void block_backward(const BlockRun *r) {
                        a[A_LN2_RSTD], Ns, C);
     // Attention: res2 = x + attn(ln1(x)·Wqkv + bqkv)·Wo + bo
     linear_backward(dbtc, g[ATT_W], g[ATT_B], rows_of_dres(r), a[A_ATTY], w[ATT_W], N, d->Cl, C, 0);
-    attention_backward(dqkv, dbtc, a[A_QKV], a[A_ATTY], a[A_LSE], r->scr[S_ATT], d->B, d->T, d->Cl, d->NHl);
+    attention_backward(dqkv, dbtc, a[A_QKV], a[A_ATTY], a[A_LSE], r->scr[S_ATT], d->B, d->T, d->NHl, d->NHl,
+                       d->Cl / d->NHl);
     linear_backward(dbtc, g[QKV_W], g[QKV_B], dqkv, a[A_LN1], w[QKV_W], N, C, 3 * d->Cl, 0);   // partial over TP
     layernorm_backward(r->dres, gn[2], gn[3], tp_reduce(r->tp, dbtc, N, C), r->x, w[LN1_W], a[A_LN1_MEAN],
                        a[A_LN1_RSTD], Ns, C);

@@ -11,6 +11,8 @@
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/pointwise.h"
+#include "kernels/rope.h"
+#include "ref.h"
 #include "test.h"
 
 #include <omp.h>
@@ -157,6 +159,96 @@ static void test_layernorm(void) {
     check_layernorm(13, 130);
 }
 
+// ---- rmsnorm ----
+static void ref_rmsnorm(double *out, double **in, const void *vctx) {
+    const NCtx *c = vctx;
+    ref_rmsnorm_d(out, in[0], in[1], c->N, c->C, 1e-6);
+}
+
+static void check_rmsnorm(int N, int C) {
+    NCtx ctx = {N, C};
+    float *x = fbuf(N * C), *w = fbuf(C), *y = fbuf(N * C), *dy = fbuf(N * C), *rstd = fbuf(N), *dx = fbuf(N * C);
+    float *dw = fbuf(C);
+    randn(x, N * C, 2); randn(w, C, 1); randn(dy, N * C, 1);
+    double *in[2] = {to_d(x, N * C), to_d(w, C)}, *yr = calloc(N * C + 1, sizeof(double)), *R = to_d(dy, N * C);
+    rmsnorm_forward(y, rstd, x, w, N, C, 1e-6f);
+    ref_rmsnorm(yr, in, &ctx);
+    double e = rel_err_fd(y, yr, N * C, 1e-6);
+    EXPECT(e < 1e-5, "rmsnorm fwd N=%d C=%d rel err %.2e", N, C, e);
+    for (int i = 0; i < N * C; i++) dx[i] = 0.25f;   // adds to what is there
+    rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+    for (int i = 0; i < N * C; i++) dx[i] -= 0.25f;
+    e = fd_check(dx, ref_rmsnorm, in, 0, N * C, R, N * C, &ctx);
+    EXPECT(e < 1e-4, "rmsnorm dinp N=%d C=%d rel err %.2e", N, C, e);
+    e = fd_check(dw, ref_rmsnorm, in, 1, C, R, N * C, &ctx);
+    EXPECT(e < 1e-4, "rmsnorm dweight rel err %.2e", e);
+    free(x); free(w); free(y); free(dy); free(rstd); free(dx); free(dw);
+    free(in[0]); free(in[1]); free(yr); free(R);
+}
+
+static void test_rmsnorm(void) {
+    check_rmsnorm(5, 7);
+    check_rmsnorm(1, 3);
+    check_rmsnorm(13, 130);
+}
+
+// ---- swiglu ----
+static void ref_swiglu(double *out, double **in, const void *vctx) {
+    const NCtx *c = vctx;
+    ref_swiglu_d(out, in[0], c->N, c->C);
+}
+
+static void test_swiglu(void) {
+    int N = 7, F = 37;
+    NCtx ctx = {N, F};
+    float *gu = fbuf(N * 2 * F), *y = fbuf(N * F), *dy = fbuf(N * F), *dgu = fbuf(N * 2 * F);
+    randn(gu, N * 2 * F, 3); randn(dy, N * F, 1);
+    gu[0] = 30; gu[1] = -30; gu[2] = 0;
+    double *in[1] = {to_d(gu, N * 2 * F)}, *yr = calloc(N * F, sizeof(double)), *R = to_d(dy, N * F);
+    swiglu_forward(y, gu, N, F);
+    ref_swiglu(yr, in, &ctx);
+    double e = rel_err_fd(y, yr, N * F, 1e-6);
+    EXPECT(e < 1e-5, "swiglu fwd rel err %.2e", e);
+    swiglu_backward(dgu, gu, dy, N, F);
+    e = fd_check(dgu, ref_swiglu, in, 0, N * 2 * F, R, N * F, &ctx);
+    EXPECT(e < 1e-4, "swiglu backward rel err %.2e", e);
+    free(gu); free(y); free(dy); free(dgu); free(in[0]); free(yr); free(R);
+}
+
+// ---- rope ----
+typedef struct { int B, T, heads, HS, ld; double theta; } RopeCtx;
+static void ref_rope(double *out, double **in, const void *vctx) {
+    const RopeCtx *c = vctx;
+    size_t n = (size_t)c->B * c->T * c->ld;
+    memcpy(out, in[0], n * sizeof *out);
+    ref_rope_d(out, c->B * c->T, c->T, c->heads, c->HS, c->ld, c->theta);
+}
+
+// q and k heads rotated inside rows that also hold v (left alone), at
+// positions up to 300 with LLaMA's θ and a small one.
+static void check_rope(int B, int T, int heads, int HS, int ld, double theta) {
+    RopeCtx ctx = {B, T, heads, HS, ld, theta};
+    size_t n = (size_t)B * T * ld;
+    float *x = fbuf(n), *y = fbuf(n), *dy = fbuf(n);
+    randn(x, n, 1); randn(dy, n, 1);
+    memcpy(y, x, n * sizeof *x);
+    double *in[1] = {to_d(x, n)}, *yr = calloc(n, sizeof(double)), *R = to_d(dy, n);
+    rope_forward(y, B, T, heads, HS, ld, (float)theta);
+    ref_rope(yr, in, &ctx);
+    double e = rel_err_fd(y, yr, n, 1e-6);
+    EXPECT(e < 1e-5, "rope fwd T=%d HS=%d theta %g rel err %.2e", T, HS, theta, e);
+    rope_backward(dy, B, T, heads, HS, ld, (float)theta);
+    e = fd_check(dy, ref_rope, in, 0, n, R, n, &ctx);
+    EXPECT(e < 1e-4, "rope backward T=%d HS=%d rel err %.2e", T, HS, e);
+    free(x); free(y); free(dy); free(in[0]); free(yr); free(R);
+}
+
+static void test_rope(void) {
+    check_rope(2, 5, 3, 4, 16, 10000);
+    check_rope(1, 300, 2, 8, 20, 10000);
+    check_rope(1, 17, 1, 6, 6, 100);
+}
+
 // ---- gelu ----
 static void ref_gelu(double *out, double **in, const void *vctx) {
     const NCtx *c = vctx;
@@ -209,59 +301,38 @@ static void test_residual(void) {
 }
 
 // ---- attention ----
-typedef struct { int B, T, C, NH; } AttCtx;
+typedef struct { int B, T, NH, NKV, HS; } AttCtx;
 static void ref_attention(double *out, double **in, const void *vctx) {
     const AttCtx *c = vctx;
-    int B = c->B, T = c->T, C = c->C, NH = c->NH, HS = C / NH;
-    const double *qkv = in[0];
-    double *p = malloc(T * sizeof *p);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                const double *q = qkv + (b * T + t) * 3 * C + h * HS;
-                double m = -INFINITY, s = 0;
-                for (int j = 0; j <= t; j++) {
-                    const double *k = qkv + (b * T + j) * 3 * C + C + h * HS;
-                    double d = 0;
-                    for (int i = 0; i < HS; i++) d += q[i] * k[i];
-                    p[j] = d / sqrt(HS);
-                    if (p[j] > m) m = p[j];
-                }
-                for (int j = 0; j <= t; j++) { p[j] = exp(p[j] - m); s += p[j]; }
-                double *o = out + (b * T + t) * C + h * HS;
-                for (int i = 0; i < HS; i++) {
-                    double a = 0;
-                    for (int j = 0; j <= t; j++) a += p[j] / s * qkv[(b * T + j) * 3 * C + 2 * C + h * HS + i];
-                    o[i] = a;
-                }
-            }
-    free(p);
+    ref_attention_d(out, in[0], c->B, c->T, c->NH, c->NKV, c->HS);
 }
 
-static void check_attention(int B, int T, int C, int NH) {
-    AttCtx ctx = {B, T, C, NH};
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+static void check_attention(int B, int T, int NH, int NKV, int HS) {
+    AttCtx ctx = {B, T, NH, NKV, HS};
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, no = (size_t)B * T * NH * HS;
     float *qkv = fbuf(nq), *out = fbuf(no), *lse = fbuf(B * NH * T), *dout = fbuf(no), *dqkv = fbuf(nq);
     float *scratch = fbuf(attention_scratch_floats(T, omp_get_max_threads()));
     randn(qkv, nq, 1); randn(dout, no, 1);
     for (size_t i = 0; i < nq; i++) dqkv[i] = 123.0f;    // must be overwritten
     double *in[1] = {to_d(qkv, nq)}, *ref = calloc(no, sizeof(double)), *R = to_d(dout, no);
-    attention_forward(out, lse, qkv, scratch, B, T, C, NH);
+    attention_forward(out, lse, qkv, scratch, B, T, NH, NKV, HS);
     ref_attention(ref, in, &ctx);
     double e = rel_err_fd(out, ref, no, 1e-6);
-    EXPECT(e < 1e-5, "attention fwd B=%d T=%d C=%d NH=%d rel err %.2e", B, T, C, NH, e);
-    attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
+    EXPECT(e < 1e-5, "attention fwd B=%d T=%d NH=%d NKV=%d HS=%d rel err %.2e", B, T, NH, NKV, HS, e);
+    attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, NH, NKV, HS);
     e = fd_check(dqkv, ref_attention, in, 0, nq, R, no, &ctx);
-    EXPECT(e < 1e-4, "attention backward B=%d T=%d C=%d NH=%d rel err %.2e", B, T, C, NH, e);
+    EXPECT(e < 1e-4, "attention backward B=%d T=%d NH=%d NKV=%d HS=%d rel err %.2e", B, T, NH, NKV, HS, e);
     free(qkv); free(out); free(lse); free(dout); free(dqkv); free(scratch);
     free(in[0]); free(ref); free(R);
 }
 
 static void test_attention(void) {
-    check_attention(2, 9, 12, 3);
-    check_attention(1, 1, 4, 1);
-    check_attention(1, 70, 5, 1);      // crosses a query block, odd head size
-    check_attention(2, 131, 8, 2);     // three blocks, last partial
+    check_attention(2, 9, 3, 3, 4);
+    check_attention(1, 1, 1, 1, 4);
+    check_attention(1, 70, 1, 1, 5);      // crosses a query block, odd head size
+    check_attention(2, 131, 2, 2, 4);     // three blocks, last partial
+    check_attention(2, 9, 4, 2, 3);       // grouped-query: two query heads per key/value head
+    check_attention(1, 70, 6, 1, 4);      // multi-query, across a block
 }
 
 // ---- embedding ----
@@ -392,6 +463,9 @@ int main(void) {
     kernels_set_threads(2);
     RUN(test_linear);
     RUN(test_layernorm);
+    RUN(test_rmsnorm);
+    RUN(test_swiglu);
+    RUN(test_rope);
     RUN(test_gelu);
     RUN(test_residual);
     RUN(test_attention);

@@ -1,0 +1,50 @@
+#include "kernels/rope.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/check.h"
+
+// cs (T, HS/2, 2): the cosine and sine of each position's angles.
+static float *angles(int T, int HS, float theta) {
+    int h = HS / 2;
+    float *cs = malloc((size_t)T * h * 2 * sizeof *cs + 1);
+    CHECKF(cs, "out of memory for %d rotary angles", T * h);
+    for (int i = 0; i < h; i++) {
+        float inv = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
+        for (int t = 0; t < T; t++) {
+            float a = (float)t * inv;
+            cs[((size_t)t * h + i) * 2] = cosf(a);
+            cs[((size_t)t * h + i) * 2 + 1] = sinf(a);
+        }
+    }
+    return cs;
+}
+
+// Turns every head by sign·angle.
+static void rotate(float *x, int B, int T, int heads, int HS, int ld, float theta, float sign) {
+    CHECKF(HS % 2 == 0, "rotary head size %d is odd", HS);
+    int h = HS / 2;
+    float *cs = angles(T, HS, theta);
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < B * T; n++) {
+        const float *c = cs + (size_t)(n % T) * h * 2;
+        for (int k = 0; k < heads; k++) {
+            float *a = x + (size_t)n * ld + (size_t)k * HS, *b = a + h;
+            for (int i = 0; i < h; i++) {
+                float co = c[2 * i], si = sign * c[2 * i + 1], x1 = a[i], x2 = b[i];
+                a[i] = x1 * co - x2 * si;
+                b[i] = x2 * co + x1 * si;
+            }
+        }
+    }
+    free(cs);
+}
+
+void rope_forward(float *x, int B, int T, int heads, int HS, int ld, float theta) {
+    rotate(x, B, T, heads, HS, ld, theta, 1.0f);
+}
+
+void rope_backward(float *dx, int B, int T, int heads, int HS, int ld, float theta) {
+    rotate(dx, B, T, heads, HS, ld, theta, -1.0f);
+}

@@ -1,0 +1,14 @@
+// kernels/rope — rotary position embeddings (Su et al. 2021) as Hugging
+// Face's LlamaForCausalLM applies them: in each head of HS (even) values,
+// the pair (i, i + HS/2) of the token at position t turns by the angle
+// t·θ^(−2i/HS) (rotate_half), the angle computed in fp32 as there.
+#ifndef TSR_KERNELS_ROPE_H
+#define TSR_KERNELS_ROPE_H
+
+// In place on rows of B·T tokens (row n is position n mod T), each with
+// `heads` heads of HS values from its start and ld values apart.
+void rope_forward(float *x, int B, int T, int heads, int HS, int ld, float theta);
+// The transpose (the rotation back), in place on the gradient.
+void rope_backward(float *dx, int B, int T, int heads, int HS, int ld, float theta);
+
+#endif
