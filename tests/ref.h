@@ -153,4 +153,47 @@ static inline double ref_gpt2_loss(const RefGpt *g, const double *P, const int *
     return loss / N;
 }
 
+// The LLaMA forward pass in float64 over the whole-model flat buffer
+// (embed_tokens, then per layer input_layernorm, q, k, v, o,
+// post_attention_layernorm, gate, up, down, then norm and lm_head); returns
+// the mean loss over the N positions (tgt −1 skipped).
+typedef struct { int L, NH, NKV, C, F, T, V, Vp; double theta, eps; } RefLlama;
+
+static inline double ref_llama_loss(const RefLlama *g, const double *P, const int *tok, const int *tgt, int B, int T) {
+    int C = g->C, F = g->F, N = B * T, HS = C / g->NH, KV = g->NKV * HS, QW = C + 2 * KV;
+    const double *emb = P, *w = emb + (size_t)g->Vp * C;
+    double *x = malloc(sizeof(double) * N * C), *ln = malloc(sizeof(double) * N * C);
+    double *qkv = malloc(sizeof(double) * N * QW), *att = malloc(sizeof(double) * N * C);
+    double *prj = malloc(sizeof(double) * N * C), *gu = malloc(sizeof(double) * N * 2 * F);
+    double *h = malloc(sizeof(double) * N * F), *logit = malloc(sizeof(double) * g->Vp);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) x[n * C + c] = emb[(size_t)tok[n] * C + c];
+    for (int l = 0; l < g->L; l++) {
+        const double *n1 = w, *wqkv = n1 + C, *wo = wqkv + (size_t)QW * C, *n2 = wo + (size_t)C * C;
+        const double *wgu = n2 + C, *wd = wgu + (size_t)2 * F * C;
+        w = wd + (size_t)C * F;
+        ref_rmsnorm_d(ln, x, n1, N, C, g->eps);
+        ref_linear_d(qkv, ln, wqkv, NULL, N, C, QW);
+        ref_rope_d(qkv, N, T, g->NH + g->NKV, HS, QW, g->theta);
+        ref_attention_d(att, qkv, B, T, g->NH, g->NKV, HS);
+        ref_linear_d(prj, att, wo, NULL, N, C, C);
+        for (int i = 0; i < N * C; i++) x[i] += prj[i];
+        ref_rmsnorm_d(ln, x, n2, N, C, g->eps);
+        ref_linear_d(gu, ln, wgu, NULL, N, C, 2 * F);
+        ref_swiglu_d(h, gu, N, F);
+        ref_linear_d(prj, h, wd, NULL, N, F, C);
+        for (int i = 0; i < N * C; i++) x[i] += prj[i];
+    }
+    ref_rmsnorm_d(ln, x, w, N, C, g->eps);
+    const double *head = w + C;
+    double loss = 0;
+    for (int n = 0; n < N; n++) {
+        if (tgt[n] < 0) continue;
+        ref_linear_d(logit, ln + (size_t)n * C, head, NULL, 1, C, g->V);
+        loss += ref_ce1(logit, g->V, tgt[n]);
+    }
+    free(x); free(ln); free(qkv); free(att); free(prj); free(gu); free(h); free(logit);
+    return loss / N;
+}
+
 #endif

@@ -66,6 +66,7 @@ typedef struct LocalDims {
     int B, T, N;         // batch, sequence, rows N = B·T
     int C;               // d_model (the residual stream is never split by width)
     int Cl, NHl, Fl;     // this TP rank's attention width, heads, FFN width
+    int NKVl, KVl;       // its key/value heads and their width (grouped-query attention; GPT-2: NHl, Cl)
     int Vl, v0;          // its vocabulary rows [v0, v0 + Vl)
     int Ns, s0;          // its rows of the residual stream [s0, s0 + Ns): all N, or under
                          // sequence parallelism the N/tp from s0 = tp_rank·Ns

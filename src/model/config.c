@@ -3,17 +3,31 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct { const char *name; int L, NH, C, T; } Preset;
+typedef struct { const char *name; ArchId arch; int L, NH, KV, C, F, T, V; float eps; } Preset;
 
+// GPT-2's FFN is 4·C; LLaMA's about 8/3·C, rounded as Meta rounds it.
+// llama-120m is sized like gpt2-124m, for comparisons.
 static const Preset presets[] = {
-    {"gpt2-tiny", 4, 4, 128, 64},
-    {"gpt2-124m", 12, 12, 768, 1024},
-    {"gpt2-350m", 24, 16, 1024, 1024},
-    {"gpt2-774m", 36, 20, 1280, 1024},
-    {"gpt2-1558m", 48, 25, 1600, 1024},
+    {"gpt2-tiny", ARCH_GPT2, 4, 4, 0, 128, 512, 64, 50257, 0},
+    {"gpt2-124m", ARCH_GPT2, 12, 12, 0, 768, 3072, 1024, 50257, 0},
+    {"gpt2-350m", ARCH_GPT2, 24, 16, 0, 1024, 4096, 1024, 50257, 0},
+    {"gpt2-774m", ARCH_GPT2, 36, 20, 0, 1280, 5120, 1024, 50257, 0},
+    {"gpt2-1558m", ARCH_GPT2, 48, 25, 0, 1600, 6400, 1024, 50257, 0},
+    {"llama-tiny", ARCH_LLAMA, 4, 4, 2, 128, 352, 64, 32000, 1e-5f},
+    {"llama-120m", ARCH_LLAMA, 12, 12, 0, 768, 2048, 1024, 32000, 1e-5f},
+    {"llama-7b", ARCH_LLAMA, 32, 32, 0, 4096, 11008, 2048, 32000, 1e-6f},
+    {"llama2-7b", ARCH_LLAMA, 32, 32, 0, 4096, 11008, 4096, 32000, 1e-5f},
+    {"llama2-13b", ARCH_LLAMA, 40, 40, 0, 5120, 13824, 4096, 32000, 1e-5f},
+    {"llama2-70b", ARCH_LLAMA, 80, 64, 8, 8192, 28672, 4096, 32000, 1e-5f},
 };
 
-const char *config_preset_list(void) { return "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m"; }
+const char *config_preset_list(void) {
+    return "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, llama-120m, llama-7b, llama2-7b, "
+           "llama2-13b, llama2-70b";
+}
+
+float config_rope_theta(const ModelConfig *c) { return c->rope_theta > 0 ? c->rope_theta : 10000.0f; }
+float config_norm_eps(const ModelConfig *c) { return c->norm_eps > 0 ? c->norm_eps : 1e-5f; }
 
 void config_set_vocab(ModelConfig *c, int vocab) { config_pad_vocab(c, vocab, 1); }
 
@@ -29,12 +43,15 @@ int config_preset(ModelConfig *c, const char *name, Err *err) {
         if (strcmp(p->name, name) != 0) continue;
         memset(c, 0, sizeof *c);
         snprintf(c->name, sizeof c->name, "%s", p->name);
+        c->arch = p->arch;
         c->n_layer = p->L;
         c->n_head = p->NH;
+        c->n_kv_head = p->KV;
         c->d_model = p->C;
-        c->d_ff = 4 * p->C;
+        c->d_ff = p->F;
         c->max_seq = p->T;
-        config_set_vocab(c, 50257);
+        c->norm_eps = p->eps;
+        config_set_vocab(c, p->V);
         return 0;
     }
     return err_set(err, ERR_USAGE, "unknown model preset '%s' (known: %s)", name, config_preset_list());
@@ -50,8 +67,18 @@ static int get_int(const Json *j, const char *key, int *out, Err *err) {
     return 0;
 }
 
+static int get_float(const Json *j, const char *key, float *out, double lo, double hi, Err *err) {
+    const Json *v = json_get(j, key);
+    if (!v) return 0;
+    if (v->type != JSON_NUM || !(v->num >= lo && v->num <= hi))
+        return err_set(err, ERR_USAGE, "model field '%s' must be a number in [%g, %g]", key, lo, hi);
+    *out = (float)v->num;
+    return 0;
+}
+
 int config_from_json(ModelConfig *c, const Json *j, Err *err) {
-    static const char *known[] = {"preset", "n_layer", "n_head", "d_model", "d_ff", "max_seq", "vocab"};
+    static const char *known[] = {"preset", "arch", "n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "max_seq",
+                                  "vocab", "rope_theta", "norm_eps"};
     if (!j || j->type != JSON_OBJ) return err_set(err, ERR_USAGE, "model must be a JSON object");
     for (const Json *m = j->child; m; m = m->next) {
         int ok = 0;
@@ -66,10 +93,14 @@ int config_from_json(ModelConfig *c, const Json *j, Err *err) {
         memset(c, 0, sizeof *c);
         config_set_vocab(c, 50257);
     }
+    const Json *ar = json_get(j, "arch");
+    if (ar && (ar->type != JSON_STR || config_arch_parse(ar->text, &c->arch)))
+        return err_set(err, ERR_USAGE, "model field 'arch' must be \"gpt2\" or \"llama\"");
     int vocab = c->vocab;
     if (get_int(j, "n_layer", &c->n_layer, err) || get_int(j, "n_head", &c->n_head, err) ||
-        get_int(j, "d_model", &c->d_model, err) || get_int(j, "d_ff", &c->d_ff, err) ||
-        get_int(j, "max_seq", &c->max_seq, err) || get_int(j, "vocab", &vocab, err))
+        get_int(j, "n_kv_head", &c->n_kv_head, err) || get_int(j, "d_model", &c->d_model, err) ||
+        get_int(j, "d_ff", &c->d_ff, err) || get_int(j, "max_seq", &c->max_seq, err) || get_int(j, "vocab", &vocab, err) ||
+        get_float(j, "rope_theta", &c->rope_theta, 1, 1e12, err) || get_float(j, "norm_eps", &c->norm_eps, 1e-12, 1, err))
         return -1;
     config_set_vocab(c, vocab);
     if (!json_get(j, "d_ff") && !p) c->d_ff = 4 * c->d_model;
@@ -89,6 +120,10 @@ void config_to_json(const ModelConfig *c, JsonBuf *b) {
     jb_key(b, "max_seq"); jb_int(b, c->max_seq);
     jb_key(b, "vocab"); jb_int(b, c->vocab);
     jb_key(b, "vocab_padded"); jb_int(b, c->vocab_padded);
+    if (c->arch == ARCH_LLAMA) {
+        jb_key(b, "rope_theta"); jb_num(b, config_rope_theta(c));
+        jb_key(b, "norm_eps"); jb_num(b, config_norm_eps(c));
+    }
     jb_obj_end(b);
 }
 

@@ -26,16 +26,20 @@ typedef struct ModelConfig {
     int max_seq;       // longest T (learned position table rows)
     int vocab;         // V: real tokens
     int vocab_padded;  // Vp: rows of the embedding table
+    float rope_theta;  // LLaMA: the rotary base θ; 0: 10000
+    float norm_eps;    // LLaMA: RMSNorm's eps; 0: 1e-5 (GPT-2's LayerNorm always uses 1e-5)
 } ModelConfig;
 
 // Fills c from a preset name (gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m,
-// gpt2-1558m). Presets carry the GPT-2 vocabulary (50257); the trainer sets
-// the tokenizer's vocabulary with config_set_vocab.
+// gpt2-1558m; llama-tiny, llama-120m, llama-7b, llama2-7b, llama2-13b,
+// llama2-70b). GPT-2 presets carry its vocabulary (50257), LLaMA's 32000;
+// the trainer sets the tokenizer's vocabulary with config_set_vocab.
 int config_preset(ModelConfig *c, const char *name, Err *err);
 // Comma-separated list of preset names, for help and errors.
 const char *config_preset_list(void);
 // Reads a model object: {"preset": "gpt2-tiny"} and/or explicit fields
-// n_layer, n_head, d_model, d_ff, max_seq, vocab (each overriding the preset).
+// arch ("gpt2", "llama"), n_layer, n_head, n_kv_head, d_model, d_ff,
+// max_seq, vocab, rope_theta, norm_eps (each overriding the preset).
 // Unknown keys are errors.
 int config_from_json(ModelConfig *c, const Json *j, Err *err);
 void config_to_json(const ModelConfig *c, JsonBuf *b);
@@ -56,5 +60,8 @@ const char *config_arch_name(ArchId a);
 int config_arch_parse(const char *name, ArchId *out);
 // Key/value heads: n_kv_head, or n_head when it is 0.
 int config_kv_heads(const ModelConfig *c);
+// LLaMA's rotary base and RMSNorm eps, defaults filled in.
+float config_rope_theta(const ModelConfig *c);
+float config_norm_eps(const ModelConfig *c);
 
 #endif

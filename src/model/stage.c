@@ -260,6 +260,8 @@ static void set_shape(StageActs *a, const ModelConfig *cfg, const ModelSlice *sl
     CHECKF(ar->nact <= ARCH_MAX_BUFS, "%d activations per block", ar->nact);
     a->dim = (LocalDims){.B = B, .T = T, .N = B * T, .C = cfg->d_model, .Cl = cfg->d_model / tp,
                          .NHl = cfg->n_head / tp, .Fl = cfg->d_ff / tp, .Vl = cfg->vocab_padded / tp};
+    a->dim.NKVl = config_kv_heads(cfg) / tp;
+    a->dim.KVl = a->dim.NKVl * (cfg->d_model / cfg->n_head);
     a->dim.v0 = a->dim.Vl * slice->tp_rank;
     a->dim.sp = slice->sp && tp > 1;
     a->dim.Ns = a->dim.sp ? a->dim.N / tp : a->dim.N;
