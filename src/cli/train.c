@@ -197,8 +197,8 @@ int cmd_train(int argc, char **argv) {
     ScalerConfig sc = {.init = 0, .window = 0, .hysteresis = 0, .min = -1};
     double comm_timeout = 0;
     Flag f[] = {
-        {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m", 0, NULL},
-        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {n_layer, n_head, d_model, d_ff, max_seq}", 0, NULL},
+        {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, llama-120m, llama-7b, llama2-7b, llama2-13b, llama2-70b", 0, NULL},
+        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, n_kv_head, d_model, d_ff, max_seq, rope_theta, norm_eps}", 0, NULL},
         {"data", FLAG_STR, &tc.data, 0, 0, "PATH", "shard directory (from tessera prepare), shard glob, .bin file, or text file (required)", 0, NULL},
         {"val-data", FLAG_STR, &tc.val_data, 0, 0, "PATH", "validation data (default: the val shards of a --data directory)", 0, NULL},
         {"tokenizer", FLAG_STR, &tc.tokenizer, 0, 0, "gpt2|byte", "gpt2 (default, vocabulary 50257) or byte (256)", 0, NULL},
@@ -254,7 +254,7 @@ int cmd_train(int argc, char **argv) {
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "train", &help, &cfg, &e)) return cli_fail("train", &e);
     if (help) {
-        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 style model (fp32, bf16 or fp16) on one process, or on a 3D mesh of\n"
+        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 or LLaMA model (fp32, bf16 or fp16) on one process, or on a 3D mesh of\n"
                "--nproc forked ranks or the ranks mpirun starts: data parallel with ZeRO 0-3 (--dp, --zero),\n"
                "tensor parallel (Megatron-style, --tp, --sp) and pipeline parallel (--pp, --micro-batches,\n"
                "--schedule, --virtual-stages). rank = pp_rank·dp·tp + dp_rank·tp + tp_rank: tensor-parallel ranks are neighbours.\n"

@@ -8,20 +8,18 @@
 #include "model/arch.h"
 #include "model/stage.h"
 
-// Models tessera plans but has no training preset for: {name, arch, L, NH,
-// KV heads, C, F, positions, V}.
+// Models tessera plans but has no training preset for (the others are
+// model/config's): {name, arch, L, NH, KV heads, C, F, positions, V}.
 typedef struct { const char *name; ArchId arch; int L, NH, KV, C, F, S, V; } Preset;
 
 static const Preset presets[] = {
     {"gpt3-175b", ARCH_GPT2, 96, 96, 96, 12288, 4 * 12288, 2048, 50257},
-    {"llama-7b", ARCH_LLAMA, 32, 32, 32, 4096, 11008, 2048, 32000},
-    {"llama2-13b", ARCH_LLAMA, 40, 40, 40, 5120, 13824, 4096, 32000},
-    {"llama2-70b", ARCH_LLAMA, 80, 64, 8, 8192, 28672, 4096, 32000},
     {"megatron-1t", ARCH_GPT2, 128, 160, 160, 25600, 4 * 25600, 2048, 51200},   // Narayanan et al. 2021, table 1
 };
 
 const char *plan_preset_list(void) {
-    return "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt3-175b, megatron-1t, llama-7b, llama2-13b, llama2-70b";
+    return "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt3-175b, megatron-1t, llama-tiny, llama-120m, "
+           "llama-7b, llama2-7b, llama2-13b, llama2-70b";
 }
 
 void plan_model_from_config(PlanModel *m, const ModelConfig *c) {

@@ -77,11 +77,13 @@ done
 if [ $pp_bad -eq 0 ]; then pass=$((pass + 1)); echo "ok   3D meshes 2×2×2 (ZeRO-1, --sp), 1×2×4 (gpipe) and 2×1×2 (interleaved, V=2) under mpirun: checkpoints identical to forked ranks"
 else fail=$((fail + 1)); echo "FAIL pipeline-parallel training under mpirun differs from forked ranks"; fi
 # Mixed precision under mpirun (bf16 dp=2 ZeRO-2 with the bf16 gradient
-# reduction; fp16 2×1×2 with its loss scale): the same bits as forked ranks.
+# reduction; fp16 2×1×2 with its loss scale) and LLaMA (dp=2 × tp=2): the
+# same bits as forked ranks.
 mp_bad=0
 mpirun_matches "bf16dp2" 2 --dp 2 --zero 2 --batch 4 --precision bf16 --reduce-dtype bf16 || mp_bad=1
 mpirun_matches "fp16pp2" 4 --dp 2 --pp 2 --zero 1 --micro-batches 2 --batch 2 --precision fp16 || mp_bad=1
-if [ $mp_bad -eq 0 ]; then pass=$((pass + 1)); echo "ok   bf16 (dp=2 ZeRO-2, bf16 reduction) and fp16 (2×1×2) under mpirun: checkpoints identical to forked ranks"
+mpirun_matches "llama" 4 --model llama-tiny --dp 2 --tp 2 --zero 1 --batch 4 || mp_bad=1
+if [ $mp_bad -eq 0 ]; then pass=$((pass + 1)); echo "ok   bf16 (dp=2 ZeRO-2, bf16 reduction), fp16 (2×1×2) and llama-tiny (dp=2 × tp=2) under mpirun: checkpoints identical to forked ranks"
 else fail=$((fail + 1)); echo "FAIL mixed-precision training under mpirun differs from forked ranks"; fi
 rm -rf "$TMP"
 echo "$pass passed, $fail failed"

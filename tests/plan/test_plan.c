@@ -165,6 +165,8 @@ static void test_against_tessera(void) {
             check_against_tessera("gpt2-tiny", 256, 12, 64, (PlanRecompute)rc, (Precision)p);
             check_against_tessera("gpt2-tiny", 50257, 4, 32, (PlanRecompute)rc, (Precision)p);
             check_against_tessera("gpt2-124m", 50257, 4, 64, (PlanRecompute)rc, (Precision)p);
+            check_against_tessera("llama-tiny", 256, 6, 64, (PlanRecompute)rc, (Precision)p);
+            check_against_tessera("llama-120m", 32000, 2, 64, (PlanRecompute)rc, (Precision)p);
         }
 }
 

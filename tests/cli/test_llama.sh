@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# LLaMA as a user trains it (tessera train --model llama-tiny): it learns
+# Tiny Shakespeare and repeats bit for bit, every layout tracks one process,
+# bf16 and recomputation work on it, a run resumes bit for bit, the planner
+# counts its bytes exactly, and a split its key/value heads do not allow is
+# refused. Run from the repository root.
+source "$(dirname "$0")/lib.sh"
+B="train --model llama-tiny --data $DATA --tokenizer byte --seed 5"
+
+# ---- learns, and repeats bit for bit ----
+"$BIN" $B --steps 300 --log-every 100 --log "$TMP/long.jsonl" >"$TMP/long.out" 2>&1 || echo "     $(tail -1 "$TMP/long.out")"
+l=$(field "$TMP/long.jsonl" loss)
+grep -q "model:     llama-tiny — 4 layers, 4 heads" "$TMP/long.out" && awk -v l="$l" 'BEGIN { exit !(l < 2.3) }' &&
+  ok "llama-tiny learns Tiny Shakespeare: loss $l after 300 steps (byte tokenizer)" || bad "llama-tiny: loss $l after 300 steps"
+R="$B --steps 12 --log-every 1 --lr 1e-3 --warmup 2"
+"$BIN" $R --batch 2 --grad-accum 4 --log "$TMP/ref.jsonl" --ckpt-dir "$TMP/ref" >/dev/null 2>&1
+"$BIN" $R --batch 2 --grad-accum 4 --log "$TMP/again.jsonl" --ckpt-dir "$TMP/again" >/dev/null 2>&1
+same_bits "$TMP/ref" "$TMP/again" && cmp -s <(grep -o '"loss":[0-9.]*' "$TMP/ref.jsonl") <(grep -o '"loss":[0-9.]*' "$TMP/again.jsonl") &&
+  ok "llama-tiny repeats bit for bit" || bad "llama-tiny repeats"
+
+# ---- every layout against one process ----
+lay_bad=0
+for lay in "d2z1|--nproc 2 --zero 1 --batch 2 --grad-accum 2" "d4z3|--nproc 4 --zero 3 --batch 2" \
+           "t2sp|--nproc 2 --tp 2 --sp --batch 2 --grad-accum 4" "p2|--nproc 2 --pp 2 --micro-batches 4 --batch 2" \
+           "d2t2p2|--nproc 8 --dp 2 --tp 2 --pp 2 --zero 1 --micro-batches 2 --batch 2" \
+           "p2v2|--nproc 2 --pp 2 --virtual-stages 2 --micro-batches 4 --batch 2"; do
+  name=${lay%%|*}; flags=${lay#*|}
+  "$BIN" $R $flags --log "$TMP/$name.jsonl" --ckpt-dir "$TMP/$name" >"$TMP/l.out" 2>&1 ||
+    { lay_bad=1; echo "     $name: $(tail -1 "$TMP/l.out")"; continue; }
+  rel=$(params_rel "$TMP/ref" "$TMP/$name")
+  losses_match "$TMP/ref.jsonl" "$TMP/$name.jsonl" && awk -v r="$rel" 'BEGIN { exit !(r < 1e-4) }' ||
+    { lay_bad=1; echo "     $name: losses differ or parameters by $rel"; }
+done
+[ $lay_bad -eq 0 ] && ok "llama-tiny on dp=2 ZeRO-1, dp=4 ZeRO-3, tp=2 --sp, pp=2, 2×2×2 and pp=2 interleaved tracks one process" ||
+  bad "LLaMA layouts"
+
+# ---- bf16, recomputation, resume ----
+"$BIN" $R --batch 2 --grad-accum 4 --precision bf16 --log "$TMP/bf.jsonl" >"$TMP/bf.out" 2>&1
+worst=$(paste -d' ' <(grep -o '"loss":[0-9.]*' "$TMP/ref.jsonl" | cut -d: -f2) <(grep -o '"loss":[0-9.]*' "$TMP/bf.jsonl" | cut -d: -f2) |
+        awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) w = d } END { print w + 0 }')
+awk -v w="$worst" 'BEGIN { exit !(w < 0.01) }' && ok "llama-tiny in bf16: losses within $worst of fp32's" ||
+  bad "LLaMA bf16: losses off by $worst" "$(tail -1 "$TMP/bf.out")"
+rc_bad=0
+for m in selective full; do
+  "$BIN" $R --batch 2 --grad-accum 4 --recompute $m --ckpt-dir "$TMP/rc_$m" >/dev/null 2>&1
+  same_bits "$TMP/ref" "$TMP/rc_$m" || { rc_bad=1; echo "     --recompute $m changes the checkpoint"; }
+done
+[ $rc_bad -eq 0 ] && ok "--recompute selective and full leave llama-tiny's checkpoint bit for bit" || bad "LLaMA recompute"
+"$BIN" $R --batch 2 --grad-accum 4 --exit-after 5 --ckpt-dir "$TMP/part" >/dev/null 2>&1
+"$BIN" $R --batch 2 --grad-accum 4 --resume --ckpt-dir "$TMP/part" >"$TMP/res.out" 2>&1
+same_bits "$TMP/ref" "$TMP/part" && ok "llama-tiny resumes bit for bit" || bad "LLaMA resume" "$(tail -1 "$TMP/res.out")"
+
+# ---- the planner's bytes are the run's ----
+"$BIN" $B --steps 1 --batch 4 --log "$TMP/pl.jsonl" >/dev/null 2>&1
+want=$(grep -o '"acts":[0-9]*' "$TMP/pl.jsonl" | head -1 | cut -d: -f2)
+out=$("$BIN" plan --model llama-tiny --vocab 256 --micro-batch 4 --global-batch 4 --seq 64 --dp 1 --devices 1 --precision fp32 --json)
+got=$(echo "$out" | grep -o '"activations_bytes":[0-9]*' | cut -d: -f2)
+np=$(echo "$out" | grep -o '"params":[0-9]*' | head -1 | cut -d: -f2)
+grep -q "params:    0.80M ($np;" "$TMP/long.out" && [ -n "$want" ] && [ "$got" = "$want" ] &&
+  ok "tessera plan --model llama-tiny: $np parameters and $got activation bytes, as the run has" ||
+  bad "planner against the LLaMA run: params $np, activations $got against $want"
+
+# ---- a split the key/value heads do not allow ----
+"$BIN" $B --steps 1 --nproc 4 --tp 4 >"$TMP/e.out" 2>&1
+[ $? -eq 2 ] && grep -q "tessera train: --tp 4 does not divide the model's 2 key/value heads" "$TMP/e.out" &&
+  ok "--tp 4 on llama-tiny's 2 key/value heads: one line, exit 2" || bad "tp over kv heads" "$(cat "$TMP/e.out")"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
