@@ -39,3 +39,24 @@ if [ ! -f ../shared/data/gpt2/encoder.json ] && [ ! -f data/gpt2/encoder.json ];
     echo "deps: no ../shared/data/gpt2 and no npm: --tokenizer gpt2 needs encoder.json and vocab.bpe (set TESSERA_GPT2_DIR)"
   fi
 fi
+
+# LLaMA's vocabulary (vocab.txt, merges.bin): ../shared/data/llama when
+# present; otherwise the two base64 constants baked into the npm package
+# llama-tokenizer-js@1.2.2, decoded into data/llama (the pieces by id, '\n'
+# between them; the merges as little-endian uint16 pairs).
+if [ ! -f ../shared/data/llama/vocab.txt ] && [ ! -f data/llama/vocab.txt ]; then
+  if command -v npm >/dev/null; then
+    echo "deps: extracting LLaMA's vocabulary (npm pack llama-tokenizer-js@1.2.2) into data/llama"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack --silent llama-tokenizer-js@1.2.2 >/dev/null && tar xzf llama-tokenizer-js-1.2.2.tgz)
+    js="$tmp/package/llama-tokenizer.js"
+    mkdir -p data/llama
+    sed -n 's/^const llama_vocab_base64 = "\(.*\)"$/\1/p' "$js" | base64 -d > data/llama/vocab.txt.tmp &&
+      sed -n 's/^const llama_merges_binary = "\(.*\)"$/\1/p' "$js" | base64 -d > data/llama/merges.bin &&
+      [ -s data/llama/merges.bin ] && mv data/llama/vocab.txt.tmp data/llama/vocab.txt ||
+      echo "deps: could not extract LLaMA's vocabulary from $js"
+    rm -rf "$tmp" data/llama/vocab.txt.tmp
+  else
+    echo "deps: no ../shared/data/llama and no npm: --tokenizer llama needs vocab.txt and merges.bin (set TESSERA_LLAMA_DIR)"
+  fi
+fi

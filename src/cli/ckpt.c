@@ -68,7 +68,7 @@ int cmd_import(int argc, char **argv) {
         {"in", FLAG_STR, &in, 0, 0, "FILE", "safetensors file with Hugging Face GPT-2 names (required)", 0, NULL},
         {"out", FLAG_STR, &out, 0, 0, "DIR", "run directory for the step-0 checkpoint (required)", 0, NULL},
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "preset whose head count to use (default: d_model/64, as GPT-2)", 0, NULL},
-        {"tokenizer", FLAG_STR, &tokenizer, 0, 0, "gpt2|byte", "tokenizer recorded for sample/eval (default gpt2)", 0, NULL},
+        {"tokenizer", FLAG_STR, &tokenizer, 0, 0, "gpt2|llama|byte", "tokenizer recorded for sample/eval (default gpt2)", 0, NULL},
     };
     int nf = 4, help;
     Json *unused = NULL;

@@ -121,7 +121,7 @@ int cmd_prepare(int argc, char **argv) {
     Flag f[] = {
         {"input", FLAG_STR, NULL, 0, 0, "PATH...", "text files or directories (every file in them, recursively) (required)", 0, NULL},   // parsed above, listed for --help
         {"out", FLAG_STR, &out, 0, 0, "DIR", "output directory for val_*.bin and train_*.bin (required)", 0, NULL},
-        {"tokenizer", FLAG_STR, &name, 0, 0, "gpt2|byte", "gpt2 (default) or byte", 0, NULL},
+        {"tokenizer", FLAG_STR, &name, 0, 0, "gpt2|llama|byte", "gpt2 (default), llama or byte", 0, NULL},
         {"val-fraction", FLAG_FLOAT, &val_fraction, 0, 0.9, "F", "fraction of the input bytes for validation, taken first (default 0.1)", 0, NULL},
         {"shard-tokens", FLAG_U64, &shard_u, 1024, 2147483647.0, "N", "tokens per shard at most (default 100000000)", 0, NULL},
         {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0, NULL},
@@ -190,7 +190,9 @@ int cmd_prepare(int argc, char **argv) {
         size_t *cut = malloc((capp + 1) * sizeof *cut);
         cut[0] = 0;
         while (cut[np] < len) {
-            size_t start = cut[np], target = start + PIECE_BYTES;
+            // LLaMA's tokenizer has no safe cut points: a file (or its val and
+            // train parts) is one sequence
+            size_t start = cut[np], target = tok.kind == TOK_LLAMA ? len : start + PIECE_BYTES;
             int64_t vb = val_bytes - done_bytes;
             if (vb > (int64_t)start && (size_t)vb < target) target = (size_t)vb;
             size_t p = target >= len ? len : bpe_split_point((const unsigned char *)text, target, len);
@@ -202,8 +204,8 @@ int cmd_prepare(int argc, char **argv) {
         #pragma omp parallel for schedule(dynamic, 1)
         for (size_t k = 0; k < np; k++) {
             size_t n = cut[k + 1] - cut[k];
-            ids[k] = malloc((n + 1) * sizeof **ids);
-            nids[k] = (int64_t)tokenizer_encode_with(&tok, states[omp_get_thread_num()], text + cut[k], n, ids[k], n + 1);
+            ids[k] = malloc((n + 2) * sizeof **ids);
+            nids[k] = (int64_t)tokenizer_encode_with(&tok, states[omp_get_thread_num()], text + cut[k], n, ids[k], n + 2);
         }
         int bad = 0;
         for (size_t k = 0; k < np; k++) {

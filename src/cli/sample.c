@@ -93,7 +93,7 @@ int cmd_sample(int argc, char **argv) {
     ModelSlice sl = slice_whole(&mc);
     if (stage_init(&st, &mc, &sl, 1, mc.max_seq, 1, stage_prec_flag(prec), &e) || ckpt_load_params(ck, &st.table, st.params, &e)) goto fail;
     size_t plen = strlen(prompt);
-    int total = (int)plen + tokens + 1;
+    int total = (int)plen + tokens + 2;
     int *ids = malloc((size_t)(total > 0 ? total : 1) * sizeof *ids);
     float *logits = malloc((size_t)mc.vocab_padded * sizeof *logits);
     int n;
@@ -101,7 +101,7 @@ int cmd_sample(int argc, char **argv) {
         ids[0] = tok.eot;   // no prompt: start a new document, as GPT-2 does
         n = 1;
     } else {
-        n = (int)tokenizer_encode(&tok, prompt, plen, ids, plen);
+        n = (int)tokenizer_encode(&tok, prompt, plen, ids, plen + 2);
         fputs(prompt, stdout);
     }
     fflush(stdout);

@@ -31,7 +31,7 @@ int cmd_tokenize(int argc, char **argv) {
     const char *name = "gpt2";
     int decode = 0;
     Flag f[] = {
-        {"tokenizer", FLAG_STR, &name, 0, 0, "gpt2|byte", "tokenizer (default gpt2)", 0, NULL},
+        {"tokenizer", FLAG_STR, &name, 0, 0, "gpt2|llama|byte", "tokenizer (default gpt2)", 0, NULL},
         {"decode", FLAG_BOOL, &decode, 0, 0, "", "read ids, write text", 0, NULL},
     };
     int nf = 2, help;
@@ -39,7 +39,7 @@ int cmd_tokenize(int argc, char **argv) {
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "tokenize", &help, &unused, &e)) return cli_fail("tokenize", &e);
     if (help) {
-        printf("usage: tessera tokenize [--tokenizer gpt2|byte] [--decode] < input\n\n"
+        printf("usage: tessera tokenize [--tokenizer gpt2|llama|byte] [--decode] < input\n\n"
                "Text on stdin to token ids on stdout (space-separated), or ids back to text.\n\n");
         flags_print(f, nf);
         return 0;
@@ -51,14 +51,15 @@ int cmd_tokenize(int argc, char **argv) {
     if (!in) { tokenizer_close(&tok); err_set(&e, ERR_RUN, "out of memory reading stdin"); return cli_fail("tokenize", &e); }
     int rc = 0;
     if (!decode) {
-        int *ids = malloc((len + 1) * sizeof *ids);
-        size_t n = tokenizer_encode(&tok, in, len, ids, len + 1);
+        int *ids = malloc((len + 2) * sizeof *ids);
+        size_t n = tokenizer_encode(&tok, in, len, ids, len + 2);
         for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
         putchar('\n');
         free(ids);
     } else {
         char *p = in, *end;
         char buf[256];
+        int front = tokenizer_front_space(&tok);   // the space the encoder put in front goes again
         for (;;) {
             while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
             if (!*p) break;
@@ -70,7 +71,9 @@ int cmd_tokenize(int argc, char **argv) {
                 rc = cli_fail("tokenize", &e);
                 break;
             }
-            fwrite(buf, 1, tokenizer_decode(&tok, (int)id, buf, sizeof buf), stdout);
+            size_t n = tokenizer_decode(&tok, (int)id, buf, sizeof buf), skip = front && n && buf[0] == ' ';
+            if (n) front = 0;
+            fwrite(buf + skip, 1, n - skip, stdout);
             p = end;
         }
     }

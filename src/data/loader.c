@@ -132,9 +132,9 @@ static int open_text(Loader *l, const char *path, const Tokenizer *tok, Err *err
     size_t len;
     if (file_read(path, &text, &len, 0, err)) return -1;
     Source s = {0};
-    s.owned = malloc((len + 1) * sizeof *s.owned);
+    s.owned = malloc((len + 2) * sizeof *s.owned);
     if (!s.owned) { free(text); return err_set(err, ERR_RUN, "%s: out of memory", path); }
-    s.ntok = (int64_t)tokenizer_encode(tok, text, len, s.owned, len + 1);
+    s.ntok = (int64_t)tokenizer_encode(tok, text, len, s.owned, len + 2);
     free(text);
     if (add_source(l, &s)) { free(s.owned); return err_set(err, ERR_RUN, "out of memory"); }
     return 0;

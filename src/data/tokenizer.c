@@ -7,22 +7,31 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int has_vocab(const char *dir) {
+// The files each tokenizer reads, and where: {env, directory under data/,
+// the two files}.
+typedef struct { const char *env, *sub, *files[2]; } VocabPlace;
+static const VocabPlace gpt2_place = {"TESSERA_GPT2_DIR", "gpt2", {"encoder.json", "vocab.bpe"}};
+static const VocabPlace llama_place = {"TESSERA_LLAMA_DIR", "llama", {"vocab.txt", "merges.bin"}};
+
+static int has_vocab(const char *dir, const VocabPlace *v) {
     char p[PATH_MAX + 32];
     struct stat st;
-    snprintf(p, sizeof p, "%s/encoder.json", dir);
-    if (stat(p, &st)) return 0;
-    snprintf(p, sizeof p, "%s/vocab.bpe", dir);
-    return stat(p, &st) == 0;
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, v->files[i]);
+        if (stat(p, &st)) return 0;
+    }
+    return 1;
 }
 
-// Finds the GPT-2 vocabulary directory (see tokenizer.h) into dir.
-static int find_gpt2_dir(char *dir, size_t cap) {
-    const char *env = getenv("TESSERA_GPT2_DIR");
+// Finds a vocabulary directory (see tokenizer.h) into dir.
+static int find_vocab_dir(const VocabPlace *v, char *dir, size_t cap) {
+    const char *env = getenv(v->env);
     if (env && *env) { snprintf(dir, cap, "%s", env); return 1; }
-    const char *rel[] = {"data/gpt2", "../shared/data/gpt2"};
+    char rel[2][64];
+    snprintf(rel[0], sizeof rel[0], "data/%s", v->sub);
+    snprintf(rel[1], sizeof rel[1], "../shared/data/%s", v->sub);
     for (int i = 0; i < 2; i++)
-        if (has_vocab(rel[i])) { snprintf(dir, cap, "%s", rel[i]); return 1; }
+        if (has_vocab(rel[i], v)) { snprintf(dir, cap, "%s", rel[i]); return 1; }
     char exe[PATH_MAX / 2];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
@@ -31,7 +40,7 @@ static int find_gpt2_dir(char *dir, size_t cap) {
         if (slash) *slash = 0;
         for (int i = 0; i < 2; i++) {
             snprintf(dir, cap, "%s/%s", exe, rel[i]);
-            if (has_vocab(dir)) return 1;
+            if (has_vocab(dir, v)) return 1;
         }
     }
     return 0;
@@ -48,7 +57,7 @@ int tokenizer_open(Tokenizer *t, const char *name, Err *err) {
     }
     if (strcmp(name, "gpt2") == 0) {
         char dir[PATH_MAX];
-        if (!find_gpt2_dir(dir, sizeof dir))
+        if (!find_vocab_dir(&gpt2_place, dir, sizeof dir))
             return err_set(err, ERR_USAGE, "--tokenizer gpt2: encoder.json and vocab.bpe not found "
                                            "(set TESSERA_GPT2_DIR, or run scripts/deps.sh to fetch them into data/gpt2)");
         if (bpe_load(&t->bpe, dir, err)) return -1;
@@ -60,17 +69,31 @@ int tokenizer_open(Tokenizer *t, const char *name, Err *err) {
         snprintf(t->name, sizeof t->name, "gpt2");
         return 0;
     }
-    return err_set(err, ERR_USAGE, "--tokenizer: unknown tokenizer '%s' (known: gpt2, byte)", name);
+    if (strcmp(name, "llama") == 0) {
+        char dir[PATH_MAX];
+        if (!find_vocab_dir(&llama_place, dir, sizeof dir))
+            return err_set(err, ERR_USAGE, "--tokenizer llama: vocab.txt and merges.bin not found (set TESSERA_LLAMA_DIR, "
+                                           "or run scripts/deps.sh to extract them from llama-tokenizer-js into data/llama)");
+        if (spm_load(&t->spm, dir, err)) return -1;
+        t->kind = TOK_LLAMA;
+        t->vocab = spm_vocab(t->spm);
+        t->eot = -1;   // every text is a sequence of its own, opened by <s>
+        snprintf(t->name, sizeof t->name, "llama");
+        return 0;
+    }
+    return err_set(err, ERR_USAGE, "--tokenizer: unknown tokenizer '%s' (known: gpt2, llama, byte)", name);
 }
 
 void tokenizer_close(Tokenizer *t) {
     bpe_state_free(t->state);
     bpe_free(t->bpe);
+    spm_free(t->spm);
     memset(t, 0, sizeof *t);
 }
 
 size_t tokenizer_encode_with(const Tokenizer *t, BpeState *st, const char *text, size_t len, int *ids, size_t cap) {
     if (t->kind == TOK_GPT2) return bpe_encode(st, text, len, ids, cap);
+    if (t->kind == TOK_LLAMA) return spm_encode(t->spm, text, len, ids, cap);
     for (size_t i = 0; i < len && i < cap; i++) ids[i] = (unsigned char)text[i];
     return len;
 }
@@ -79,7 +102,10 @@ size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int *i
     return tokenizer_encode_with(t, t->state, text, len, ids, cap);
 }
 
+int tokenizer_front_space(const Tokenizer *t) { return t->kind == TOK_LLAMA; }
+
 size_t tokenizer_decode(const Tokenizer *t, int id, char *out, size_t cap) {
+    if (t->kind == TOK_LLAMA) return spm_decode(t->spm, id, out, cap);
     if (t->kind == TOK_GPT2) {
         size_t n;
         const unsigned char *p = bpe_token(t->bpe, id, &n);
@@ -95,5 +121,6 @@ size_t tokenizer_decode(const Tokenizer *t, int id, char *out, size_t cap) {
 int tokenizer_vocab_of(const char *name) {
     if (!strcmp(name, "gpt2")) return 50257;
     if (!strcmp(name, "byte")) return 256;
+    if (!strcmp(name, "llama")) return 32000;
     return -1;
 }

@@ -50,7 +50,10 @@ struct Trainer {
 };
 
 double train_flops_per_token(const ModelConfig *c, int T) {
-    return 6.0 * (double)config_param_count(c, 0) + 12.0 * c->n_layer * (double)T * c->d_model;
+    // an untied token embedding is only looked up: its rows cost no FLOPs
+    // (a tied one is the head's GEMM too, and counts)
+    double lookup = arch_of(c)->tied_head ? 0.0 : (double)c->vocab * c->d_model;
+    return 6.0 * ((double)config_param_count(c, 0) - lookup) + 12.0 * c->n_layer * (double)T * c->d_model;
 }
 
 int train_evaluate(Stage *st, Pipe *p, Loader *val, int max_batches, double *sum, int64_t *ntok, Err *err) {

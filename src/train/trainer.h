@@ -82,7 +82,8 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err);
 int train_run(const TrainConfig *tc, Mesh *m, Err *err);
 
 // FLOPs of one training step per token: 6·N + 12·L·T·C (PaLM's convention:
-// N parameters without padding, plus attention's score/value products).
+// N parameters without padding — an untied token embedding, a lookup, left
+// out — plus attention's score/value products).
 double train_flops_per_token(const ModelConfig *c, int T);
 
 // The sum of the per-token losses of the model over the validation loader

@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
-# LLaMA as a user trains it (tessera train --model llama-tiny): it learns
-# Tiny Shakespeare and repeats bit for bit, every layout tracks one process,
+# LLaMA as a user trains it (tessera train --model llama-tiny, --tokenizer
+# llama): the tokenizer from the command line, it learns Tiny Shakespeare
+# (text and prepared shards) and repeats bit for bit, every layout tracks one process,
 # bf16 and recomputation work on it, a run resumes bit for bit, the planner
 # counts its bytes exactly, and a split its key/value heads do not allow is
 # refused. Run from the repository root.
 source "$(dirname "$0")/lib.sh"
 B="train --model llama-tiny --data $DATA --tokenizer byte --seed 5"
 
-# ---- learns, and repeats bit for bit ----
-"$BIN" $B --steps 300 --log-every 100 --log "$TMP/long.jsonl" >"$TMP/long.out" 2>&1 || echo "     $(tail -1 "$TMP/long.out")"
+# ---- the LLaMA tokenizer from the command line ----
+printf 'Hello world!' | "$BIN" tokenize --tokenizer llama >"$TMP/ids.txt" 2>&1
+printf 'Über  naïve 日本\n\tend ' >"$TMP/hard.txt"
+"$BIN" tokenize --tokenizer llama <"$TMP/hard.txt" | "$BIN" tokenize --tokenizer llama --decode >"$TMP/back.txt" 2>&1
+[ "$(cat "$TMP/ids.txt")" = "1 15043 3186 29991" ] && cmp -s "$TMP/hard.txt" "$TMP/back.txt" &&
+  ok "tessera tokenize --tokenizer llama: 'Hello world!' is 1 15043 3186 29991, and text decodes back" ||
+  bad "tokenize --tokenizer llama" "$(cat "$TMP/ids.txt")" "$(od -c "$TMP/back.txt" | head -2)"
+
+# ---- learns with the LLaMA tokenizer, from prepared shards too ----
+"$BIN" train --model llama-tiny --data "$DATA" --tokenizer llama --seed 5 --batch 4 --steps 300 --log-every 100 \
+  --log "$TMP/long.jsonl" >"$TMP/long.out" 2>&1 || echo "     $(tail -1 "$TMP/long.out")"
 l=$(field "$TMP/long.jsonl" loss)
-grep -q "model:     llama-tiny — 4 layers, 4 heads" "$TMP/long.out" && awk -v l="$l" 'BEGIN { exit !(l < 2.3) }' &&
-  ok "llama-tiny learns Tiny Shakespeare: loss $l after 300 steps (byte tokenizer)" || bad "llama-tiny: loss $l after 300 steps"
+grep -q "model:     llama-tiny — 4 layers, 4 heads" "$TMP/long.out" && grep -q "368634 tokens (llama tokenizer)" "$TMP/long.out" &&
+  awk -v l="$l" 'BEGIN { exit !(l < 6.0) }' &&
+  ok "llama-tiny learns Tiny Shakespeare with --tokenizer llama: loss $l after 300 steps (from ln 32000 = 10.37)" ||
+  bad "llama-tiny with the llama tokenizer: loss $l after 300 steps" "$(tail -1 "$TMP/long.out")"
+"$BIN" prepare --input "$DATA" --out "$TMP/shards" --tokenizer llama >"$TMP/prep.out" 2>&1 &&
+  "$BIN" train --model llama-tiny --data "$TMP/shards" --tokenizer llama --steps 2 --batch 2 >"$TMP/sh.out" 2>&1 &&
+  grep -q "368635 tokens" "$TMP/prep.out" && ok "prepare --tokenizer llama writes shards llama-tiny trains on" ||
+  bad "prepare --tokenizer llama" "$(tail -1 "$TMP/prep.out")" "$(tail -1 "$TMP/sh.out")"
+
+# ---- repeats bit for bit ----
 R="$B --steps 12 --log-every 1 --lr 1e-3 --warmup 2"
 "$BIN" $R --batch 2 --grad-accum 4 --log "$TMP/ref.jsonl" --ckpt-dir "$TMP/ref" >/dev/null 2>&1
 "$BIN" $R --batch 2 --grad-accum 4 --log "$TMP/again.jsonl" --ckpt-dir "$TMP/again" >/dev/null 2>&1
@@ -51,12 +69,12 @@ done
 same_bits "$TMP/ref" "$TMP/part" && ok "llama-tiny resumes bit for bit" || bad "LLaMA resume" "$(tail -1 "$TMP/res.out")"
 
 # ---- the planner's bytes are the run's ----
-"$BIN" $B --steps 1 --batch 4 --log "$TMP/pl.jsonl" >/dev/null 2>&1
+"$BIN" $B --steps 1 --batch 4 --log "$TMP/pl.jsonl" >"$TMP/pl.out" 2>&1
 want=$(grep -o '"acts":[0-9]*' "$TMP/pl.jsonl" | head -1 | cut -d: -f2)
 out=$("$BIN" plan --model llama-tiny --vocab 256 --micro-batch 4 --global-batch 4 --seq 64 --dp 1 --devices 1 --precision fp32 --json)
 got=$(echo "$out" | grep -o '"activations_bytes":[0-9]*' | cut -d: -f2)
 np=$(echo "$out" | grep -o '"params":[0-9]*' | head -1 | cut -d: -f2)
-grep -q "params:    0.80M ($np;" "$TMP/long.out" && [ -n "$want" ] && [ "$got" = "$want" ] &&
+grep -q "params:    0.80M ($np;" "$TMP/pl.out" && [ -n "$want" ] && [ "$got" = "$want" ] &&
   ok "tessera plan --model llama-tiny: $np parameters and $got activation bytes, as the run has" ||
   bad "planner against the LLaMA run: params $np, activations $got against $want"
 
