@@ -1,7 +1,9 @@
 // bench_tokenizer — GPT-2 encoding throughput on a text file repeated to at
 // least 20 MB: one thread with one state, then all threads over pieces cut
-// with bpe_split_point (as tessera prepare does). Caches start cold.
-//   bench_tokenizer FILE THREADS
+// with bpe_split_point (as tessera prepare does). Caches start cold. With
+// "llama": LLaMA's tokenizer on the file as one sequence (it has no safe cut
+// points), the best of three.
+//   bench_tokenizer FILE THREADS [llama]
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +12,37 @@
 #include "core/timer.h"
 #include "data/tokenizer.h"
 
+static int bench_llama(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { perror(path); return 2; }
+    fseek(f, 0, SEEK_END);
+    size_t n = (size_t)ftell(f);
+    rewind(f);
+    char *text = malloc(n);
+    if (fread(text, 1, n, f) != n) return 2;
+    fclose(f);
+    Err e;
+    Tokenizer tok;
+    if (tokenizer_open(&tok, "llama", &e)) { fprintf(stderr, "%s\n", e.msg); return 1; }
+    int *ids = malloc((n + 2) * sizeof *ids);
+    double best = 1e30;
+    size_t m = 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = timer_now();
+        m = tokenizer_encode(&tok, text, n, ids, n + 2);
+        double t = timer_now() - t0;
+        if (t < best) best = t;
+    }
+    printf("tessera llama tokenizer                %7.2f MB/s   %zu ids   %.3f s\n", n / 1e6 / best, m, best);
+    tokenizer_close(&tok);
+    free(ids);
+    free(text);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3) { fprintf(stderr, "usage: bench_tokenizer FILE THREADS\n"); return 2; }
+    if (argc == 4 && !strcmp(argv[3], "llama")) return bench_llama(argv[1]);
+    if (argc != 3) { fprintf(stderr, "usage: bench_tokenizer FILE THREADS [llama]\n"); return 2; }
     FILE *f = fopen(argv[1], "rb");
     if (!f) { perror(argv[1]); return 2; }
     fseek(f, 0, SEEK_END);

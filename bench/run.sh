@@ -130,6 +130,41 @@ else
 fi
 
 echo
+# LLaMA against GPT-2 at the same shapes: ms/step, tokens/s, MFU against
+# this run's SGEMM ceiling (goal: LLaMA's MFU within 5 points of GPT-2's).
+echo "LLaMA and GPT-2, 4 steps (the faster of steps 2-4), MFU against the SGEMM ceiling above:"
+lgrow() {   # model B T
+  local log; log=$(mktemp)
+  ./tessera train --model "$1" --data "$TEXT" --batch "$2" --seq "$3" --steps 4 --log-every 1 --threads "$THREADS" \
+    --peak-gflops "$ceiling" --log "$log" >"$log.out" 2>&1
+  local best; best=$(grep -o '"ms":[0-9.]*' "$log" | tail -3 | cut -d: -f2 | sort -n | head -1)
+  local mfu; mfu=$(grep -o '"ms":[0-9.]*,"tokens_per_s":[0-9.]*,"mfu":[0-9.]*' "$log" | tail -3 | sort -t: -k2 -n | head -1 | sed 's/.*"mfu"://')
+  LG_MFU=$(awk -v m="$mfu" 'BEGIN { print 100 * m }')
+  printf '  %-11s B=%d T=%-4d %9.1f ms/step %9.0f tokens/s   MFU %5.1f%%\n' "$1" "$2" "$3" "$best" \
+    "$(awk -v b="$2" -v t="$3" -v ms="$best" 'BEGIN { print b * t / ms * 1000 }')" "$LG_MFU"
+  rm -f "$log" "$log.out"
+}
+for shape in "4 64" "8 256"; do
+  read -r bb tt <<<"$shape"
+  lgrow gpt2-124m $bb $tt; g_mfu=$LG_MFU
+  lgrow llama-120m $bb $tt; l_mfu=$LG_MFU
+  awk -v g="$g_mfu" -v l="$l_mfu" 'BEGIN { printf "  LLaMA - GPT-2: %+.1f MFU points (goal >= -5)\n", l - g }'
+done
+echo
+
+echo "LLaMA tokenizer: tinyshakespeare as one sequence (the goal: >= 5x llama-tokenizer-js)"
+$B/bench_tokenizer "$TEXT" 1 llama
+if command -v node >/dev/null; then
+  if [ ! -d build/node/node_modules/llama-tokenizer-js ]; then
+    npm install --silent --prefix build/node llama-tokenizer-js@1.2.2 >/dev/null 2>&1 || true
+  fi
+  if [ -d build/node/node_modules/llama-tokenizer-js ]; then
+    cp bench/llama_tok_bench.mjs build/node/ && node build/node/llama_tok_bench.mjs "$TEXT"
+  else
+    echo "(llama-tokenizer-js could not be installed from npm: no reference row)"
+  fi
+fi
+echo
 echo "GPT-2 tokenizer: tinyshakespeare repeated to >= 20 MB"
 $B/bench_tokenizer "$TEXT" "$THREADS"
 if command -v node >/dev/null; then
