@@ -48,7 +48,7 @@ expect_error "sample of a missing ckpt" 2 "no such checkpoint"         -- sample
 
 if "$BIN" --help | grep -q "train" && "$BIN" train --help | grep -q -- "--grad-accum"; then ok "help"; else bad "help"; fi
 # Flag lists: a metavar after a flag that takes a value, none after a boolean.
-if "$BIN" tokenize --help | grep -qE '^  --tokenizer gpt2\|byte +tokenizer' &&
+if "$BIN" tokenize --help | grep -qE '^  --tokenizer gpt2\|llama\|byte +tokenizer' &&
    "$BIN" tokenize --help | grep -qE '^  --decode +read ids' &&
    "$BIN" plan --help | grep -qE '^  --json +one JSON' && "$BIN" plan --help | grep -qE '^  --sp +sequence' &&
    "$BIN" plan --help | grep -qE '^  --top N +layouts' &&
