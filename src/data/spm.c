@@ -93,7 +93,10 @@ int spm_load(Spm **out, const char *dir, Err *err) {
     size_t nm = mlen / 4;
     for (s->mcap = 1; s->mcap < 2 * nm + 2; s->mcap *= 2) {}
     s->merge = calloc(s->mcap, sizeof *s->merge);
-    if (!s->piece || !s->len || !s->byte_id || !s->slot || !s->merge) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
+    if (!s->piece || !s->len || !s->byte_id || !s->slot || !s->merge) {
+        err_set(err, ERR_RUN, "out of memory");
+        goto fail;
+    }
     char *p = s->text;
     for (int id = 0; id < s->n; id++) {
         char *e = memchr(p, '\n', vlen - (size_t)(p - s->text));
@@ -118,10 +121,18 @@ int spm_load(Spm **out, const char *dir, Err *err) {
     for (size_t m = 0; m < nm; m++) {
         const unsigned char *q = (const unsigned char *)mbuf + 4 * m;
         int a = q[0] | q[1] << 8, b = q[2] | q[3] << 8;
-        if (a >= s->n || b >= s->n) { err_set(err, ERR_USAGE, "%s: merge %zu names piece %d of %d", path, m, a > b ? a : b, s->n); goto fail; }
+        if (a >= s->n || b >= s->n) {
+            err_set(err, ERR_USAGE, "%s: merge %zu names piece %d of %d", path, m, a > b ? a : b, s->n);
+            goto fail;
+        }
         char cat[512];
         size_t la = (size_t)s->len[a], lb = (size_t)s->len[b];
-        int r = la + lb <= sizeof cat ? (memcpy(cat, s->piece[a], la), memcpy(cat + la, s->piece[b], lb), piece_id(s, cat, la + lb)) : -1;
+        int r = -1;
+        if (la + lb <= sizeof cat) {
+            memcpy(cat, s->piece[a], la);
+            memcpy(cat + la, s->piece[b], lb);
+            r = piece_id(s, cat, la + lb);
+        }
         MergeSlot *ms = merge_slot(s, (uint32_t)a * 65536u + (uint32_t)b + 1);
         *ms = (MergeSlot){(uint32_t)a * 65536u + (uint32_t)b + 1, (int)(2 * m + 1), r};
     }

@@ -1,5 +1,7 @@
 #include "model/arch.h"
 
+#include <string.h>
+
 const Arch *arch_of(const ModelConfig *c) { return c->arch == ARCH_LLAMA ? &arch_llama : &arch_gpt2; }
 
 int64_t arch_dim(const ModelConfig *c, Dim d, int padded) {
@@ -38,6 +40,24 @@ int64_t arch_tied_copy(const ModelConfig *c, int tp, int padded) {
 int64_t config_param_count(const ModelConfig *c, int padded) {
     return arch_part_params(c, PART_EMBED, 1, padded) + c->n_layer * arch_part_params(c, PART_BLOCK, 1, padded) +
            arch_part_params(c, PART_FINAL, 1, padded);
+}
+
+float *arch_own_rows(const LocalDims *d, float *full) { return full + (size_t)d->s0 * d->C; }
+
+const float *arch_rows_of_dres(const BlockRun *r, float *dy) {
+    const LocalDims *d = r->d;
+    if (!d->sp) return r->dres;
+    memcpy(arch_own_rows(d, dy), r->dres, (size_t)d->Ns * d->C * sizeof(float));
+    tp_gather(r->tp, dy, d->N, d->C);
+    return dy;
+}
+
+void arch_norm_grads_done(const BlockRun *r, float *partial, int k, const int *which) {
+    if (!r->d->sp) return;
+    size_t C = (size_t)r->d->C;
+    tp_sum(r->tp, partial, (size_t)k * C);
+    for (int i = 0; i < k; i++)
+        for (size_t c = 0; c < C; c++) r->g[which[i]][c] += partial[(size_t)i * C + c];
 }
 
 void arch_stored(const Arch *ar, const BlockRun *r, int j) {

@@ -121,6 +121,18 @@ typedef struct Arch {
 
 extern const Arch arch_gpt2, arch_llama;
 
+// Helpers of the blocks' tensor-parallel passes (model/gpt2, model/llama):
+// this rank's rows of a gathered (N,C) buffer; the gradient arriving at a
+// row-parallel linear's output, all N rows (the rank's dres, gathered into
+// dy under sequence parallelism); and, under sequence parallelism, where a
+// norm sees only the rank's rows so its parameters' gradients are partial,
+// the k vectors of C the backward gathered in `partial` summed over the TP
+// ranks and added to the gradients which[0..k) (Megatron-LM sums them the
+// same way, once per step).
+float *arch_own_rows(const LocalDims *d, float *full);
+const float *arch_rows_of_dres(const BlockRun *r, float *dy);
+void arch_norm_grads_done(const BlockRun *r, float *partial, int k, const int *which);
+
 // A block's forward has finished writing activation j (before anything
 // reads it): under bf16/fp16, unless the arch keeps it in fp32, its values
 // are rounded in place to what the 16-bit store will hold, so that the

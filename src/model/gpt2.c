@@ -96,15 +96,12 @@ static size_t scratch_floats(const LocalDims *d, int i) {
 
 static void stored(const BlockRun *r, int j) { arch_stored(&arch_gpt2, r, j); }
 
-// This rank's rows of a gathered (N,C) buffer.
-static float *own_rows(const LocalDims *d, float *full) { return full + (size_t)d->s0 * d->C; }
-
 static void block_forward(const BlockRun *r) {
     float *const *w = r->w, *const *a = r->act;
     const LocalDims *d = r->d;
     int N = d->N, Ns = d->Ns, C = d->C;
     // attention: res2 = x + attn(ln1(x)·Wqkv + bqkv)·Wo + bo, heads split over TP
-    layernorm_forward(own_rows(d, a[A_LN1]), a[A_LN1_MEAN], a[A_LN1_RSTD], r->x, w[LN1_W], w[LN1_B], Ns, C);
+    layernorm_forward(arch_own_rows(d, a[A_LN1]), a[A_LN1_MEAN], a[A_LN1_RSTD], r->x, w[LN1_W], w[LN1_B], Ns, C);
     tp_gather(r->tp, a[A_LN1], N, C);
     stored(r, A_LN1);
     linear_forward(a[A_QKV], a[A_LN1], w[QKV_W], w[QKV_B], N, C, 3 * d->Cl);   // column parallel
@@ -115,7 +112,7 @@ static void block_forward(const BlockRun *r) {
     residual_forward(a[A_RES2], r->x, tp_reduce(r->tp, r->tmp, N, C), w[ATT_B], Ns, C);
     stored(r, A_RES2);
     // MLP: res3 = res2 + gelu(ln2(res2)·Wfc + bfc)·Wp + bp, columns split over TP
-    layernorm_forward(own_rows(d, a[A_LN2]), a[A_LN2_MEAN], a[A_LN2_RSTD], a[A_RES2], w[LN2_W], w[LN2_B], Ns, C);
+    layernorm_forward(arch_own_rows(d, a[A_LN2]), a[A_LN2_MEAN], a[A_LN2_RSTD], a[A_RES2], w[LN2_W], w[LN2_B], Ns, C);
     tp_gather(r->tp, a[A_LN2], N, C);
     stored(r, A_LN2);
     linear_forward(a[A_FCH], a[A_LN2], w[FC_W], w[FC_B], N, C, d->Fl);         // column parallel
@@ -134,31 +131,6 @@ static void core_forward(const BlockRun *r) {
     stored(r, A_ATTY);
 }
 
-// The gradient arriving at a row-parallel linear's output, all N rows: the
-// rank's dres, gathered under sequence parallelism.
-static const float *rows_of_dres(const BlockRun *r) {
-    const LocalDims *d = r->d;
-    if (!d->sp) return r->dres;
-    float *dy = r->scr[S_DY];
-    memcpy(own_rows(d, dy), r->dres, (size_t)d->Ns * d->C * sizeof(float));
-    tp_gather(r->tp, dy, d->N, d->C);
-    return dy;
-}
-
-// Under sequence parallelism a norm sees only the rank's rows, so its gain
-// and bias gradients are partial: the backward passes gather them in
-// scratch (n norms, gain and bias each) and this sums them over the TP
-// ranks and adds them to the gradients `which` names (Megatron-LM sums
-// them the same way, once per step).
-static void norm_grads_done(const BlockRun *r, int n, const int *which) {
-    if (!r->d->sp) return;
-    size_t C = (size_t)r->d->C;
-    float *s = r->scr[S_NORMG];
-    tp_sum(r->tp, s, 2 * (size_t)n * C);
-    for (int k = 0; k < 2 * n; k++)
-        for (size_t c = 0; c < C; c++) r->g[which[k]][c] += s[(size_t)k * C + c];
-}
-
 // dres holds d(block output) and leaves with d(block input).
 static void block_backward(const BlockRun *r) {
     float *const *w = r->w, *const *g = r->g, *const *a = r->act;
@@ -170,24 +142,26 @@ static void block_backward(const BlockRun *r) {
     float *gn[4];
     for (int k = 0; k < 4; k++) gn[k] = sp ? r->scr[S_NORMG] + (size_t)k * C : g[norms[k]];
     // MLP: res3 = res2 + gelu(ln2(res2)·Wfc + bfc)·Wp + bp
-    linear_backward(dfch, g[PROJ_W], g[PROJ_B], rows_of_dres(r), a[A_FCH_GELU], w[PROJ_W], N, d->Fl, C, 0);
+    linear_backward(dfch, g[PROJ_W], g[PROJ_B], arch_rows_of_dres(r, r->scr[S_DY]), a[A_FCH_GELU], w[PROJ_W], N,
+                    d->Fl, C, 0);
     gelu_backward(dfch, a[A_FCH], dfch, (size_t)N * d->Fl);
     linear_backward(dbtc, g[FC_W], g[FC_B], dfch, a[A_LN2], w[FC_W], N, C, d->Fl, 0);   // partial over TP
     layernorm_backward(r->dres, gn[0], gn[1], tp_reduce(r->tp, dbtc, N, C), a[A_RES2], w[LN2_W], a[A_LN2_MEAN],
                        a[A_LN2_RSTD], Ns, C);
     // Attention: res2 = x + attn(ln1(x)·Wqkv + bqkv)·Wo + bo
-    linear_backward(dbtc, g[ATT_W], g[ATT_B], rows_of_dres(r), a[A_ATTY], w[ATT_W], N, d->Cl, C, 0);
+    linear_backward(dbtc, g[ATT_W], g[ATT_B], arch_rows_of_dres(r, r->scr[S_DY]), a[A_ATTY], w[ATT_W], N, d->Cl, C,
+                    0);
     attention_backward(dqkv, dbtc, a[A_QKV], a[A_ATTY], a[A_LSE], r->scr[S_ATT], d->B, d->T, d->NHl, d->NHl,
                        d->Cl / d->NHl);
     linear_backward(dbtc, g[QKV_W], g[QKV_B], dqkv, a[A_LN1], w[QKV_W], N, C, 3 * d->Cl, 0);   // partial over TP
     layernorm_backward(r->dres, gn[2], gn[3], tp_reduce(r->tp, dbtc, N, C), r->x, w[LN1_W], a[A_LN1_MEAN],
                        a[A_LN1_RSTD], Ns, C);
-    norm_grads_done(r, 2, norms);
+    arch_norm_grads_done(r, r->scr[S_NORMG], 4, norms);
 }
 
 static void final_forward(const BlockRun *r) {
     const LocalDims *d = r->d;
-    layernorm_forward(own_rows(d, r->act[0]), r->act[1], r->act[2], r->x, r->w[LNF_W], r->w[LNF_B], d->Ns, d->C);
+    layernorm_forward(arch_own_rows(d, r->act[0]), r->act[1], r->act[2], r->x, r->w[LNF_W], r->w[LNF_B], d->Ns, d->C);
     tp_gather(r->tp, r->act[0], d->N, d->C);   // the vocabulary-parallel head reads every row
 }
 
@@ -199,7 +173,7 @@ static void final_backward(const BlockRun *r) {
     float *gw = d->sp ? r->scr[S_NORMG] : r->g[LNF_W], *gb = d->sp ? r->scr[S_NORMG] + d->C : r->g[LNF_B];
     layernorm_backward(r->dres, gw, gb, tp_reduce(r->tp, r->tmp, d->N, d->C), r->x, r->w[LNF_W], r->act[1], r->act[2],
                        d->Ns, d->C);
-    norm_grads_done(r, 1, norms);
+    arch_norm_grads_done(r, r->scr[S_NORMG], 2, norms);
 }
 
 const Arch arch_gpt2 = {

@@ -97,9 +97,6 @@ static size_t scratch_floats(const LocalDims *d, int i) {
 
 static void stored(const BlockRun *r, int j) { arch_stored(&arch_llama, r, j); }
 
-// This rank's rows of a gathered (N,C) buffer.
-static float *own_rows(const LocalDims *d, float *full) { return full + (size_t)d->s0 * d->C; }
-
 // q, k, v (and gate, up) are one matrix: checked, as the table's order
 // promises.
 static void check_fused(const BlockRun *r, float *const *t) {
@@ -116,7 +113,7 @@ static void block_forward(const BlockRun *r) {
     float eps = config_norm_eps(r->cfg);
     check_fused(r, w);
     // attention: res2 = x + attn(rope(rmsnorm(x)·[Wq;Wk;Wv]))·Wo, heads split over TP
-    rmsnorm_forward(own_rows(d, a[A_LN1]), a[A_LN1_RSTD], r->x, w[LN1_W], Ns, C, eps);
+    rmsnorm_forward(arch_own_rows(d, a[A_LN1]), a[A_LN1_RSTD], r->x, w[LN1_W], Ns, C, eps);
     tp_gather(r->tp, a[A_LN1], N, C);
     stored(r, A_LN1);
     linear_forward(a[A_QKV], a[A_LN1], w[Q_W], NULL, N, C, (int)qkv_width(d));   // column parallel
@@ -128,7 +125,7 @@ static void block_forward(const BlockRun *r) {
     residual_forward(a[A_RES2], r->x, tp_reduce(r->tp, r->tmp, N, C), NULL, Ns, C);
     stored(r, A_RES2);
     // MLP: res3 = res2 + swiglu(rmsnorm(res2)·[Wg;Wu])·Wd, columns split over TP
-    rmsnorm_forward(own_rows(d, a[A_LN2]), a[A_LN2_RSTD], a[A_RES2], w[LN2_W], Ns, C, eps);
+    rmsnorm_forward(arch_own_rows(d, a[A_LN2]), a[A_LN2_RSTD], a[A_RES2], w[LN2_W], Ns, C, eps);
     tp_gather(r->tp, a[A_LN2], N, C);
     stored(r, A_LN2);
     linear_forward(a[A_GU], a[A_LN2], w[GATE_W], NULL, N, C, 2 * d->Fl);       // column parallel
@@ -147,27 +144,6 @@ static void core_forward(const BlockRun *r) {
     stored(r, A_ATTY);
 }
 
-// The gradient arriving at a row-parallel linear's output, all N rows.
-static const float *rows_of_dres(const BlockRun *r) {
-    const LocalDims *d = r->d;
-    if (!d->sp) return r->dres;
-    float *dy = r->scr[S_DY];
-    memcpy(own_rows(d, dy), r->dres, (size_t)d->Ns * d->C * sizeof(float));
-    tp_gather(r->tp, dy, d->N, d->C);
-    return dy;
-}
-
-// Under sequence parallelism the norms' gain gradients are partial: summed
-// over the TP ranks from scratch and added to the gradients `which` names.
-static void norm_grads_done(const BlockRun *r, int n, const int *which) {
-    if (!r->d->sp) return;
-    size_t C = (size_t)r->d->C;
-    float *s = r->scr[S_NORMG];
-    tp_sum(r->tp, s, (size_t)n * C);
-    for (int k = 0; k < n; k++)
-        for (size_t c = 0; c < C; c++) r->g[which[k]][c] += s[(size_t)k * C + c];
-}
-
 // dres holds d(block output) and leaves with d(block input).
 static void block_backward(const BlockRun *r) {
     float *const *w = r->w, *const *g = r->g, *const *a = r->act;
@@ -181,22 +157,22 @@ static void block_backward(const BlockRun *r) {
     float *gn[2];
     for (int k = 0; k < 2; k++) gn[k] = sp ? r->scr[S_NORMG] + (size_t)k * C : g[norms[k]];
     // MLP: res3 = res2 + swiglu(rmsnorm(res2)·[Wg;Wu])·Wd
-    linear_backward(dh, g[DOWN_W], NULL, rows_of_dres(r), a[A_H], w[DOWN_W], N, d->Fl, C, 0);
+    linear_backward(dh, g[DOWN_W], NULL, arch_rows_of_dres(r, r->scr[S_DY]), a[A_H], w[DOWN_W], N, d->Fl, C, 0);
     swiglu_backward(dgu, a[A_GU], dh, N, d->Fl);
     linear_backward(dbtc, g[GATE_W], NULL, dgu, a[A_LN2], w[GATE_W], N, C, 2 * d->Fl, 0);   // partial over TP
     rmsnorm_backward(r->dres, gn[0], tp_reduce(r->tp, dbtc, N, C), a[A_RES2], w[LN2_W], a[A_LN2_RSTD], Ns, C);
     // attention: res2 = x + attn(rope(rmsnorm(x)·[Wq;Wk;Wv]))·Wo
-    linear_backward(dbtc, g[O_W], NULL, rows_of_dres(r), a[A_ATTY], w[O_W], N, d->Cl, C, 0);
+    linear_backward(dbtc, g[O_W], NULL, arch_rows_of_dres(r, r->scr[S_DY]), a[A_ATTY], w[O_W], N, d->Cl, C, 0);
     attention_backward(dqkv, dbtc, a[A_QKV], a[A_ATTY], a[A_LSE], r->scr[S_ATT], d->B, d->T, d->NHl, d->NKVl, HS);
     rope_backward(dqkv, d->B, d->T, d->NHl + d->NKVl, HS, qw, config_rope_theta(r->cfg));
     linear_backward(dbtc, g[Q_W], NULL, dqkv, a[A_LN1], w[Q_W], N, C, qw, 0);   // partial over TP
     rmsnorm_backward(r->dres, gn[1], tp_reduce(r->tp, dbtc, N, C), r->x, w[LN1_W], a[A_LN1_RSTD], Ns, C);
-    norm_grads_done(r, 2, norms);
+    arch_norm_grads_done(r, r->scr[S_NORMG], 2, norms);
 }
 
 static void final_forward(const BlockRun *r) {
     const LocalDims *d = r->d;
-    rmsnorm_forward(own_rows(d, r->act[0]), r->act[2], r->x, r->w[NORM_W], d->Ns, d->C, config_norm_eps(r->cfg));
+    rmsnorm_forward(arch_own_rows(d, r->act[0]), r->act[2], r->x, r->w[NORM_W], d->Ns, d->C, config_norm_eps(r->cfg));
     tp_gather(r->tp, r->act[0], d->N, d->C);   // the vocabulary-parallel head reads every row
 }
 
@@ -207,7 +183,7 @@ static void final_backward(const BlockRun *r) {
     if (d->sp) memset(r->scr[S_NORMG], 0, (size_t)d->C * sizeof(float));
     float *gw = d->sp ? r->scr[S_NORMG] : r->g[NORM_W];
     rmsnorm_backward(r->dres, gw, tp_reduce(r->tp, r->tmp, d->N, d->C), r->x, r->w[NORM_W], r->act[2], d->Ns, d->C);
-    norm_grads_done(r, 1, norms);
+    arch_norm_grads_done(r, r->scr[S_NORMG], 1, norms);
 }
 
 const Arch arch_llama = {

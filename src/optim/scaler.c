@@ -21,9 +21,10 @@ int scaler_update(LossScaler *s, int overflow, int step, Err *err) {
     double was = s->scale;
     s->scale *= 0.5;
     if (s->scale < s->cfg.min)
-        return err_set(err, ERR_RUN, "fp16 gradients overflowed at step %d with the loss scale at %g: halved to %g, below "
-                       "--loss-scale-min %g; the model diverges or fp16 cannot hold it (try a lower --lr, or --precision "
-                       "bf16)", step, was, s->scale, s->cfg.min);
+        return err_set(err, ERR_RUN,
+                       "fp16 gradients overflowed at step %d with the loss scale at %g: halved to %g, below "
+                       "--loss-scale-min %g; the model diverges or fp16 cannot hold it (try a lower --lr, or "
+                       "--precision bf16)", step, was, s->scale, s->cfg.min);
     return 0;
 }
 
