@@ -9,6 +9,7 @@
 #include "cli/flags.h"
 #include "io/checkpoint.h"
 #include "io/hf_gpt2.h"
+#include "io/hf_llama.h"
 #include "core/alloc.h"
 #include "data/tokenizer.h"
 #include "model/params.h"
@@ -25,23 +26,28 @@ static int load_whole(Ckpt *ck, const ModelConfig *mc, ParamTable *t, float **pa
 }
 
 int cmd_export(int argc, char **argv) {
-    const char *ckpt = NULL, *out = NULL, *dtype = "f32";
+    const char *ckpt = NULL, *out = NULL, *dtype = "f32", *hf_dir = NULL;
     Flag f[] = {
         {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0, NULL},
-        {"out", FLAG_STR, &out, 0, 0, "FILE", "safetensors file to write (required)", 0, NULL},
+        {"out", FLAG_STR, &out, 0, 0, "FILE", "safetensors file to write (GPT-2; this or --hf-dir)", 0, NULL},
+        {"hf-dir", FLAG_STR, &hf_dir, 0, 0, "DIR", "a Hugging Face model directory to write: config.json and model.safetensors (GPT-2 or LLaMA)", 0, NULL},
         {"dtype", FLAG_STR, &dtype, 0, 0, "T", "f32 (default; the fp32 masters as they are), bf16 or f16 (rounded to nearest even)", 0, NULL},
     };
-    int nf = 3, help;
+    int nf = 4, help;
     Json *unused = NULL;
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "export", &help, &unused, &e)) return cli_fail("export", &e);
     if (help) {
-        printf("usage: tessera export --ckpt PATH --out FILE.safetensors\n\n"
-               "Writes the model as Hugging Face GPT2LMHeadModel tensors (F32, or BF16/F16 with --dtype).\n\n");
+        printf("usage: tessera export --ckpt PATH --out FILE.safetensors | --hf-dir DIR\n\n"
+               "Writes the model as Hugging Face GPT2LMHeadModel or LlamaForCausalLM tensors (F32, or BF16/F16 with\n"
+               "--dtype): one safetensors file, or a model directory Hugging Face's loaders read.\n\n");
         flags_print(f, nf);
         return 0;
     }
-    if (!ckpt || !out) { err_set(&e, ERR_USAGE, "%s is required", !ckpt ? "--ckpt PATH" : "--out FILE"); return cli_fail("export", &e); }
+    if (!ckpt || (!out && !hf_dir) || (out && hf_dir)) {
+        err_set(&e, ERR_USAGE, "%s", !ckpt ? "--ckpt PATH is required" : "give --out FILE or --hf-dir DIR (one of them)");
+        return cli_fail("export", &e);
+    }
     StDtype dt = !strcmp(dtype, "f32") ? ST_F32 : !strcmp(dtype, "bf16") ? ST_BF16 : !strcmp(dtype, "f16") ? ST_F16 : ST_U8;
     if (dt == ST_U8) { err_set(&e, ERR_USAGE, "--dtype: expected f32, bf16 or f16, got '%s'", dtype); return cli_fail("export", &e); }
     Ckpt *ck = NULL;
@@ -49,11 +55,13 @@ int cmd_export(int argc, char **argv) {
     ParamTable t = {0};
     float *params = NULL;
     int rc = -1;
-    if (ckpt_open(&ck, ckpt, &e) || ckpt_config(ck, &mc, &e) || load_whole(ck, &mc, &t, &params, &e) ||
-        hf_export(&mc, &t, params, out, dt, &e))
+    if (ckpt_open(&ck, ckpt, &e) || ckpt_config(ck, &mc, &e) || load_whole(ck, &mc, &t, &params, &e)) goto done;
+    if (hf_dir ? (mc.arch == ARCH_LLAMA ? hf_llama_export(&mc, &t, params, hf_dir, dt, &e)
+                                        : hf_export_dir(&mc, &t, params, hf_dir, dt, &e))
+               : hf_export(&mc, &t, params, out, dt, &e))
         goto done;
-    printf("exported %s (step %lld, %zu parameters) to %s (%s)\n", ckpt_dir(ck), (long long)ckpt_step(ck), t.total, out,
-           dtype);
+    printf("exported %s (step %lld, %zu parameters) to %s (%s)\n", ckpt_dir(ck), (long long)ckpt_step(ck), t.total,
+           hf_dir ? hf_dir : out, dtype);
     rc = 0;
 done:
     mem_free(params);
@@ -65,7 +73,7 @@ done:
 int cmd_import(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *model = NULL, *tokenizer = "gpt2";
     Flag f[] = {
-        {"in", FLAG_STR, &in, 0, 0, "FILE", "safetensors file with Hugging Face GPT-2 names (required)", 0, NULL},
+        {"in", FLAG_STR, &in, 0, 0, "PATH", "a Hugging Face model directory (config.json and model.safetensors or its shards; GPT-2 or LLaMA), or a GPT-2 safetensors file (required)", 0, NULL},
         {"out", FLAG_STR, &out, 0, 0, "DIR", "run directory for the step-0 checkpoint (required)", 0, NULL},
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "preset whose head count to use (default: d_model/64, as GPT-2)", 0, NULL},
         {"tokenizer", FLAG_STR, &tokenizer, 0, 0, "gpt2|llama|byte", "tokenizer recorded for sample/eval (default gpt2)", 0, NULL},
@@ -75,18 +83,20 @@ int cmd_import(int argc, char **argv) {
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "import", &help, &unused, &e)) return cli_fail("import", &e);
     if (help) {
-        printf("usage: tessera import --in FILE.safetensors --out DIR [--model PRESET]\n\n"
-               "Makes a step-0 checkpoint (parameters only) from Hugging Face GPT-2 weights, to sample,\n"
-               "evaluate or fine-tune from (tessera train --init-from FILE also reads the file directly).\n\n");
+        printf("usage: tessera import --in DIR | FILE.safetensors --out DIR [--model PRESET] [--tokenizer T]\n\n"
+               "Makes a step-0 checkpoint (parameters only) from Hugging Face GPT-2 or LLaMA weights, to sample,\n"
+               "evaluate or fine-tune from (tessera train --init-from FILE also reads a GPT-2 file directly).\n\n");
         flags_print(f, nf);
         return 0;
     }
     if (!in || !out) { err_set(&e, ERR_USAGE, "%s is required", !in ? "--in FILE" : "--out DIR"); return cli_fail("import", &e); }
     if (tokenizer_vocab_of(tokenizer) < 0) {
-        err_set(&e, ERR_USAGE, "--tokenizer: expected gpt2 or byte, got '%s'", tokenizer);
+        err_set(&e, ERR_USAGE, "--tokenizer: expected gpt2, llama or byte, got '%s'", tokenizer);
         return cli_fail("import", &e);
     }
     StFile sf = {0};
+    HfDir hd = {0};
+    int is_dir = hf_is_dir(in), heads = 0;
     ModelConfig mc = {0};
     ParamTable t = {0};
     float *params = NULL;
@@ -96,8 +106,15 @@ int cmd_import(int argc, char **argv) {
         if (config_preset(&pc, model, &e)) { err_prefix(&e, "--model"); return cli_fail("import", &e); }
         mc.n_head = pc.n_head;
     }
-    if (st_open(&sf, in, &e)) goto fail;
-    if (hf_read_config(&sf, &mc, &e)) { err_prefix(&e, in); goto fail; }
+    if (is_dir && (heads = hf_config_heads(in, NULL)) < 0) {   // not GPT-2's: LLaMA's (errors name config.json)
+        if (hf_llama_open(&hd, in, &mc, &e)) goto fail;
+    } else {
+        char file[4200];
+        snprintf(file, sizeof file, is_dir ? "%s/model.safetensors" : "%s", in);
+        if (heads > 0) mc.n_head = heads;
+        if (st_open(&sf, file, &e)) goto fail;
+        if (hf_read_config(&sf, &mc, &e)) { err_prefix(&e, in); goto fail; }
+    }
     if (mc.vocab != tokenizer_vocab_of(tokenizer)) {
         err_set(&e, ERR_USAGE, "%s: its vocabulary has %d tokens, --tokenizer %s has %d", in, mc.vocab, tokenizer,
                 tokenizer_vocab_of(tokenizer));
@@ -106,28 +123,31 @@ int cmd_import(int argc, char **argv) {
     sl = slice_whole(&mc);
     if (ptable_build(&t, &mc, &sl, &e)) goto fail;
     if (!(params = mem_alloc(MEM_PARAMS, t.total * sizeof(float)))) { err_set(&e, ERR_RUN, "out of memory"); goto fail; }
-    if (hf_load(&sf, &mc, &t, params, &e)) { err_prefix(&e, in); goto fail; }
+    if (hd.n ? hf_llama_load(&hd, &mc, &t, params, &e) : hf_load(&sf, &mc, &t, params, &e)) { err_prefix(&e, in); goto fail; }
     JsonBuf meta;
     jb_init(&meta);
     jb_obj_begin(&meta);
     jb_key(&meta, "steps_done"); jb_int(&meta, 0);
     jb_key(&meta, "tokenizer"); jb_str(&meta, tokenizer);
-    jb_key(&meta, "imported_from"); jb_str(&meta, "safetensors");
+    jb_key(&meta, "imported_from"); jb_str(&meta, is_dir ? "huggingface" : "safetensors");
     jb_obj_end(&meta);
     CkptMeta md = {.step = 0, .cfg = &mc, .train = meta.s};
     int bad = ckpt_save(out, &md, &t, params, 0, &e);
     jb_free(&meta);
     if (bad) goto fail;
-    printf("imported %s: %d layers, %d heads, d_model %d, d_ff %d, max_seq %d, vocab %d -> %s/step_00000000\n", in,
-           mc.n_layer, mc.n_head, mc.d_model, mc.d_ff, mc.max_seq, mc.vocab, out);
+    printf("imported %s: %s, %d layers, %d heads (%d key/value), d_model %d, d_ff %d, max_seq %d, vocab %d -> "
+           "%s/step_00000000\n", in, config_arch_name(mc.arch), mc.n_layer, mc.n_head, config_kv_heads(&mc), mc.d_model,
+           mc.d_ff, mc.max_seq, mc.vocab, out);
     mem_free(params);
     ptable_free(&t);
     st_close(&sf);
+    hf_llama_close(&hd);
     return 0;
 fail:
     mem_free(params);
     ptable_free(&t);
     st_close(&sf);
+    hf_llama_close(&hd);
     return cli_fail("import", &e);
 }
 

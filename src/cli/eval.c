@@ -71,7 +71,7 @@ int cmd_eval(int argc, char **argv) {
     double loss = n ? sum / (double)n : 0.0;
     printf("model %s (step %lld), %s: %lld tokens in %.1f s\n", dir,
            (long long)(json_get(meta, "step") ? json_get(meta, "step")->num : 0), data, (long long)n, timer_now() - t0);
-    printf("val loss %.4f  perplexity %.2f%s%s\n", loss, exp(loss), prec ? "  in " : "", prec ? prec_name(prec) : "");
+    printf("val loss %.6f  perplexity %.2f%s%s\n", loss, exp(loss), prec ? "  in " : "", prec ? prec_name(prec) : "");
     loader_free(val);
     stage_free(&st);
     tokenizer_close(&tok);

@@ -60,3 +60,19 @@ int file_read(const char *path, char **out, size_t *len, size_t max, Err *err) {
     *len = n;
     return 0;
 }
+
+int file_write_whole(const char *path, const char *s, size_t n, Err *err) {
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = file_create_new(tmp, err);
+    if (fd < 0) return -1;
+    int bad = write(fd, s, n) != (ssize_t)n;
+    int e = errno;
+    bad = close(fd) || bad;
+    if (bad || rename(tmp, path)) {
+        if (!bad) e = errno;
+        unlink(tmp);
+        return err_set(err, ERR_USAGE, "%s: %s", path, strerror(e));
+    }
+    return 0;
+}

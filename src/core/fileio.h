@@ -19,5 +19,8 @@ int file_open_regular(const char *path, Err *err);
 // itself, never its target), then the file is created with O_EXCL and
 // O_NOFOLLOW. The descriptor, or -1 with err ("PATH: reason", ERR_RUN).
 int file_create_new(const char *path, Err *err);
+// Writes s[0..n) as path, whole: a new temporary beside it, renamed over
+// path. 0, or -1 with err ("PATH: reason").
+int file_write_whole(const char *path, const char *s, size_t n, Err *err);
 
 #endif

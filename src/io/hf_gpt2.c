@@ -3,7 +3,12 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "core/fileio.h"
+#include "core/json.h"
 
 // Hugging Face shape of tensor p (whole model), and whether p is stored
 // transposed there; returns ndim.
@@ -163,4 +168,55 @@ int hf_load(const StFile *f, const ModelConfig *c, const ParamTable *t, float *p
         }
     }
     return 0;
+}
+
+int hf_export_dir(const ModelConfig *c, const ParamTable *t, const float *params, const char *dir, StDtype dtype,
+                  Err *err) {
+    if (check_arch(c, err)) return -1;
+    if (mkdir(dir, 0755) && errno != EEXIST) return err_set(err, ERR_USAGE, "--hf-dir %s: %s", dir, strerror(errno));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (hf_export(c, t, params, path, dtype, err)) return -1;
+    JsonBuf b;
+    jb_init(&b);
+    jb_obj_begin(&b);
+    jb_key(&b, "architectures"); jb_arr_begin(&b); jb_str(&b, "GPT2LMHeadModel"); jb_arr_end(&b);
+    jb_key(&b, "model_type"); jb_str(&b, "gpt2");
+    jb_key(&b, "n_embd"); jb_int(&b, c->d_model);
+    jb_key(&b, "n_head"); jb_int(&b, c->n_head);
+    jb_key(&b, "n_layer"); jb_int(&b, c->n_layer);
+    jb_key(&b, "n_inner"); jb_int(&b, c->d_ff);
+    jb_key(&b, "n_positions"); jb_int(&b, c->max_seq);
+    jb_key(&b, "n_ctx"); jb_int(&b, c->max_seq);
+    jb_key(&b, "vocab_size"); jb_int(&b, c->vocab);
+    jb_key(&b, "activation_function"); jb_str(&b, "gelu_new");
+    jb_key(&b, "layer_norm_epsilon"); jb_num(&b, 1e-5);
+    jb_key(&b, "tie_word_embeddings"); jb_bool(&b, 1);
+    jb_key(&b, "torch_dtype"); jb_str(&b, dtype == ST_BF16 ? "bfloat16" : dtype == ST_F16 ? "float16" : "float32");
+    jb_obj_end(&b);
+    jb_raw(&b, "\n");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    int rc = file_write_whole(path, b.s, b.len, err);
+    jb_free(&b);
+    return rc;
+}
+
+int hf_config_heads(const char *dir, Err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text;
+    size_t len;
+    if (file_read(path, &text, &len, 1 << 20, err)) return -1;
+    Json *j = json_parse(text, len, err);
+    free(text);
+    if (!j) { err_prefix(err, path); return -1; }
+    const Json *mt = json_get(j, "model_type");
+    int64_t h = 0;
+    int rc = 0;
+    if (!mt || mt->type != JSON_STR || strcmp(mt->text, "gpt2"))
+        rc = err_set(err, ERR_USAGE, "%s: model_type is neither \"gpt2\" nor \"llama\"", path);
+    else if (json_get(j, "n_head") && (json_int64(json_get(j, "n_head"), &h) || h < 1 || h > 65536))
+        rc = err_set(err, ERR_USAGE, "%s: field 'n_head' is not a positive integer", path);
+    json_free(j);
+    return rc ? -1 : (int)h;
 }

@@ -19,6 +19,13 @@
 // Writes the whole-model parameters (the table of a whole GPT-2 model) to path.
 int hf_export(const ModelConfig *c, const ParamTable *t, const float *params, const char *path, StDtype dtype, Err *err);
 
+// The same as dir/model.safetensors with dir/config.json (GPT2LMHeadModel's
+// fields) beside it; dir is made if it does not exist.
+int hf_export_dir(const ModelConfig *c, const ParamTable *t, const float *params, const char *dir, StDtype dtype,
+                  Err *err);
+// n_head of a GPT-2 model directory's config.json (0 when it has none).
+int hf_config_heads(const char *dir, Err *err);
+
 // Infers a model config from the file's shapes: layers, d_model, d_ff,
 // max_seq, vocab; n_head from cfg->n_head when it is set, else d_model/64
 // (the GPT-2 family's head size).

@@ -468,6 +468,28 @@ static void print_header(Trainer *t) {
     fflush(stdout);
 }
 
+// Refuses, before allocating anything, a run whose ranks on this machine
+// would need more than its memory: parameters, gradients, AdamW moments
+// (each as ZeRO shards them), the 16-bit copy and the activations.
+static int check_room(const Trainer *t, const ModelSlice *sl, int slots, unsigned flags, Err *err) {
+    const TrainConfig *tc = t->tc;
+    ParamTable pt;
+    if (ptable_build(&pt, &t->mc, sl, err)) return -1;
+    double n = (double)pt.total, d = t->D;
+    ptable_free(&pt);
+    double bytes = 4 * n / (tc->zero >= 3 ? d : 1) + 4 * n / (tc->zero >= 2 ? d : 1) + 8 * n / (tc->zero >= 1 ? d : 1) +
+                   (tc->precision != PREC_FP32 && tc->zero < 3 ? 2 * n : 0) +
+                   (double)stage_act_bytes(&t->mc, sl, tc->batch, tc->seq, slots, flags);
+    int local = t->mesh->world && !strcmp(comm_backend(t->mesh->world), "local") ? comm_size(t->mesh->world) : 1;
+    double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (have > 0 && bytes * local > have)
+        return err_set(err, ERR_USAGE, "%s needs %.1f GiB per rank (parameters, gradients, AdamW moments, activations)%s; "
+                       "this machine has %.1f GiB (tessera plan --model %s shows layouts that fit)", t->mc.name,
+                       bytes / 1073741824.0, local > 1 ? " on each of the ranks here" : "", have / 1073741824.0,
+                       t->mc.name);
+    return 0;
+}
+
 int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     *out = NULL;
     if (tc->zero && !m->dpg)
@@ -499,6 +521,7 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     unsigned prec = stage_prec_flag(tc->precision);
     t->fp16 = tc->precision == PREC_FP16;
     scaler_init(&t->sc, &tc->scaler);
+    if (check_room(t, &slice, slots, dp_stage_flags(tc->zero) | tc->recompute | prec, err)) goto fail;
     if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, dp_stage_flags(tc->zero) | tc->recompute | prec,
                    err))
         goto fail;

@@ -78,10 +78,38 @@ grep -q "params:    0.80M ($np;" "$TMP/pl.out" && [ -n "$want" ] && [ "$got" = "
   ok "tessera plan --model llama-tiny: $np parameters and $got activation bytes, as the run has" ||
   bad "planner against the LLaMA run: params $np, activations $got against $want"
 
+# ---- Hugging Face model directories ----
+hf_bad=0
+"$BIN" export --ckpt "$TMP/ref" --hf-dir "$TMP/hf1" >/dev/null 2>&1 &&
+  "$BIN" import --in "$TMP/hf1" --out "$TMP/imp" --tokenizer byte >"$TMP/imp.out" 2>&1 &&
+  "$BIN" export --ckpt "$TMP/imp" --hf-dir "$TMP/hf2" >/dev/null 2>&1 || { hf_bad=1; echo "     $(tail -1 "$TMP/imp.out")"; }
+cmp -s "$TMP/hf1/model.safetensors" "$TMP/hf2/model.safetensors" && cmp -s "$TMP/hf1/config.json" "$TMP/hf2/config.json" &&
+  grep -q '"model_type":"llama"' "$TMP/hf1/config.json" && grep -q '"num_key_value_heads":2' "$TMP/hf1/config.json" &&
+  [ "$(params_rel "$TMP/ref" "$TMP/imp")" = 0 ] || { hf_bad=1; echo "     the round trip is not byte-identical"; }
+"$BIN" import --in "$TMP/hf1" --out "$TMP/imp2" --tokenizer llama >"$TMP/e.out" 2>&1
+[ $? -eq 2 ] && grep -q "its vocabulary has 256 tokens, --tokenizer llama has 32000" "$TMP/e.out" ||
+  { hf_bad=1; echo "     vocabulary mismatch: $(cat "$TMP/e.out")"; }
+"$BIN" export --ckpt "$TMP/ref" >"$TMP/e.out" 2>&1
+[ $? -eq 2 ] && grep -q "give --out FILE or --hf-dir DIR" "$TMP/e.out" || { hf_bad=1; echo "     export without a target: $(cat "$TMP/e.out")"; }
+# GPT-2's directory: its head count (4, not d_model/64 = 2) comes from config.json
+"$BIN" train --model gpt2-tiny --data "$DATA" --tokenizer byte --steps 2 --ckpt-dir "$TMP/g" >/dev/null 2>&1
+"$BIN" export --ckpt "$TMP/g" --hf-dir "$TMP/ghf" >/dev/null 2>&1 &&
+  "$BIN" import --in "$TMP/ghf" --out "$TMP/gimp" --tokenizer byte >"$TMP/gimp.out" 2>&1 &&
+  grep -q "gpt2, 4 layers, 4 heads" "$TMP/gimp.out" && grep -q '"model_type":"gpt2"' "$TMP/ghf/config.json" &&
+  [ "$(params_rel "$TMP/g" "$TMP/gimp")" = 0 ] || { hf_bad=1; echo "     GPT-2 directory: $(tail -1 "$TMP/gimp.out")"; }
+[ $hf_bad -eq 0 ] && ok "export --hf-dir → import → export --hf-dir: config.json and model.safetensors byte-identical, the parameters exact; a tokenizer of another vocabulary refused at import; GPT-2's directory too" ||
+  bad "Hugging Face directories"
+
 # ---- a split the key/value heads do not allow ----
 "$BIN" $B --steps 1 --nproc 4 --tp 4 >"$TMP/e.out" 2>&1
 [ $? -eq 2 ] && grep -q "tessera train: --tp 4 does not divide the model's 2 key/value heads" "$TMP/e.out" &&
   ok "--tp 4 on llama-tiny's 2 key/value heads: one line, exit 2" || bad "tp over kv heads" "$(cat "$TMP/e.out")"
+
+# ---- a model this machine cannot hold: refused before anything is allocated ----
+"$BIN" train --model llama2-70b --data "$DATA" --tokenizer llama --steps 1 >"$TMP/e.out" 2>&1
+[ $? -eq 2 ] && grep -q "tessera train: llama2-70b needs [0-9.]* GiB per rank .* this machine has" "$TMP/e.out" &&
+  ok "train --model llama2-70b: one line saying the memory it needs against the machine's, exit 2" ||
+  bad "llama2-70b" "$(cat "$TMP/e.out")"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

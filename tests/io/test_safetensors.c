@@ -1,9 +1,12 @@
 // io/safetensors: the strict reader against malformed headers, the
-// reader/writer round trip, F16/BF16 conversion, and the GPT-2 mapping.
+// reader/writer round trip, F16/BF16 conversion, the GPT-2 mapping, and
+// LLaMA's model directories (one file, or shards with an index).
 #include <string.h>
 #include <unistd.h>
 
+#include "core/fileio.h"
 #include "io/hf_gpt2.h"
+#include "io/hf_llama.h"
 #include "model/stage.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
@@ -112,9 +115,100 @@ static void test_gpt2_roundtrip(void) {
     stage_free(&b);
 }
 
+// A LLaMA model written as a Hugging Face directory loads back bit for bit;
+// then its tensors split into two shards listed by an index load back too,
+// and a directory with a tensor missing or of another model is refused by
+// name.
+static void test_llama_directories(void) {
+    Err e;
+    ModelConfig c;
+    config_preset(&c, "llama-tiny", &e);
+    config_set_vocab(&c, 300);   // padded to 384: the padding is not exported
+    c.n_layer = 2;
+    c.rope_theta = 500;
+    ModelSlice s = slice_whole(&c);
+    Stage a, b;
+    EXPECT(stage_init(&a, &c, &s, 1, 4, 1, 0, &e) == 0 && stage_init(&b, &c, &s, 1, 4, 1, 0, &e) == 0, "%s", e.msg);
+    ptable_init(&a.table, a.params, 4);
+    char dir[] = "/tmp/tsr_hf_XXXXXX", path[600], cmd[700];
+    EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
+    EXPECT(hf_llama_export(&a.cfg, &a.table, a.params, dir, ST_F32, &e) == 0, "%s", e.msg);
+    EXPECT(hf_is_dir(dir), "a model directory");
+    HfDir d;
+    ModelConfig c2;
+    EXPECT(hf_llama_open(&d, dir, &c2, &e) == 0, "%s", e.msg);
+    EXPECT(c2.arch == ARCH_LLAMA && c2.n_layer == 2 && c2.n_head == 4 && config_kv_heads(&c2) == 2 && c2.d_ff == 352 &&
+           c2.vocab == 300 && c2.rope_theta == 500 && c2.norm_eps == config_norm_eps(&c), "config.json read back");
+    const StTensor *emb = d.n ? st_find(&d.f[0], "model.embed_tokens.weight") : NULL;
+    const StTensor *head = d.n ? st_find(&d.f[0], "lm_head.weight") : NULL;
+    EXPECT(emb && head && emb->shape[0] == 300 && head->shape[0] == 300, "embeddings and head without padding");
+    EXPECT(hf_llama_load(&d, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
+    EXPECT(!memcmp(a.params, b.params, a.table.total * 4), "the directory loads back differently");
+    // two shards: the first three tensors, then the rest, and the index
+    int n = d.f[0].n;
+    StWrite *w = calloc((size_t)n, sizeof *w);
+    float **v = calloc((size_t)n, sizeof *v);
+    JsonBuf ix;
+    jb_init(&ix);
+    jb_obj_begin(&ix);
+    jb_key(&ix, "weight_map");
+    jb_obj_begin(&ix);
+    for (int i = 0; i < n; i++) {
+        const StTensor *t = &d.f[0].t[i];
+        int64_t m = 1;
+        for (int k = 0; k < t->ndim; k++) m *= t->shape[k];
+        v[i] = malloc((size_t)m * sizeof **v);
+        for (int64_t k = 0; k < m; k++) v[i][k] = st_get(&d.f[0], t, k);
+        w[i] = (StWrite){.name = strdup(t->name), .ndim = t->ndim, .data = v[i]};
+        memcpy(w[i].shape, t->shape, sizeof w[i].shape);
+        jb_key(&ix, t->name);
+        jb_str(&ix, i < 3 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors");
+    }
+    jb_obj_end(&ix);
+    jb_obj_end(&ix);
+    snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
+    EXPECT(st_write(path, w, 3, &e) == 0, "%s", e.msg);
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    EXPECT(st_write(path, w + 3, n - 3, &e) == 0, "%s", e.msg);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    EXPECT(file_write_whole(path, ix.s, ix.len, &e) == 0, "%s", e.msg);
+    jb_free(&ix);
+    hf_llama_close(&d);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    memset(b.params, 0, b.table.total * 4);
+    EXPECT(hf_llama_open(&d, dir, &c2, &e) == 0 && d.n == 2, "shards: %s", e.msg);
+    EXPECT(hf_llama_load(&d, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
+    EXPECT(!memcmp(a.params, b.params, a.table.total * 4), "the shards load back differently");
+    hf_llama_close(&d);
+    // a tensor missing: the second shard holds only the rest but one
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    EXPECT(st_write(path, w + 3, n - 4, &e) == 0, "%s", e.msg);
+    EXPECT(hf_llama_open(&d, dir, &c2, &e) == 0 && hf_llama_load(&d, &b.cfg, &b.table, b.params, &e) == -1 &&
+           strstr(e.msg, "is missing"), "missing tensor: %s", e.msg);
+    hf_llama_close(&d);
+    // a GPT-2 directory is not a LLaMA one
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const char *gpt2 = "{\"model_type\": \"gpt2\"}";
+    EXPECT(file_write_whole(path, gpt2, strlen(gpt2), &e) == 0, "%s", e.msg);
+    EXPECT(hf_llama_open(&d, dir, &c2, &e) == -1 && strstr(e.msg, "config.json") && strstr(e.msg, "llama"),
+           "another model type: %s", e.msg);
+    for (int i = 0; i < n; i++) {
+        free(v[i]);
+        free((char *)w[i].name);
+    }
+    free(v);
+    free(w);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    EXPECT(system(cmd) == 0, "cleanup");
+    stage_free(&a);
+    stage_free(&b);
+}
+
 int main(void) {
     kernels_set_threads(2);
     RUN(test_malformed_headers);
     RUN(test_gpt2_roundtrip);
+    RUN(test_llama_directories);
     return test_finish();
 }
