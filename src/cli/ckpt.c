@@ -95,7 +95,7 @@ int cmd_import(int argc, char **argv) {
         return cli_fail("import", &e);
     }
     StFile sf = {0};
-    HfDir hd = {0};
+    HfDir hd = {0}, gd = {0};
     int is_dir = hf_is_dir(in), heads = 0;
     ModelConfig mc = {0};
     ParamTable t = {0};
@@ -108,12 +108,10 @@ int cmd_import(int argc, char **argv) {
     }
     if (is_dir && (heads = hf_config_heads(in, NULL)) < 0) {   // not GPT-2's: LLaMA's (errors name config.json)
         if (hf_llama_open(&hd, in, &mc, &e)) goto fail;
-    } else {
-        char file[4200];
-        snprintf(file, sizeof file, is_dir ? "%s/model.safetensors" : "%s", in);
+    } else {   // GPT-2: a file, or a directory's model.safetensors or shards
         if (heads > 0) mc.n_head = heads;
-        if (st_open(&sf, file, &e)) goto fail;
-        if (hf_read_config(&sf, &mc, &e)) { err_prefix(&e, in); goto fail; }
+        if (is_dir ? hf_open_weights(&gd, in, &e) : st_open(&sf, in, &e)) goto fail;
+        if (hf_read_config(is_dir ? gd.f : &sf, is_dir ? gd.n : 1, &mc, &e)) { err_prefix(&e, in); goto fail; }
     }
     if (mc.vocab != tokenizer_vocab_of(tokenizer)) {
         err_set(&e, ERR_USAGE, "%s: its vocabulary has %d tokens, --tokenizer %s has %d", in, mc.vocab, tokenizer,
@@ -123,7 +121,11 @@ int cmd_import(int argc, char **argv) {
     sl = slice_whole(&mc);
     if (ptable_build(&t, &mc, &sl, &e)) goto fail;
     if (!(params = mem_alloc(MEM_PARAMS, t.total * sizeof(float)))) { err_set(&e, ERR_RUN, "out of memory"); goto fail; }
-    if (hd.n ? hf_llama_load(&hd, &mc, &t, params, &e) : hf_load(&sf, &mc, &t, params, &e)) { err_prefix(&e, in); goto fail; }
+    if (hd.n ? hf_llama_load(&hd, &mc, &t, params, &e)
+             : hf_load(is_dir ? gd.f : &sf, is_dir ? gd.n : 1, &mc, &t, params, &e)) {
+        err_prefix(&e, in);
+        goto fail;
+    }
     JsonBuf meta;
     jb_init(&meta);
     jb_obj_begin(&meta);
@@ -141,13 +143,15 @@ int cmd_import(int argc, char **argv) {
     mem_free(params);
     ptable_free(&t);
     st_close(&sf);
-    hf_llama_close(&hd);
+    hf_dir_close(&hd);
+    hf_dir_close(&gd);
     return 0;
 fail:
     mem_free(params);
     ptable_free(&t);
     st_close(&sf);
-    hf_llama_close(&hd);
+    hf_dir_close(&hd);
+    hf_dir_close(&gd);
     return cli_fail("import", &e);
 }
 

@@ -94,11 +94,19 @@ done:
 }
 
 // The file's tensor for tessera name `name` (with or without "transformer.").
-static const StTensor *find(const StFile *f, const char *name) {
+// Searches the n files (a model directory's shards) and says in *which.
+static const StTensor *find(const StFile *f, int n, const char *name, const StFile **which) {
     char full[128];
     snprintf(full, sizeof full, "transformer.%s", name);
-    const StTensor *t = st_find(f, full);
-    return t ? t : st_find(f, name);
+    for (int k = 0; k < n; k++) {
+        const StTensor *t = st_find(&f[k], full);
+        if (!t) t = st_find(&f[k], name);
+        if (t) {
+            if (which) *which = &f[k];
+            return t;
+        }
+    }
+    return NULL;
 }
 
 // The name of GPT-2's tensor with this role (in the block: the first whose
@@ -116,12 +124,12 @@ static const char *gpt2_name(Part part, Role role, int has_dim0, Dim dim0, int l
     return NULL;
 }
 
-int hf_read_config(const StFile *f, ModelConfig *cfg, Err *err) {
+int hf_read_config(const StFile *f, int nfiles, ModelConfig *cfg, Err *err) {
     char nt[64], np[64], nf[64], nl[64];
     gpt2_name(PART_EMBED, ROLE_TOK_EMB, 0, 0, 0, nt, sizeof nt);
     gpt2_name(PART_EMBED, ROLE_POS_EMB, 0, 0, 0, np, sizeof np);
     gpt2_name(PART_BLOCK, ROLE_LINEAR, 1, DIM_F, 0, nf, sizeof nf);   // the MLP's first linear: (F, C)
-    const StTensor *wte = find(f, nt), *wpe = find(f, np), *fc = find(f, nf);
+    const StTensor *wte = find(f, nfiles, nt, NULL), *wpe = find(f, nfiles, np, NULL), *fc = find(f, nfiles, nf, NULL);
     if (!wte || wte->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d %s: not a GPT-2 model", nt);
     if (!wpe || wpe->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d %s: not a GPT-2 model", np);
     if (!fc || fc->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d %s: not a GPT-2 model", nf);
@@ -129,7 +137,7 @@ int hf_read_config(const StFile *f, ModelConfig *cfg, Err *err) {
     for (;; L++) {   // layers: as many as have the block's first tensor
         int k = snprintf(nl, sizeof nl, arch_gpt2.block_prefix, L);
         snprintf(nl + k, sizeof nl - (size_t)k, "%s", arch_gpt2.part[PART_BLOCK][0].name);
-        if (!find(f, nl)) break;
+        if (!find(f, nfiles, nl, NULL)) break;
     }
     int heads = cfg->n_head;
     memset(cfg, 0, sizeof *cfg);
@@ -144,11 +152,12 @@ int hf_read_config(const StFile *f, ModelConfig *cfg, Err *err) {
     return config_validate(cfg, err);
 }
 
-int hf_load(const StFile *f, const ModelConfig *c, const ParamTable *t, float *params, Err *err) {
+int hf_load(const StFile *files, int nfiles, const ModelConfig *c, const ParamTable *t, float *params, Err *err) {
     if (check_arch(c, err)) return -1;
     for (int i = 0; i < t->n; i++) {
         const ParamInfo *p = &t->p[i];
-        const StTensor *h = find(f, p->name);
+        const StFile *f = NULL;
+        const StTensor *h = find(files, nfiles, p->name, &f);
         if (!h) return err_set(err, ERR_USAGE, "tensor transformer.%s is missing", p->name);
         int64_t shape[PARAM_MAX_DIM];
         int tr, nd = hf_shape(p, c, shape, &tr);

@@ -26,14 +26,16 @@ int hf_export_dir(const ModelConfig *c, const ParamTable *t, const float *params
 // n_head of a GPT-2 model directory's config.json (0 when it has none).
 int hf_config_heads(const char *dir, Err *err);
 
+// (The reader takes the nfiles files of a model directory, its shards; a
+// tensor is looked up in each.)
 // Infers a model config from the file's shapes: layers, d_model, d_ff,
 // max_seq, vocab; n_head from cfg->n_head when it is set, else d_model/64
 // (the GPT-2 family's head size).
-int hf_read_config(const StFile *f, ModelConfig *cfg, Err *err);
+int hf_read_config(const StFile *f, int nfiles, ModelConfig *cfg, Err *err);
 
 // Fills params (the flat buffer of table t: any slice of the model) from
 // the file; padded vocabulary rows become zero. Errors name the missing or
 // misshapen tensor.
-int hf_load(const StFile *f, const ModelConfig *c, const ParamTable *t, float *params, Err *err);
+int hf_load(const StFile *f, int nfiles, const ModelConfig *c, const ParamTable *t, float *params, Err *err);
 
 #endif

@@ -71,9 +71,8 @@ static int read_config(const char *dir, ModelConfig *cfg, Err *err) {
     return 0;
 }
 
-// The shards model.safetensors.index.json lists (each once), or
-// model.safetensors.
-static int open_files(HfDir *d, const char *dir, Err *err) {
+int hf_open_weights(HfDir *d, const char *dir, Err *err) {
+    memset(d, 0, sizeof *d);
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     struct stat st;
@@ -112,14 +111,14 @@ static int open_files(HfDir *d, const char *dir, Err *err) {
 
 int hf_llama_open(HfDir *d, const char *dir, ModelConfig *cfg, Err *err) {
     memset(d, 0, sizeof *d);
-    if (read_config(dir, cfg, err) || open_files(d, dir, err)) {
-        hf_llama_close(d);
+    if (read_config(dir, cfg, err) || hf_open_weights(d, dir, err)) {
+        hf_dir_close(d);
         return -1;
     }
     return 0;
 }
 
-void hf_llama_close(HfDir *d) {
+void hf_dir_close(HfDir *d) {
     for (int i = 0; i < d->n; i++) st_close(&d->f[i]);
     d->n = 0;
 }

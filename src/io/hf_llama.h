@@ -23,11 +23,15 @@ typedef struct HfDir {
 
 // Whether path is a model directory (it holds config.json).
 int hf_is_dir(const char *path);
+// Opens a model directory's weights: the shards model.safetensors.index.json
+// lists, or model.safetensors (any architecture).
+int hf_open_weights(HfDir *d, const char *dir, Err *err);
 // Reads dir/config.json into cfg (LlamaForCausalLM: the architecture,
 // sizes, key/value heads, rms_norm_eps, rope_theta; an untied head) and
 // opens its safetensors. Errors name the file and field.
 int hf_llama_open(HfDir *d, const char *dir, ModelConfig *cfg, Err *err);
-void hf_llama_close(HfDir *d);
+// Closes the directory's files (of hf_llama_open or hf_open_weights).
+void hf_dir_close(HfDir *d);
 // Fills params (the flat buffer of table t: any slice of the model).
 int hf_llama_load(const HfDir *d, const ModelConfig *c, const ParamTable *t, float *params, Err *err);
 // Writes the whole model as dir/config.json and dir/model.safetensors (dir

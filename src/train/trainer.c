@@ -250,10 +250,10 @@ static int choose_model(Trainer *t, Err *err) {
         if (st_open(&t->sf, tc->init_from, err)) { err_prefix(err, "--init-from"); return -1; }
         ModelConfig fc = {0};
         fc.n_head = tc->model.n_head;
-        if (hf_read_config(&t->sf, &fc, err)) { err_prefix(err, "--init-from"); return -1; }
+        if (hf_read_config(&t->sf, 1, &fc, err)) { err_prefix(err, "--init-from"); return -1; }
         if (fc.d_model != tc->model.d_model) {   // the preset does not describe this file: infer the heads too
             fc.n_head = 0;
-            if (hf_read_config(&t->sf, &fc, err)) { err_prefix(err, "--init-from"); return -1; }
+            if (hf_read_config(&t->sf, 1, &fc, err)) { err_prefix(err, "--init-from"); return -1; }
         }
         *mc = fc;
     }
@@ -330,7 +330,7 @@ static int init_state(Trainer *t, uint32_t *crc, Err *err) {
     int rc = 0;
     if (tc->init_from) {   // the file is read whole once, into the parameters or (ZeRO-3) a scratch buffer
         whole = t->st.params ? t->st.params : mem_alloc(MEM_WORKSPACE, tb->total * sizeof(float));
-        rc = !whole ? err_set(err, ERR_RUN, "out of memory reading --init-from") : hf_load(&t->sf, &t->mc, tb, whole, err);
+        rc = !whole ? err_set(err, ERR_RUN, "out of memory reading --init-from") : hf_load(&t->sf, 1, &t->mc, tb, whole, err);
         if (rc) err_prefix(err, tc->init_from);
         fl.full = whole;
     }

@@ -24,6 +24,10 @@ grep -q "model:     llama-tiny — 4 layers, 4 heads" "$TMP/long.out" && grep -q
   awk -v l="$l" 'BEGIN { exit !(l < 6.0) }' &&
   ok "llama-tiny learns Tiny Shakespeare with --tokenizer llama: loss $l after 300 steps (from ln 32000 = 10.37)" ||
   bad "llama-tiny with the llama tokenizer: loss $l after 300 steps" "$(tail -1 "$TMP/long.out")"
+for k in 1 2; do
+  "$BIN" train --model llama-tiny --data "$DATA" --tokenizer llama --seed 5 --batch 2 --steps 10 --ckpt-dir "$TMP/lt$k" >/dev/null 2>&1
+done
+same_bits "$TMP/lt1" "$TMP/lt2" && ok "llama-tiny with --tokenizer llama repeats bit for bit" || bad "llama tokenizer run repeats"
 "$BIN" prepare --input "$DATA" --out "$TMP/shards" --tokenizer llama >"$TMP/prep.out" 2>&1 &&
   "$BIN" train --model llama-tiny --data "$TMP/shards" --tokenizer llama --steps 2 --batch 2 >"$TMP/sh.out" 2>&1 &&
   grep -q "368635 tokens" "$TMP/prep.out" && ok "prepare --tokenizer llama writes shards llama-tiny trains on" ||

@@ -100,9 +100,9 @@ static void test_gpt2_roundtrip(void) {
     EXPECT(qkv && st_get(&f, qkv, 7 * 384 + 128 + 5) == a.params[pq->offset + (1 * 128 + 5) * 128 + 7], "c_attn transpose");
     ModelConfig c2 = {0};
     c2.n_head = 4;
-    EXPECT(hf_read_config(&f, &c2, &e) == 0 && c2.n_layer == 2 && c2.vocab == 300 && c2.d_ff == 512 && c2.max_seq == 64,
+    EXPECT(hf_read_config(&f, 1, &c2, &e) == 0 && c2.n_layer == 2 && c2.vocab == 300 && c2.d_ff == 512 && c2.max_seq == 64,
            "inferred config: %s", e.msg);
-    EXPECT(hf_load(&f, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
+    EXPECT(hf_load(&f, 1, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
     EXPECT(memcmp(a.params, b.params, a.table.total * 4) == 0, "import differs from the exported model");
     EXPECT(hf_export(&b.cfg, &b.table, b.params, p2, ST_F32, &e) == 0, "%s", e.msg);
     char cmd[200];
@@ -113,6 +113,54 @@ static void test_gpt2_roundtrip(void) {
     unlink(p2);
     stage_free(&a);
     stage_free(&b);
+}
+
+// Splits dir/model.safetensors into two shards (its first three tensors,
+// then all but the last `drop` of the rest) listed by an index, and removes
+// it.
+static void split_dir(const char *dir, int drop) {
+    Err e;
+    char path[600];
+    StFile f;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    EXPECT(st_open(&f, path, &e) == 0, "%s", e.msg);
+    int n = f.n;
+    StWrite *w = calloc((size_t)n, sizeof *w);
+    float **v = calloc((size_t)n, sizeof *v);
+    JsonBuf ix;
+    jb_init(&ix);
+    jb_obj_begin(&ix);
+    jb_key(&ix, "weight_map");
+    jb_obj_begin(&ix);
+    for (int i = 0; i < n; i++) {
+        const StTensor *t = &f.t[i];
+        int64_t m = 1;
+        for (int k = 0; k < t->ndim; k++) m *= t->shape[k];
+        v[i] = malloc((size_t)m * sizeof **v + 1);
+        for (int64_t k = 0; k < m; k++) v[i][k] = st_get(&f, t, k);
+        w[i] = (StWrite){.name = strdup(t->name), .ndim = t->ndim, .data = v[i]};
+        memcpy(w[i].shape, t->shape, sizeof w[i].shape);
+        jb_key(&ix, t->name);
+        jb_str(&ix, i < 3 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors");
+    }
+    jb_obj_end(&ix);
+    jb_obj_end(&ix);
+    st_close(&f);
+    snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
+    EXPECT(st_write(path, w, 3, &e) == 0, "%s", e.msg);
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    EXPECT(st_write(path, w + 3, n - 3 - drop, &e) == 0, "%s", e.msg);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    EXPECT(file_write_whole(path, ix.s, ix.len, &e) == 0, "%s", e.msg);
+    jb_free(&ix);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    for (int i = 0; i < n; i++) {
+        free(v[i]);
+        free((char *)w[i].name);
+    }
+    free(v);
+    free(w);
 }
 
 // A LLaMA model written as a Hugging Face directory loads back bit for bit;
@@ -144,61 +192,58 @@ static void test_llama_directories(void) {
     EXPECT(emb && head && emb->shape[0] == 300 && head->shape[0] == 300, "embeddings and head without padding");
     EXPECT(hf_llama_load(&d, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
     EXPECT(!memcmp(a.params, b.params, a.table.total * 4), "the directory loads back differently");
-    // two shards: the first three tensors, then the rest, and the index
-    int n = d.f[0].n;
-    StWrite *w = calloc((size_t)n, sizeof *w);
-    float **v = calloc((size_t)n, sizeof *v);
-    JsonBuf ix;
-    jb_init(&ix);
-    jb_obj_begin(&ix);
-    jb_key(&ix, "weight_map");
-    jb_obj_begin(&ix);
-    for (int i = 0; i < n; i++) {
-        const StTensor *t = &d.f[0].t[i];
-        int64_t m = 1;
-        for (int k = 0; k < t->ndim; k++) m *= t->shape[k];
-        v[i] = malloc((size_t)m * sizeof **v);
-        for (int64_t k = 0; k < m; k++) v[i][k] = st_get(&d.f[0], t, k);
-        w[i] = (StWrite){.name = strdup(t->name), .ndim = t->ndim, .data = v[i]};
-        memcpy(w[i].shape, t->shape, sizeof w[i].shape);
-        jb_key(&ix, t->name);
-        jb_str(&ix, i < 3 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors");
-    }
-    jb_obj_end(&ix);
-    jb_obj_end(&ix);
-    snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
-    EXPECT(st_write(path, w, 3, &e) == 0, "%s", e.msg);
-    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
-    EXPECT(st_write(path, w + 3, n - 3, &e) == 0, "%s", e.msg);
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    EXPECT(file_write_whole(path, ix.s, ix.len, &e) == 0, "%s", e.msg);
-    jb_free(&ix);
-    hf_llama_close(&d);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    unlink(path);
+    hf_dir_close(&d);
+    split_dir(dir, 0);
     memset(b.params, 0, b.table.total * 4);
     EXPECT(hf_llama_open(&d, dir, &c2, &e) == 0 && d.n == 2, "shards: %s", e.msg);
     EXPECT(hf_llama_load(&d, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
     EXPECT(!memcmp(a.params, b.params, a.table.total * 4), "the shards load back differently");
-    hf_llama_close(&d);
+    hf_dir_close(&d);
     // a tensor missing: the second shard holds only the rest but one
-    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
-    EXPECT(st_write(path, w + 3, n - 4, &e) == 0, "%s", e.msg);
+    EXPECT(hf_llama_export(&a.cfg, &a.table, a.params, dir, ST_F32, &e) == 0, "%s", e.msg);
+    split_dir(dir, 1);
     EXPECT(hf_llama_open(&d, dir, &c2, &e) == 0 && hf_llama_load(&d, &b.cfg, &b.table, b.params, &e) == -1 &&
            strstr(e.msg, "is missing"), "missing tensor: %s", e.msg);
-    hf_llama_close(&d);
+    hf_dir_close(&d);
     // a GPT-2 directory is not a LLaMA one
     snprintf(path, sizeof path, "%s/config.json", dir);
     const char *gpt2 = "{\"model_type\": \"gpt2\"}";
     EXPECT(file_write_whole(path, gpt2, strlen(gpt2), &e) == 0, "%s", e.msg);
     EXPECT(hf_llama_open(&d, dir, &c2, &e) == -1 && strstr(e.msg, "config.json") && strstr(e.msg, "llama"),
            "another model type: %s", e.msg);
-    for (int i = 0; i < n; i++) {
-        free(v[i]);
-        free((char *)w[i].name);
-    }
-    free(v);
-    free(w);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    EXPECT(system(cmd) == 0, "cleanup");
+    stage_free(&a);
+    stage_free(&b);
+}
+
+// A GPT-2 model directory, in shards: config.json's head count (4, not
+// d_model/64) and the weights load back bit for bit.
+static void test_gpt2_directory(void) {
+    Err e;
+    ModelConfig c;
+    config_preset(&c, "gpt2-tiny", &e);
+    config_set_vocab(&c, 300);
+    c.n_layer = 2;
+    ModelSlice s = slice_whole(&c);
+    Stage a, b;
+    EXPECT(stage_init(&a, &c, &s, 1, 4, 1, 0, &e) == 0 && stage_init(&b, &c, &s, 1, 4, 1, 0, &e) == 0, "%s", e.msg);
+    ptable_init(&a.table, a.params, 6);
+    char dir[] = "/tmp/tsr_hfg_XXXXXX", cmd[700];
+    EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
+    EXPECT(hf_export_dir(&a.cfg, &a.table, a.params, dir, ST_F32, &e) == 0, "%s", e.msg);
+    split_dir(dir, 0);
+    HfDir d;
+    ModelConfig c2 = {0};
+    int heads = hf_config_heads(dir, &e);
+    EXPECT(heads == 4, "config.json's heads: %d", heads);
+    c2.n_head = heads;
+    EXPECT(hf_open_weights(&d, dir, &e) == 0 && d.n == 2, "shards: %s", e.msg);
+    EXPECT(hf_read_config(d.f, d.n, &c2, &e) == 0 && c2.n_layer == 2 && c2.n_head == 4 && c2.vocab == 300, "config: %s",
+           e.msg);
+    EXPECT(hf_load(d.f, d.n, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
+    EXPECT(!memcmp(a.params, b.params, a.table.total * 4), "the shards load back differently");
+    hf_dir_close(&d);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     EXPECT(system(cmd) == 0, "cleanup");
     stage_free(&a);
@@ -210,5 +255,6 @@ int main(void) {
     RUN(test_malformed_headers);
     RUN(test_gpt2_roundtrip);
     RUN(test_llama_directories);
+    RUN(test_gpt2_directory);
     return test_finish();
 }
