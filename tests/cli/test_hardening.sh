@@ -42,7 +42,7 @@ expect "a shard token of 2^31+7" 2 "token 2147483655 at position 63 is outside t
   "$BIN" train --data "$TMP/big.bin" --tokenizer byte --steps 1 --seq 16 --batch 1
 
 # ---- import validates its tokenizer and the file's vocabulary against it ----
-expect "import --tokenizer with a quote" 2 "--tokenizer: expected gpt2 or byte" "$BIN" import --in "$TMP/w.safetensors" --out "$TMP/imq" --tokenizer 'bo"gus'
+expect "import --tokenizer with a quote" 2 "--tokenizer: expected gpt2, llama or byte" "$BIN" import --in "$TMP/w.safetensors" --out "$TMP/imq" --tokenizer 'bo"gus'
 expect "import of a 256-token file as gpt2" 2 "its vocabulary has 256 tokens, --tokenizer gpt2 has 50257" \
   "$BIN" import --in "$TMP/w.safetensors" --out "$TMP/img" --tokenizer gpt2
 
