@@ -9,26 +9,13 @@
 #include <unistd.h>
 
 #include "core/checksum.h"
+#include "core/fileio.h"
 #include "core/json.h"
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "test.h"
 
 static Tokenizer tok;
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *b = malloc((size_t)n + 1);
-    if (fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); fclose(f); return NULL; }
-    fclose(f);
-    b[n] = 0;
-    *len = (size_t)n;
-    return b;
-}
 
 // The text of ids as decoding a whole sequence gives it: <s> and the front
 // space dropped. Returns its length (0 with *ok = 0 past cap).
@@ -49,7 +36,9 @@ static size_t decode_all(const int *ids, size_t m, char *out, size_t cap, int *o
 
 static void test_cases_match_the_package(void) {
     size_t len;
-    char *all = read_file("tests/data/llama_cases.jsonl", &len);
+    char *all = NULL;
+    Err fe;
+    file_read("tests/data/llama_cases.jsonl", &all, &len, 0, &fe);
     EXPECT(all != NULL, "tests/data/llama_cases.jsonl missing");
     if (!all) return;
     int cases = 0, bad = 0, trips = 0;
@@ -95,7 +84,9 @@ static void test_tinyshakespeare_matches_the_package(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/tinyshakespeare.txt", d ? d : "../shared/data");
     size_t len;
-    char *text = read_file(path, &len);
+    char *text = NULL;
+    Err fe;
+    file_read(path, &text, &len, 0, &fe);
     EXPECT(text != NULL, "%s missing", path);
     if (!text) return;
     int *ids = malloc((len + 2) * sizeof *ids);
