@@ -247,6 +247,7 @@ int cmd_train(int argc, char **argv) {
         {"bucket-mb", FLAG_FLOAT, &tc.bucket_mb, 0.001, 1e6, "MB", "gradient bucket size of --zero 0 (ZeRO reduces layer by layer; default 25)", 0, NULL},
         {"comm-timeout", FLAG_FLOAT, &comm_timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0, NULL},
         {"peak-gflops", FLAG_FLOAT, &tc.peak_gflops, 0, 1e9, "X", "peak GFLOP/s for MFU (default: measured SGEMM)", 0, NULL},
+        {"profile", FLAG_BOOL, &tc.profile, 0, 0, "", "time each kind of work (every GEMM shape, attention, loss, norms, AdamW, loader, communication) and print where the steps' time went", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
     Json *cfg = NULL;

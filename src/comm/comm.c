@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "core/prof.h"
 #include "core/timer.h"
 
 enum { HIST = 16 };
@@ -204,9 +205,11 @@ static CommRequest *enqueue(Comm *c, int op, const void *in, void *out, size_t c
 
 int comm_wait(CommRequest *r, Err *err) {
     Comm *c = r->c;
+    double t0 = prof_begin();
     pthread_mutex_lock(&c->q_mu);
     while (!r->done) pthread_cond_wait(&c->done_cv, &c->q_mu);
     pthread_mutex_unlock(&c->q_mu);
+    prof_end(t0, PROF_COMM, 0, 0);
     int rc = r->rc;
     if (rc && err) *err = r->err;
     free(r);
@@ -237,6 +240,7 @@ static int blocking(Comm *c, int op, const void *in, void *out, size_t count, Co
     pthread_mutex_unlock(&c->q_mu);
     if (queued && (op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER || op == OP_ALLGATHER))
         return comm_wait(enqueue(c, op, in, out, count, t, red), err);
+    double t0 = prof_begin();
     if (queued) {   // wait for the queue to drain, then run here
         pthread_mutex_lock(&c->q_mu);
         while (c->head) pthread_cond_wait(&c->done_cv, &c->q_mu);
@@ -245,6 +249,7 @@ static int blocking(Comm *c, int op, const void *in, void *out, size_t count, Co
     pthread_mutex_lock(&c->exec_mu);
     int rc = execute(c, op, in, out, count, t, red, root, err);
     pthread_mutex_unlock(&c->exec_mu);
+    prof_end(t0, PROF_COMM, 0, 0);
     return rc;
 }
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/prof.h"
 
 #ifdef __F16C__
 #include <immintrin.h>
@@ -126,18 +127,24 @@ static void bulk(int op, Precision p, void *dst, const void *src, size_t n, floa
 }
 
 void half_pack(Precision p, uint16_t *dst, const float *src, size_t n) {
+    double t0 = prof_begin();
     CHECKF(p == PREC_BF16 || p == PREC_FP16, "packing into %s", prec_name(p));
     bulk(BULK_PACK, p, dst, src, n, NULL);
+    prof_end(t0, PROF_HALF, 0, 6.0 * n);
 }
 
 void half_pack_widen(Precision p, uint16_t *h, float *dst, const float *src, size_t n) {
+    double t0 = prof_begin();
     CHECKF(p == PREC_BF16 || p == PREC_FP16, "packing into %s", prec_name(p));
     bulk(BULK_PACK_WIDEN, p, h, src, n, dst);
+    prof_end(t0, PROF_HALF, 0, 10.0 * n);
 }
 
 void half_unpack(Precision p, float *dst, const uint16_t *src, size_t n) {
+    double t0 = prof_begin();
     CHECKF(p == PREC_BF16 || p == PREC_FP16, "unpacking %s", prec_name(p));
     bulk(BULK_UNPACK, p, dst, src, n, NULL);
+    prof_end(t0, PROF_HALF, 0, 6.0 * n);
 }
 
 void half_round(Precision p, float *dst, const float *src, size_t n) {
@@ -145,5 +152,7 @@ void half_round(Precision p, float *dst, const float *src, size_t n) {
         if (dst != src) memmove(dst, src, n * sizeof *dst);
         return;
     }
+    double t0 = prof_begin();
     bulk(BULK_ROUND, p, dst, src, n, NULL);
+    prof_end(t0, PROF_HALF, 0, 8.0 * n);
 }

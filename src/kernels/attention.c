@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "core/prof.h"
 #include "kernels/vmath_impl.h"
 
 size_t attention_scratch_floats(int T, int threads) {
@@ -40,6 +41,7 @@ static void softmax_rows(float *S, int nq, int nk, int q0, float *lse_out, const
 
 void attention_forward(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int NH, int NKV,
                        int HS) {
+    double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for schedule(dynamic, 1)
@@ -58,12 +60,14 @@ void attention_forward(float *out, float *lse, const float *qkv, float *scratch,
                         0.0f, o + (size_t)q0 * C, C);
         }
     }
+    prof_end(t0, PROF_ATTENTION, 2.0 * B * NH * (double)T * (T + 1) * HS, 0);
 }
 
 // One thread per (batch, key/value head): its query heads one after
 // another, so their key/value gradients add up in head order.
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                         float *scratch, int B, int T, int NH, int NKV, int HS) {
+    double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for schedule(dynamic, 1)
@@ -110,4 +114,5 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
             }
         }
     }
+    prof_end(t0, PROF_ATTENTION, 4.0 * B * NH * (double)T * (T + 1) * HS, 0);
 }

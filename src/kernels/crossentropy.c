@@ -4,10 +4,12 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "core/prof.h"
 #include "kernels/vmath_impl.h"
 
 void crossentropy_forward(float *logits, float *losses, const int *targets, int N, int V, int Vp,
                           float dscale) {
+    double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *x = logits + (size_t)n * Vp;
@@ -44,9 +46,11 @@ void crossentropy_forward(float *logits, float *losses, const int *targets, int 
         x[tgt] -= dscale;
         for (int v = V; v < Vp; v++) x[v] = 0.0f;
     }
+    prof_end(t0, PROF_LOSS, 0, (dscale != 0.0f ? 2.0 : 1.0) * N * (double)Vp * sizeof(float));
 }
 
 void crossentropy_local_max(const float *logits, float *mx, const int *targets, int N, int Vr, int Vl) {
+    double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vl;
@@ -57,10 +61,12 @@ void crossentropy_local_max(const float *logits, float *mx, const int *targets, 
         }
         mx[n] = targets[n] >= 0 ? m : 0.0f;
     }
+    prof_end(t0, PROF_LOSS, 0, N * (double)Vl * sizeof(float));
 }
 
 void crossentropy_local_sum(float *logits, float *stats, const float *mx, const int *targets, int N, int Vr, int Vl,
                             int v0, int keep) {
+    double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *x = logits + (size_t)n * Vl, m = mx[n], sum = 0.0f;
@@ -83,10 +89,12 @@ void crossentropy_local_sum(float *logits, float *stats, const float *mx, const 
         }
         stats[2 * n] = sum;
     }
+    prof_end(t0, PROF_LOSS, 0, (keep ? 2.0 : 1.0) * N * (double)Vl * sizeof(float));
 }
 
 void crossentropy_finish(float *logits, float *losses, const float *stats, const float *mx, const int *targets, int N,
                          int Vr, int Vl, int v0, float dscale) {
+    double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *x = logits + (size_t)n * Vl;
@@ -105,4 +113,5 @@ void crossentropy_finish(float *logits, float *losses, const float *stats, const
         if (t >= 0 && t < Vr) x[t] -= dscale;
         for (int v = Vr; v < Vl; v++) x[v] = 0.0f;
     }
+    prof_end(t0, PROF_LOSS, 0, (dscale != 0.0f ? 2.0 : 0.0) * N * (double)Vl * sizeof(float));
 }

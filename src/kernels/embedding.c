@@ -3,8 +3,11 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "core/prof.h"
+
 void embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
                        int B, int T, int C, int v0, int Vl) {
+    double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         float *o = out + (size_t)bt * C;
@@ -24,9 +27,11 @@ void embedding_forward(float *out, const int *tokens, const float *wte, const fl
             memset(o, 0, (size_t)C * sizeof(float));
         }
     }
+    prof_end(t0, PROF_EMBEDDING, 0, 2.0 * B * T * (double)C * sizeof(float));
 }
 
 void embedding_add_positions(float *out, const float *in, const float *wpe, int Ns, int s0, int T, int C) {
+    double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < Ns; i++) {
         float *o = out + (size_t)i * C;
@@ -39,10 +44,12 @@ void embedding_add_positions(float *out, const float *in, const float *wpe, int 
             memcpy(o, x, (size_t)C * sizeof(float));
         }
     }
+    prof_end(t0, PROF_EMBEDDING, 0, 3.0 * Ns * (double)C * sizeof(float));
 }
 
 void embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
                         int B, int T, int C, int v0, int Vl) {
+    double t0 = prof_begin();
     // Split channels into blocks; a thread owns a block of every row, so the
     // scatter by token needs no atomics and keeps (b,t) order.
     int nblk = (C + 63) / 64;
@@ -64,4 +71,5 @@ void embedding_backward(float *dwte, float *dwpe, const float *dout, const int *
             }
         }
     }
+    prof_end(t0, PROF_EMBEDDING, 0, 3.0 * B * T * (double)C * sizeof(float));
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "core/alloc.h"
+#include "core/prof.h"
 #include "core/timer.h"
 
 #include "core/check.h"
@@ -44,6 +45,7 @@ const char *kernels_blas_info(void) {
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                     int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
+    double t0 = prof_begin();
     if (bias) {
         #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++)
@@ -51,6 +53,7 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
                 bias ? 1.0f : 0.0f, out, OC);
+    prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);
 }
 
 void colsum_add(float *colsum, const float *a, int N, int M) {
@@ -73,12 +76,21 @@ void colsum_add(float *colsum, const float *a, int N, int M) {
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC, int accumulate) {
     if (N == 0) return;
-    if (dinp)
+    double t0 = prof_begin();
+    if (dinp) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
                     accumulate ? 1.0f : 0.0f, dinp, C);
+        prof_gemm(t0, PROF_GEMM_DX, N, C, OC);
+        t0 = prof_begin();
+    }
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
                 dweight, C);
-    if (dbias) colsum_add(dbias, dout, N, OC);
+    prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
+    if (dbias) {
+        t0 = prof_begin();
+        colsum_add(dbias, dout, N, OC);
+        prof_end(t0, PROF_POINTWISE, 0, (double)N * OC * sizeof(float));
+    }
 }
 
 static int cmp_double(const void *a, const void *b) {

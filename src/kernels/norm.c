@@ -3,8 +3,11 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "core/prof.h"
+
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                        const float *weight, const float *bias, int N, int C) {
+    double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -22,9 +25,11 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
         mean[n] = m;
         rstd[n] = r;
     }
+    prof_end(t0, PROF_NORM, 0, 2.0 * N * (double)C * sizeof(float));
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps) {
+    double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -37,11 +42,13 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
         for (int c = 0; c < C; c++) y[c] = (x[c] * r) * weight[c];
         rstd[n] = r;
     }
+    prof_end(t0, PROF_NORM, 0, 2.0 * N * (double)C * sizeof(float));
 }
 
 // y = x·r·w, r = (mean x² + eps)^(−1/2): dx = r·w·dy − x·r³·mean(w·dy·x).
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                       const float *rstd, int N, int C) {
+    double t0 = prof_begin();
     #pragma omp parallel
     {
         #pragma omp for schedule(static)
@@ -69,11 +76,13 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
             for (int c = c0; c < c1; c++) dweight[c] += dw[c - c0];
         }
     }
+    prof_end(t0, PROF_NORM, 0, 3.0 * N * (double)C * sizeof(float));
 }
 
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C) {
+    double t0 = prof_begin();
     #pragma omp parallel
     {
         // Input gradient: rows are independent.
@@ -115,4 +124,5 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
             for (int c = c0; c < c1; c++) { dweight[c] += dw[c - c0]; dbias[c] += db[c - c0]; }
         }
     }
+    prof_end(t0, PROF_NORM, 0, 3.0 * N * (double)C * sizeof(float));
 }

@@ -1,5 +1,6 @@
 #include "kernels/pointwise.h"
 
+#include "core/prof.h"
 #include "kernels/vmath_impl.h"
 
 #define GELU_K 0.7978845608028654f   // sqrt(2/pi)
@@ -9,6 +10,7 @@
 enum { BLK = 4096 };
 
 void gelu_forward(float *out, const float *inp, size_t n) {
+    double t0 = prof_begin();
     size_t nb = (n + BLK - 1) / BLK;
     #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nb; b++) {
@@ -21,9 +23,11 @@ void gelu_forward(float *out, const float *inp, size_t n) {
             y[i] = x[i] / (1.0f + vexpf(-2.0f * u));
         }
     }
+    prof_end(t0, PROF_POINTWISE, 0, 2.0 * n * sizeof(float));
 }
 
 void swiglu_forward(float *out, const float *gu, int N, int F) {
+    double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *g = gu + (size_t)n * 2 * F, *u = g + F;
@@ -31,9 +35,11 @@ void swiglu_forward(float *out, const float *gu, int N, int F) {
         #pragma omp simd
         for (int i = 0; i < F; i++) y[i] = g[i] / (1.0f + vexpf(-g[i])) * u[i];
     }
+    prof_end(t0, PROF_POINTWISE, 0, 3.0 * N * (double)F * sizeof(float));
 }
 
 void swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F) {
+    double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *g = gu + (size_t)n * 2 * F, *u = g + F, *dy = dout + (size_t)n * F;
@@ -45,9 +51,11 @@ void swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int 
             dg[i] = u[i] * dy[i] * s * (1.0f + g[i] * (1.0f - s));
         }
     }
+    prof_end(t0, PROF_POINTWISE, 0, 5.0 * N * (double)F * sizeof(float));
 }
 
 void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    double t0 = prof_begin();
     size_t nb = (n + BLK - 1) / BLK;
     #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nb; b++) {
@@ -62,9 +70,11 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
             dx[i] = (s + x[i] * 2.0f * s * (1.0f - s) * du) * dy[i];
         }
     }
+    prof_end(t0, PROF_POINTWISE, 0, 3.0 * n * sizeof(float));
 }
 
 void residual_forward(float *out, const float *x, const float *y, const float *bias, int N, int C) {
+    double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < N; r++) {
         size_t o = (size_t)r * C;
@@ -76,4 +86,5 @@ void residual_forward(float *out, const float *x, const float *y, const float *b
             for (int c = 0; c < C; c++) out[o + c] = x[o + c] + y[o + c];
         }
     }
+    prof_end(t0, PROF_POINTWISE, 0, 3.0 * N * (double)C * sizeof(float));
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/check.h"
+#include "core/prof.h"
 
 // cs (T, HS/2, 2): the cosine and sine of each position's angles.
 static float *angles(int T, int HS, float theta) {
@@ -42,9 +43,13 @@ static void rotate(float *x, int B, int T, int heads, int HS, int ld, float thet
 }
 
 void rope_forward(float *x, int B, int T, int heads, int HS, int ld, float theta) {
+    double t0 = prof_begin();
     rotate(x, B, T, heads, HS, ld, theta, 1.0f);
+    prof_end(t0, PROF_POINTWISE, 0, 2.0 * B * T * (double)heads * HS * sizeof(float));
 }
 
 void rope_backward(float *dx, int B, int T, int heads, int HS, int ld, float theta) {
+    double t0 = prof_begin();
     rotate(dx, B, T, heads, HS, ld, theta, -1.0f);
+    prof_end(t0, PROF_POINTWISE, 0, 2.0 * B * T * (double)heads * HS * sizeof(float));
 }

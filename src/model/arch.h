@@ -117,6 +117,9 @@ typedef struct Arch {
     void (*block_backward)(const BlockRun *r);
     void (*final_forward)(const BlockRun *r);
     void (*final_backward)(const BlockRun *r);
+    // The name of the block's linear layer taking `in` features to `out`
+    // on this rank ("qkv", "fc", ...), NULL for none (a profile's rows).
+    const char *(*linear_name)(const LocalDims *d, int in, int out);
 } Arch;
 
 extern const Arch arch_gpt2, arch_llama;

@@ -176,6 +176,14 @@ static void final_backward(const BlockRun *r) {
     arch_norm_grads_done(r, r->scr[S_NORMG], 2, norms);
 }
 
+static const char *linear_name(const LocalDims *d, int in, int out) {
+    if (in == d->C && out == 3 * d->Cl) return "qkv";
+    if (in == d->Cl && out == d->C) return "attn.proj";
+    if (in == d->C && out == d->Fl) return "fc";
+    if (in == d->Fl && out == d->C) return "mlp.proj";
+    return NULL;
+}
+
 const Arch arch_gpt2 = {
     .block_prefix = "h.%d.",
     .part = {embed, block, final},
@@ -195,4 +203,5 @@ const Arch arch_gpt2 = {
     .block_backward = block_backward,
     .final_forward = final_forward,
     .final_backward = final_backward,
+    .linear_name = linear_name,
 };

@@ -186,6 +186,14 @@ static void final_backward(const BlockRun *r) {
     arch_norm_grads_done(r, r->scr[S_NORMG], 1, norms);
 }
 
+static const char *linear_name(const LocalDims *d, int in, int out) {
+    if (in == d->C && out == (int)qkv_width(d)) return "qkv";
+    if (in == d->Cl && out == d->C) return "o_proj";
+    if (in == d->C && out == 2 * d->Fl) return "gate+up";
+    if (in == d->Fl && out == d->C) return "down_proj";
+    return NULL;
+}
+
 const Arch arch_llama = {
     .block_prefix = "layers.%d.",
     .part = {embed, block, final},
@@ -205,4 +213,5 @@ const Arch arch_llama = {
     .block_backward = block_backward,
     .final_forward = final_forward,
     .final_backward = final_backward,
+    .linear_name = linear_name,
 };

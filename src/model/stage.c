@@ -466,6 +466,12 @@ static void round_grad(const StageActs *a, Slot *sl, const LocalDims *d) {
 }
 
 
+const char *stage_linear_name(const Stage *s, int in, int out) {
+    const LocalDims *d = &s->acts->dim;
+    const char *name = s->acts->arch->linear_name(d, in, out);
+    return name ? name : in == d->C && out == d->Vl ? "head" : NULL;
+}
+
 int stage_head_rows(int Vl, int N) {
     int rows = (int)(HEAD_CHUNK_FLOATS / (size_t)Vl);
     if (rows < 64) rows = 64;

@@ -128,6 +128,10 @@ size_t stage_act_bytes(const ModelConfig *cfg, const ModelSlice *slice, int B, i
 // 16-bit copy of each segment is made again when next read.
 void stage_params_changed(Stage *s);
 
+// The name of the stage's linear layer taking `in` features to `out` on
+// this rank: the block's ("qkv", "fc", ...) or "head"; NULL for none.
+const char *stage_linear_name(const Stage *s, int in, int out);
+
 // Installs the hooks (NULL: none; the flat buffers are used).
 void stage_set_hooks(Stage *s, const StageHooks *h);
 

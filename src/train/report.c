@@ -89,6 +89,20 @@ void report_step(Report *r, const StepMetrics *m) {
     jb_key(&b, "pp_wait_ms"); jb_fixed(&b, m->pp_wait_ms, 3);
     jb_key(&b, "loss_scale"); jb_num(&b, m->loss_scale);
     jb_key(&b, "skipped"); jb_bool(&b, m->skipped);
+    if (m->prof) {   // milliseconds by kind of work, and the rest of the step
+        double ms[PROF_NKIND] = {0}, sum = 0;
+        for (int i = 0; i < m->prof->n; i++) ms[m->prof->row[i].kind] += m->prof->row[i].seconds * 1e3;
+        jb_key(&b, "profile_ms");
+        jb_obj_begin(&b);
+        for (int k = 0; k < PROF_NKIND; k++) {
+            jb_key(&b, prof_kind_key(k));
+            jb_fixed(&b, ms[k], 3);
+            sum += ms[k];
+        }
+        jb_key(&b, "other");
+        jb_fixed(&b, m->ms > sum ? m->ms - sum : 0.0, 3);
+        jb_obj_end(&b);
+    }
     jb_obj_end(&b);
     write_record(r, &b);
     jb_free(&b);
@@ -119,6 +133,58 @@ void report_progress(Report *r, int step, int total, double elapsed) {
     printf("\r[");
     for (int i = 0; i < width; i++) putchar(i < fill ? '=' : (i == fill ? '>' : ' '));
     printf("] %d/%d  ETA %dm%02ds ", step, total, (int)eta / 60, (int)eta % 60);
+    fflush(stdout);
+}
+
+// The rows in print order: GEMMs by kind, the slowest shape first, then
+// the other kinds in their order.
+static int row_order(const void *a, const void *b) {
+    const ProfRow *x = a, *y = b;
+    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+    return x->seconds > y->seconds ? -1 : x->seconds < y->seconds;
+}
+
+void report_profile(Report *r, const Profile *prof, int steps, double seconds, double peak, const char *title,
+                    const char *(*name)(void *ctx, int in, int out), void *ctx) {
+    clear_bar(r);
+    Profile p = *prof;
+    qsort(p.row, (size_t)p.n, sizeof p.row[0], row_order);
+    double n = steps > 0 ? steps : 1, step_ms = seconds / n * 1e3, all = 0, gemm_s = 0, gemm_f = 0;
+    printf("profile:   %s, mean of %d step%s: %.1f ms/step; GFLOP/s against the SGEMM ceiling %.1f\n", title, steps,
+           steps == 1 ? "" : "s", step_ms, peak);
+    printf("  %-13s %-10s %-24s %7s %9s %6s %9s %8s %8s\n", "work", "layer", "shape (M×K · K×N)", "calls", "ms/step",
+           "share", "GFLOP/s", "ceiling", "GB/s");
+    for (int i = 0; i < p.n; i++) {
+        const ProfRow *w = &p.row[i];
+        double ms = w->seconds / n * 1e3, gf = w->seconds > 0 ? w->flops / w->seconds * 1e-9 : 0;
+        all += w->seconds;
+        char shape[40] = "", gfs[16] = "", ceil[16] = "", gbs[16] = "";
+        const char *layer = "";
+        if (w->kind <= PROF_GEMM_DW) {
+            // C(M,N) = A(M,K)·B(K,N); the layer's (in, out) features from the kind
+            int in = w->kind == PROF_GEMM_FWD ? w->k : w->n, out = w->kind == PROF_GEMM_FWD ? w->n
+                                                                : w->kind == PROF_GEMM_DX ? w->k : w->m;
+            layer = name ? name(ctx, in, out) : NULL;
+            if (!layer) layer = "";
+            snprintf(shape, sizeof shape, "%d×%d · %d×%d", w->m, w->k, w->k, w->n);
+            gemm_s += w->seconds;
+            gemm_f += w->flops;
+        }
+        if (w->flops > 0) {
+            snprintf(gfs, sizeof gfs, "%.1f", gf);
+            if (peak > 0) snprintf(ceil, sizeof ceil, "%.1f%%", 100 * gf / peak);
+        }
+        if (w->bytes > 0 && w->seconds > 0) snprintf(gbs, sizeof gbs, "%.1f", w->bytes / w->seconds * 1e-9);
+        printf("  %-13s %-10s %-24s %7.0f %9.2f %5.1f%% %9s %8s %8s\n", prof_kind_name(w->kind), layer, shape,
+               w->calls / n, ms, step_ms > 0 ? 100 * ms / step_ms : 0.0, gfs, ceil, gbs);
+    }
+    double other = seconds - all > 0 ? (seconds - all) / n * 1e3 : 0.0;
+    printf("  %-13s %-10s %-24s %7s %9.2f %5.1f%%\n", "other", "", "(outside the rows above)", "", other,
+           step_ms > 0 ? 100 * other / step_ms : 0.0);
+    if (gemm_s > 0)
+        printf("  %-13s %-10s %-24s %7s %9.2f %5.1f%% %9.1f %7.1f%%\n", "all GEMMs", "", "", "", gemm_s / n * 1e3,
+               step_ms > 0 ? 100 * gemm_s / n * 1e3 / step_ms : 0.0, gemm_f / gemm_s * 1e-9,
+               peak > 0 ? 100 * gemm_f / gemm_s * 1e-9 / peak : 0.0);
     fflush(stdout);
 }
 

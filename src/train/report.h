@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "core/check.h"
+#include "core/prof.h"
 
 // One optimizer step, as measured on this rank after the step.
 typedef struct StepMetrics {
@@ -24,6 +25,7 @@ typedef struct StepMetrics {
     double loss_scale;            // fp16: the scale this step's backward used (1 without a scaler)
     int scaler;                   // the run has a loss scaler (fp16)
     int skipped;                  // the step was skipped: its gradients overflowed
+    const Profile *prof;          // --profile: where this step's time went on this rank (NULL: none)
 } StepMetrics;
 
 typedef struct Report Report;
@@ -38,6 +40,12 @@ void report_step(Report *r, const StepMetrics *m);
 void report_eval(Report *r, int step, double loss, int64_t tokens, double seconds);
 // The progress bar after `step` of `total` steps, `elapsed` seconds in.
 void report_progress(Report *r, int step, int total, double elapsed);
+// Where the steps' time went on one rank (train --profile): prof sums
+// `steps` steps of `seconds` in all; GEMM rows are named by name(ctx, in,
+// out) and quoted against the SGEMM ceiling `peak` GFLOP/s of the rank's
+// threads; `title` says whose rows they are.
+void report_profile(Report *r, const Profile *prof, int steps, double seconds, double peak, const char *title,
+                    const char *(*name)(void *ctx, int in, int out), void *ctx);
 // This rank's bytes by allocator tag: the peaks, and where they differ the
 // current values.
 void report_memory(Report *r);

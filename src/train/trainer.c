@@ -10,6 +10,7 @@
 #include "core/alloc.h"
 #include "core/checksum.h"
 #include "core/json.h"
+#include "core/prof.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
@@ -47,6 +48,10 @@ struct Trainer {
     uint64_t sent_mark;        // DP bytes sent up to the end of the last step's reductions
     double t_steps, pp_wait;   // seconds in steps, and of them waited on pipeline sends and receives
     uint64_t pp_sent;          // bytes sent to pipeline neighbours in steps
+    Profile *prof, *prof_sum;  // --profile: this step's rows, and their sums over the steps profiled
+    int prof_steps;            // steps summed in prof_sum
+    int first_step;            // steps done when this process started
+    double prof_secs;          // their time
 };
 
 double train_flops_per_token(const ModelConfig *c, int T) {
@@ -151,6 +156,16 @@ static void poison_grads(Trainer *t) {
     }
 }
 
+// Adds the step's profile to the sums, the process's first step left out
+// (its first touch of every buffer is not the steady state) unless it is
+// the only one.
+static void profile_add(Trainer *t, double dt) {
+    if (t->done == t->first_step && t->tc->steps - t->first_step > 1) return;
+    prof_merge(t->prof_sum, t->prof);
+    t->prof_steps++;
+    t->prof_secs += dt;
+}
+
 int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     const TrainConfig *tc = t->tc;
     Stage *st = &t->st;
@@ -165,8 +180,13 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     // after another), gradients accumulating; every stage reads the same
     // micro-batches, the first uses the tokens, the last the targets
     size_t bt = (size_t)B * T;
+    prof_attach(t->prof);   // (cleared) only the steps are profiled, not evaluations or checkpoints
+    double p0 = prof_begin();
     for (int k = 0; k < K; k++) loader_next(t->ld, t->inp + k * bt, t->tgt + k * bt);
+    prof_end(p0, PROF_LOADER, 0, 0);
+    p0 = prof_begin();
     if (st->grads) memset(st->grads, 0, st->table.total * sizeof(float));
+    prof_end(p0, PROF_GRADS, 0, st->grads ? st->table.total * sizeof(float) : 0);
     // d(mean loss over the global batch)/d(loss sum), times fp16's loss scale
     double scale = t->fp16 ? t->sc.scale : 1.0;
     float dscale = (float)(scale / t->tokens_per_step);
@@ -184,8 +204,10 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     // the global loss and gradient norm, every gradient counted once (the
     // last stage's TP ranks computed the same loss: the first one counts
     // it), and under fp16 the ranks whose gradients overflowed
+    p0 = prof_begin();
     double g[3] = {t->mesh->tp_rank == 0 && t->last ? loss_sum : 0.0, dp_grad_sumsq(t->dp),
                    t->fp16 ? grads_overflow(t) : 0.0};
+    prof_end(p0, PROF_GRADS, 0, 0);
     if (sum_all(t, g, 3, err)) return -1;
     double loss = g[0] / t->tokens_per_step, norm = sqrt(g[1]) / scale;
 
@@ -203,6 +225,8 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
 
     double dt = timer_now() - t0;
     t->t_steps += dt;
+    prof_attach(NULL);
+    if (t->prof) profile_add(t, dt);
     double pp_w = pipe_waited(t->pipe) - pp_w0;
     uint64_t pp_b = pipe_bytes_sent(t->pipe) - pp_b0;
     t->pp_wait += pp_w;
@@ -215,7 +239,7 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
                        .mfu = tps * t->flops_tok / (t->peak * 1e9 * t->D * t->mesh->tp * t->mesh->pp),
                        .grad_comm_bytes = grad_sent, .tp_comm_bytes = tp_b1 - tp_b0, .tp_comm_ms = (tp_s1 - tp_s0) * 1e3,
                        .pp_comm_bytes = pp_b, .pp_wait_ms = pp_w * 1e3, .loss_scale = scale, .scaler = t->fp16,
-                       .skipped = skipped};
+                       .skipped = skipped, .prof = t->prof};
     if (skipped) return 0;
     if (!isfinite(loss)) return err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
     if (!isfinite(norm))
@@ -531,6 +555,11 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     if (pipe_holds_tied_copy(t->pipe)) dp_set_shared(t->dp, 0);   // the first stage counts the embeddings
     if (adamw_init(&t->opt, dp_shard_floats(t->dp), err)) goto fail;   // the moments of the owned pieces
     if (init_state(t, &crc, err) || check_same_start(t, crc, err)) goto fail;
+    t->first_step = t->done;
+    if (tc->profile && (!(t->prof = calloc(1, sizeof *t->prof)) || !(t->prof_sum = calloc(1, sizeof *t->prof_sum)))) {
+        err_set(err, ERR_RUN, "out of memory");
+        goto fail;
+    }
     if (m->world && comm_split(m->world, 0, comm_rank(m->world), "stats", &t->stats, err)) goto fail;
     // only rank 0 logs and holds the run directory's lock: the others must
     // not wait in the first step for a rank that could not take them
@@ -558,6 +587,9 @@ void trainer_close(Trainer *t) {
     if (!t) return;
     report_close(t->rep);
     if (t->lock >= 0) close(t->lock);
+    prof_attach(NULL);
+    free(t->prof);
+    free(t->prof_sum);
     free(t->inp);
     free(t->tgt);
     free(t->begin);
@@ -670,6 +702,54 @@ static int evaluate(Trainer *t, Err *err) {
     return 0;
 }
 
+static const char *linear_name(void *ctx, int in, int out) { return stage_linear_name(ctx, in, out); }
+
+// --profile: the table of each pipeline stage's first rank (its TP and DP
+// peers run the same shapes), gathered to world rank 0, which prints them.
+static int print_profile(Trainer *t, Err *err) {
+    enum { HEAD = 4, ROW = 8, SLOT = HEAD + ROW * PROF_MAX_ROWS };
+    int P = t->mesh->pp;
+    double *v = calloc((size_t)P * SLOT, sizeof *v), *sum = calloc((size_t)P * SLOT, sizeof *sum);
+    if (!v || !sum) { free(v); free(sum); return err_set(err, ERR_RUN, "out of memory"); }
+    if (t->mesh->dp_rank == 0 && t->mesh->tp_rank == 0) {
+        double *o = v + (size_t)t->mesh->pp_rank * SLOT;
+        const Profile *p = t->prof_sum;
+        o[0] = p->n;
+        o[1] = t->prof_steps;
+        o[2] = t->prof_secs;
+        o[3] = t->peak;
+        for (int i = 0; i < p->n; i++) {
+            const ProfRow *r = &p->row[i];
+            double *x = o + HEAD + ROW * i;
+            x[0] = r->kind; x[1] = r->m; x[2] = r->n; x[3] = r->k;
+            x[4] = r->calls; x[5] = r->seconds; x[6] = r->flops; x[7] = r->bytes;
+        }
+    }
+    int rc = t->stats ? comm_allreduce(t->stats, v, sum, (size_t)P * SLOT, DT_F64, RED_SUM, err) : 0;
+    if (!rc && !t->stats) memcpy(sum, v, (size_t)P * SLOT * sizeof *v);
+    for (int s = 0; !rc && t->first && s < P; s++) {
+        const double *o = sum + (size_t)s * SLOT;
+        Profile p = {.n = (int)o[0]};
+        for (int i = 0; i < p.n; i++) {
+            const double *x = o + HEAD + ROW * i;
+            p.row[i] = (ProfRow){.kind = (ProfKind)x[0], .m = (int)x[1], .n = (int)x[2], .k = (int)x[3], .calls = x[4],
+                                 .seconds = x[5], .flops = x[6], .bytes = x[7]};
+        }
+        char title[160];
+        int w = s * t->mesh->dp * t->mesh->tp;   // the world rank of (pp s, dp 0, tp 0)
+        if (P > 1)
+            snprintf(title, sizeof title, "stage %d of %d (world rank %d, %d thread%s)", s, P, w, kernels_threads(),
+                     kernels_threads() == 1 ? "" : "s");
+        else
+            snprintf(title, sizeof title, "rank 0 of %d (%d thread%s)", t->mesh->dp * t->mesh->tp, kernels_threads(),
+                     kernels_threads() == 1 ? "" : "s");
+        report_profile(t->rep, &p, (int)o[1], o[2], o[3], title, linear_name, &t->st);
+    }
+    free(v);
+    free(sum);
+    return rc;
+}
+
 int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
     Trainer *t;
     if (trainer_open(&t, tc, m, err)) return -1;
@@ -720,6 +800,7 @@ int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
                v[1] > 0 ? 100 * v[0] / v[1] : 0.0, m->dp * m->tp * m->pp, t->V > 1 ? "(P−1)/(V·M+P−1)" : "(P−1)/(M+P−1)",
                100 * pipe_bubble(m->pp, tc->accum, t->V), v[2] / 1e6 / n / (m->dp * m->tp * m->pp));
     }
+    if (tc->profile && start < tc->steps && print_profile(t, err)) goto done;
     report_memory(t->rep);
     rc = 0;
 done:

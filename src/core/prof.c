@@ -1,0 +1,78 @@
+#include "core/prof.h"
+
+#include <string.h>
+
+#include "core/timer.h"
+
+static _Thread_local Profile *cur;
+
+void prof_attach(Profile *p) {
+    if (p) memset(p, 0, sizeof *p);
+    cur = p;
+}
+
+Profile *prof_current(void) { return cur; }
+
+double prof_begin(void) { return cur ? timer_now() : 0.0; }
+
+// The row of (kind, m, n, k), added when missing (the last row when full).
+static ProfRow *row_of(Profile *p, ProfKind kind, int m, int n, int k) {
+    int i = 0;
+    while (i < p->n && !(p->row[i].kind == kind && p->row[i].m == m && p->row[i].n == n && p->row[i].k == k)) i++;
+    if (i == p->n) {
+        if (p->n == PROF_MAX_ROWS) return &p->row[PROF_MAX_ROWS - 1];
+        p->row[p->n++] = (ProfRow){.kind = kind, .m = m, .n = n, .k = k};
+    }
+    return &p->row[i];
+}
+
+static void add(ProfKind kind, int m, int n, int k, double seconds, double flops, double bytes) {
+    ProfRow *r = row_of(cur, kind, m, n, k);
+    r->calls += 1;
+    r->seconds += seconds;
+    r->flops += flops;
+    r->bytes += bytes;
+}
+
+void prof_merge(Profile *dst, const Profile *src) {
+    for (int i = 0; i < src->n; i++) {
+        const ProfRow *s = &src->row[i];
+        ProfRow *d = row_of(dst, s->kind, s->m, s->n, s->k);
+        d->calls += s->calls;
+        d->seconds += s->seconds;
+        d->flops += s->flops;
+        d->bytes += s->bytes;
+    }
+}
+
+void prof_end(double t0, ProfKind kind, double flops, double bytes) {
+    if (t0 == 0.0 || !cur) return;
+    add(kind, 0, 0, 0, timer_now() - t0, flops, bytes);
+}
+
+void prof_gemm(double t0, ProfKind kind, int m, int n, int k) {
+    if (t0 == 0.0 || !cur) return;
+    add(kind, m, n, k, timer_now() - t0, 2.0 * m * n * k, 0);
+}
+
+const char *prof_kind_name(ProfKind kind) {
+    static const char *names[PROF_NKIND] = {
+        [PROF_GEMM_FWD] = "gemm fwd",     [PROF_GEMM_DX] = "gemm dinp",     [PROF_GEMM_DW] = "gemm dweight",
+        [PROF_ATTENTION] = "attention",   [PROF_LOSS] = "softmax + loss", [PROF_NORM] = "norms",
+        [PROF_POINTWISE] = "pointwise",   [PROF_EMBEDDING] = "embedding",   [PROF_HALF] = "16-bit copies",
+        [PROF_OPTIMIZER] = "AdamW",       [PROF_GRADS] = "grads zero/norm", [PROF_LOADER] = "loader wait",
+        [PROF_COMM] = "communication",
+    };
+    return kind >= 0 && kind < PROF_NKIND ? names[kind] : "?";
+}
+
+const char *prof_kind_key(ProfKind kind) {
+    static const char *keys[PROF_NKIND] = {
+        [PROF_GEMM_FWD] = "gemm_fwd",   [PROF_GEMM_DX] = "gemm_dinp",   [PROF_GEMM_DW] = "gemm_dweight",
+        [PROF_ATTENTION] = "attention", [PROF_LOSS] = "loss",           [PROF_NORM] = "norm",
+        [PROF_POINTWISE] = "pointwise", [PROF_EMBEDDING] = "embedding", [PROF_HALF] = "half",
+        [PROF_OPTIMIZER] = "adamw",     [PROF_GRADS] = "grads",         [PROF_LOADER] = "loader",
+        [PROF_COMM] = "comm",
+    };
+    return kind >= 0 && kind < PROF_NKIND ? keys[kind] : "?";
+}
