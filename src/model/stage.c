@@ -544,8 +544,11 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     const float *lnf = sl->fin[0];
     // The head in chunks of rows: logits, loss and logits gradient, then the
     // gradient into the final norm's output and the head, chunk by chunk.
-    for (int r0 = 0; r0 < N; r0 += a->head_rows) {
-        int nr = N - r0 < a->head_rows ? N - r0 : a->head_rows;
+    // The chunks are as even as the logits buffer allows (2048 rows in 7
+    // chunks of 293 or fewer, not 6 of 333 and a GEMM of 50 rows).
+    int nchunk = (N + a->head_rows - 1) / a->head_rows, per = (N + nchunk - 1) / nchunk;
+    for (int r0 = 0; r0 < N; r0 += per) {
+        int nr = N - r0 < per ? N - r0 : per;
         linear_forward(a->logits, lnf + (size_t)r0 * C, head, NULL, nr, C, Vl);
         tp_crossentropy(a->tp, a->logits, sl->losses + r0, targets + r0, nr, V, Vl, d.v0, dscale);
         if (dscale != 0.0f)
