@@ -3,6 +3,11 @@
 // tokens/s, MFU and peak memory. One configuration per process, so the
 // peak memory is that configuration's.
 //   bench_train PRESET B T VOCAB STEPS THREADS SGEMM_GFLOPS
+// SGEMM_GFLOPS 0 measures the ceiling again after every step (the best of
+// two 2048³ products) and quotes each step against the ceiling measured
+// next to it: MFU/sg is then the median of those ratios, which a busy
+// moment of this shared machine moves far less than a ratio of two
+// figures taken minutes apart.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +59,8 @@ int main(int argc, char **argv) {
     int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
     AdamWConfig oc = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     float lr = 1e-4f;
-    double *t = malloc(sizeof(double) * (steps + 1));
+    double *t = malloc(sizeof(double) * (steps + 1)), *ratio = malloc(sizeof(double) * (steps + 1));
+    double *ceil_at = malloc(sizeof(double) * (steps + 1)), fpt = train_flops_per_token(&c, T) * B * T * 1e-9;
     for (int i = -1; i < steps; i++) {   // one warm-up step
         for (int k = 0; k < B * T; k++) {
             tok[k] = (int)rng_below(1, 1, (uint64_t)(i + 1) * B * T + k, V);
@@ -67,10 +73,22 @@ int main(int argc, char **argv) {
         double norm = sqrt(sum_squares(st.grads, st.table.total));
         adamw_step(&opt, &st.table, st.params, st.grads, lr, &oc, norm > 1 ? (float)(1 / norm) : 1.0f);
         if (i >= 0) t[i] = timer_now() - t0;
+        if (i >= 0 && ceiling <= 0) {
+            ceil_at[i] = kernels_sgemm_gflops(2048, 2);
+            ratio[i] = fpt / t[i] / ceil_at[i];
+        }
+    }
+    double mfu_sg = -1;
+    if (ceiling <= 0) {   // the medians of the interleaved ceilings and of the ratios
+        qsort(ceil_at, (size_t)steps, sizeof *ceil_at, cmp);
+        qsort(ratio, (size_t)steps, sizeof *ratio, cmp);
+        ceiling = ceil_at[steps / 2];
+        mfu_sg = ratio[steps / 2];
     }
     qsort(t, (size_t)steps, sizeof *t, cmp);
     double med = t[steps / 2], tps = B * T / med, flops = train_flops_per_token(&c, T) * tps * 1e-9;
     printf("%-16s %3d %4d %6d | %9.1f | %8.0f | %6.1f | %5.1f%% | %5.1f%% | %7.0f | %7.0f\n", argv[1], B, T, V, med * 1e3,
-           tps, flops, 100 * flops / ceiling, 100 * flops / 204.8, mem_peak_total() / 1048576.0, rss_peak_kib() / 1024.0);
+           tps, flops, 100 * (mfu_sg >= 0 ? mfu_sg : flops / ceiling), 100 * flops / 204.8, mem_peak_total() / 1048576.0,
+           rss_peak_kib() / 1024.0);
     return 0;
 }

@@ -69,7 +69,7 @@ const char *prof_kind_name(ProfKind kind) {
 const char *prof_kind_key(ProfKind kind) {
     static const char *keys[PROF_NKIND] = {
         [PROF_GEMM_FWD] = "gemm_fwd",   [PROF_GEMM_DX] = "gemm_dinp",   [PROF_GEMM_DW] = "gemm_dweight",
-        [PROF_ATTENTION] = "attention", [PROF_LOSS] = "loss",           [PROF_NORM] = "norm",
+        [PROF_ATTENTION] = "attention", [PROF_LOSS] = "softmax_loss",           [PROF_NORM] = "norm",
         [PROF_POINTWISE] = "pointwise", [PROF_EMBEDDING] = "embedding", [PROF_HALF] = "half",
         [PROF_OPTIMIZER] = "adamw",     [PROF_GRADS] = "grads",         [PROF_LOADER] = "loader",
         [PROF_COMM] = "comm",

@@ -466,10 +466,12 @@ static void round_grad(const StageActs *a, Slot *sl, const LocalDims *d) {
 }
 
 
-const char *stage_linear_name(const Stage *s, int in, int out) {
+char *stage_linear_name(const Stage *s, int in, int out, char *buf, size_t n) {
     const LocalDims *d = &s->acts->dim;
     const char *name = s->acts->arch->linear_name(d, in, out);
-    return name ? name : in == d->C && out == d->Vl ? "head" : NULL;
+    int head = in == d->C && out == d->Vl;
+    snprintf(buf, n, "%s%s%s", name ? name : "", name && head ? "/" : "", head ? "head" : "");
+    return buf;
 }
 
 int stage_head_rows(int Vl, int N) {

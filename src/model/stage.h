@@ -129,8 +129,9 @@ size_t stage_act_bytes(const ModelConfig *cfg, const ModelSlice *slice, int B, i
 void stage_params_changed(Stage *s);
 
 // The name of the stage's linear layer taking `in` features to `out` on
-// this rank: the block's ("qkv", "fc", ...) or "head"; NULL for none.
-const char *stage_linear_name(const Stage *s, int in, int out);
+// this rank into buf: the block's ("qkv", "fc", ...), "head", both when
+// their shapes coincide ("qkv/head"), or "" for none. Returns buf.
+char *stage_linear_name(const Stage *s, int in, int out, char *buf, size_t n);
 
 // Installs the hooks (NULL: none; the flat buffers are used).
 void stage_set_hooks(Stage *s, const StageHooks *h);

@@ -145,7 +145,7 @@ static int row_order(const void *a, const void *b) {
 }
 
 void report_profile(Report *r, const Profile *prof, int steps, double seconds, double peak, const char *title,
-                    const char *(*name)(void *ctx, int in, int out), void *ctx) {
+                    char *(*name)(void *ctx, int in, int out, char *buf, size_t n), void *ctx) {
     clear_bar(r);
     Profile p = *prof;
     qsort(p.row, (size_t)p.n, sizeof p.row[0], row_order);
@@ -158,14 +158,13 @@ void report_profile(Report *r, const Profile *prof, int steps, double seconds, d
         const ProfRow *w = &p.row[i];
         double ms = w->seconds / n * 1e3, gf = w->seconds > 0 ? w->flops / w->seconds * 1e-9 : 0;
         all += w->seconds;
-        char shape[40] = "", gfs[16] = "", ceil[16] = "", gbs[16] = "";
+        char shape[40] = "", gfs[16] = "", ceil[16] = "", gbs[16] = "", lname[32];
         const char *layer = "";
         if (w->kind <= PROF_GEMM_DW) {
             // C(M,N) = A(M,K)·B(K,N); the layer's (in, out) features from the kind
             int in = w->kind == PROF_GEMM_FWD ? w->k : w->n, out = w->kind == PROF_GEMM_FWD ? w->n
                                                                 : w->kind == PROF_GEMM_DX ? w->k : w->m;
-            layer = name ? name(ctx, in, out) : NULL;
-            if (!layer) layer = "";
+            if (name) layer = name(ctx, in, out, lname, sizeof lname);
             snprintf(shape, sizeof shape, "%d×%d · %d×%d", w->m, w->k, w->k, w->n);
             gemm_s += w->seconds;
             gemm_f += w->flops;

@@ -42,10 +42,10 @@ void report_eval(Report *r, int step, double loss, int64_t tokens, double second
 void report_progress(Report *r, int step, int total, double elapsed);
 // Where the steps' time went on one rank (train --profile): prof sums
 // `steps` steps of `seconds` in all; GEMM rows are named by name(ctx, in,
-// out) and quoted against the SGEMM ceiling `peak` GFLOP/s of the rank's
+// out, buf, n) (the layers taking `in` features to `out`) and quoted against the SGEMM ceiling `peak` GFLOP/s of the rank's
 // threads; `title` says whose rows they are.
 void report_profile(Report *r, const Profile *prof, int steps, double seconds, double peak, const char *title,
-                    const char *(*name)(void *ctx, int in, int out), void *ctx);
+                    char *(*name)(void *ctx, int in, int out, char *buf, size_t n), void *ctx);
 // This rank's bytes by allocator tag: the peaks, and where they differ the
 // current values.
 void report_memory(Report *r);

@@ -702,7 +702,7 @@ static int evaluate(Trainer *t, Err *err) {
     return 0;
 }
 
-static const char *linear_name(void *ctx, int in, int out) { return stage_linear_name(ctx, in, out); }
+static char *linear_name(void *ctx, int in, int out, char *buf, size_t n) { return stage_linear_name(ctx, in, out, buf, n); }
 
 // --profile: the table of each pipeline stage's first rank (its TP and DP
 // peers run the same shapes), gathered to world rank 0, which prints them.

@@ -1,13 +1,15 @@
 // core/: JSON strictness and round trips, the counter-based RNG, the tagged
-// allocator, CRC-32C and the 16-bit float formats.
+// allocator, CRC-32C, the 16-bit float formats and the profile (core/prof).
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/checksum.h"
 #include "core/half.h"
 #include "core/json.h"
+#include "core/prof.h"
 #include "core/rng.h"
 #include "test.h"
 
@@ -189,6 +191,57 @@ static void test_half(void) {
     free(x); free(y); free(z); free(h);
 }
 
+static void *record_elsewhere(void *arg) {
+    (void)arg;
+    prof_end(prof_begin(), PROF_NORM, 1, 1);   // this thread has no profile: nothing
+    double t = 1.0;                            // a begin from another thread, ended here
+    prof_end(t, PROF_NORM, 1, 1);
+    return NULL;
+}
+
+// core/prof: rows by kind and GEMM shape, the calls, FLOPs and bytes
+// given, time only while attached and only on the attached thread.
+static void test_prof(void) {
+    static Profile p, q;
+    prof_end(prof_begin(), PROF_NORM, 1, 1);   // no profile yet: nothing to record into
+    EXPECT(prof_begin() == 0.0 && !prof_current(), "no profile attached");
+    p.n = 5;
+    prof_attach(&p);
+    EXPECT(p.n == 0 && prof_current() == &p, "attaching clears");
+    double t0 = prof_begin();
+    EXPECT(t0 > 0.0, "a bracket starts at the time now");
+    for (volatile int i = 0; i < 100000; i++) {}
+    prof_gemm(t0, PROF_GEMM_FWD, 4, 8, 16);
+    prof_gemm(prof_begin(), PROF_GEMM_FWD, 4, 8, 16);
+    prof_gemm(prof_begin(), PROF_GEMM_DW, 4, 8, 16);
+    prof_end(prof_begin(), PROF_LOSS, 0, 100);
+    prof_end(0.0, PROF_LOSS, 0, 100);   // a bracket begun without a profile
+    pthread_t th;
+    pthread_create(&th, NULL, record_elsewhere, NULL);
+    pthread_join(th, NULL);
+    EXPECT(p.n == 3, "rows: gemm fwd 4x8x16, gemm dweight 4x8x16, loss (%d)", p.n);
+    EXPECT(p.row[0].kind == PROF_GEMM_FWD && p.row[0].m == 4 && p.row[0].n == 8 && p.row[0].k == 16 &&
+               p.row[0].calls == 2 && p.row[0].flops == 2 * 2.0 * 4 * 8 * 16 && p.row[0].seconds > 0,
+           "the forward GEMM row: %g calls, %g FLOPs", p.row[0].calls, p.row[0].flops);
+    EXPECT(p.row[1].kind == PROF_GEMM_DW && p.row[1].calls == 1, "a row per kind and shape");
+    EXPECT(p.row[2].kind == PROF_LOSS && p.row[2].calls == 1 && p.row[2].bytes == 100 && p.row[2].flops == 0,
+           "the loss row: %g calls, %g bytes", p.row[2].calls, p.row[2].bytes);
+    prof_attach(NULL);
+    prof_end(prof_begin(), PROF_NORM, 1, 1);
+    EXPECT(p.n == 3, "detached: nothing recorded");
+    prof_merge(&q, &p);
+    prof_merge(&q, &p);
+    EXPECT(q.n == 3 && q.row[0].calls == 4 && q.row[2].bytes == 200, "merging adds the rows");
+    // a full profile folds new rows into its last one
+    prof_attach(&p);
+    for (int i = 0; i < PROF_MAX_ROWS + 10; i++) prof_gemm(prof_begin(), PROF_GEMM_DX, i + 1, 1, 1);
+    prof_attach(NULL);
+    EXPECT(p.n == PROF_MAX_ROWS && p.row[PROF_MAX_ROWS - 1].calls == 11, "full: %d rows, last %g calls", p.n,
+           p.row[PROF_MAX_ROWS - 1].calls);
+    EXPECT(!strcmp(prof_kind_name(PROF_OPTIMIZER), "AdamW") && !strcmp(prof_kind_key(PROF_GEMM_DX), "gemm_dinp"),
+           "kind names");
+}
+
 int main(void) {
     RUN(test_json_strict);
     RUN(test_json_values);
@@ -196,5 +249,6 @@ int main(void) {
     RUN(test_alloc);
     RUN(test_crc32c);
     RUN(test_half);
+    RUN(test_prof);
     return test_finish();
 }
