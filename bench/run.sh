@@ -12,7 +12,7 @@ echo "SGEMM ceiling (2048³, $THREADS threads): $ceiling GFLOP/s; FMA peak 204.8
 echo
 printf '%-16s %3s %4s %6s | %9s | %8s | %6s | %6s | %6s | %7s | %7s\n' model B T vocab "ms/step" "tok/s" GFLOP/s \
   "MFU/sg" "MFU/pk" "tagMiB" "RSS MiB"
-configs=("gpt2-124m 4 64 50257 5" "gpt2-124m 8 256 50257 3" "gpt2-tiny 12 64 256 30")
+configs=("gpt2-124m 4 64 50257 7" "gpt2-124m 8 256 50257 3" "gpt2-tiny 12 64 256 30")
 have_torch=0
 PY=${PYTHON:-/usr/bin/python3}; [ -x "$PY" ] || PY=python3
 OMP_WAIT_POLICY=PASSIVE $PY -c "import torch" 2>/dev/null && have_torch=1
@@ -44,8 +44,11 @@ if [ "$have_torch" = 1 ]; then
 fi
 for c in "${configs[@]}"; do
   read -r preset b t v steps <<<"$c"
-  out=$($B/bench_train "$preset" "$b" "$t" "$v" "$steps" "$THREADS" "$ceiling")
+  # 0: each step against a ceiling measured right after it (bench_train)
+  out=$($B/bench_train "$preset" "$b" "$t" "$v" "$steps" "$THREADS" 0)
   echo "$out"
+  [ "$preset $b $t" = "gpt2-124m 4 64" ] && mfu_small=$(echo "$out" | awk -F'|' '{print $5 + 0}')
+  [ "$preset $b $t" = "gpt2-124m 8 256" ] && mfu_big=$(echo "$out" | awk -F'|' '{print $5 + 0}')
   if [ "$have_torch" = 1 ]; then
     ref=$(env "${TORCH_ENV[@]}" $PY bench/torch_ref.py "$preset" "$b" "$t" "$v" "$steps" "$THREADS" "$ceiling" 2>/dev/null)
     echo "$ref"
@@ -55,8 +58,38 @@ for c in "${configs[@]}"; do
 done
 [ "$have_torch" = 1 ] || echo "(python3-torch not installed: no PyTorch reference rows)"
 echo
-echo "MFU/sg: against the measured SGEMM ceiling; MFU/pk: against the FMA peak; FLOPs per token 6N + 12·L·T·C."
+echo "MFU/sg: tessera's rows, the median over steps of each step against an SGEMM ceiling (2048³) measured right after it;"
+echo "        PyTorch's, against the ceiling above. MFU/pk: against the FMA peak; FLOPs per token 6N + 12·L·T·C."
 echo "tagMiB: peak of tessera's tagged allocator; RSS: the process's peak resident memory."
+
+echo
+# Where the time goes (tessera train --profile), at the shapes one process,
+# tensor parallelism and a pipeline of one-sequence micro-batches run: each
+# rank's GEMMs against the SGEMM ceiling of its threads.
+sg1=$($B/sgemm 1)
+echo "Full speed at small shapes: tessera train --profile, gpt2-124m T=64, mean of steps 2-5 (SGEMM ceiling: $THREADS threads $ceiling,"
+echo "1 thread $sg1 GFLOP/s)"
+profrun() {   # label, ceiling, then tessera train flags; prints the tables, sets PR_WORST (the slowest GEMM row's % of the
+              # ceiling) and PR_ALL (all GEMMs' %, the lowest over the tables)
+  local label=$1 peak=$2; shift 2
+  local log; log=$(mktemp)
+  ./tessera train --model gpt2-124m --data "$TEXT" --seq 64 --steps 5 --profile --peak-gflops "$peak" "$@" >"$log" 2>&1
+  echo "$label:"
+  sed -n '/^profile:/,/^  all GEMMs/p' "$log"
+  PR_WORST=$(awk '/^  gemm/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) p = $i; gsub(/%/, "", p); if (w == "" || p + 0 < w) w = p + 0 } END { print w }' "$log")
+  PR_ALL=$(awk '/^  all GEMMs/ { p = $NF; gsub(/%/, "", p); if (w == "" || p + 0 < w) w = p + 0 } END { print w }' "$log")
+  rm -f "$log"
+}
+profrun "one process, B=4, $THREADS threads" "$ceiling" --batch 4 --threads "$THREADS"
+profrun "tp=2 (1 thread each), B=4: rank 0's halves of QKV, MLP and the vocabulary-parallel head" "$sg1" --batch 4 --nproc 2 --tp 2
+tp_worst=$PR_WORST; tp_all=$PR_ALL
+profrun "pp=2 (1 thread each), micro-batch 1 (B=1, 8 micro-batches): 64-row GEMMs" "$sg1" --batch 1 --nproc 2 --pp 2 \
+  --micro-batches 8
+pp_worst=$PR_WORST; pp_all=$PR_ALL
+awk -v s="$mfu_small" -v b="$mfu_big" -v tw="$tp_worst" -v ta="$tp_all" -v pw="$pp_worst" -v pa="$pp_all" 'BEGIN {
+  printf "  gpt2-124m B=4 T=64: MFU %.1f%% of the SGEMM ceiling (goal >= 85%%); B=8 T=256: %.1f%% (goal >= 90%%)\n", s, b
+  printf "  tp=2 per-rank GEMMs: all %.1f%% of the 1-thread ceiling, the slowest shape %.1f%% (goal: each >= 80%%)\n", ta, tw
+  printf "  pp=2 micro-batch 1 per-rank GEMMs: all %.1f%%, the slowest shape %.1f%% (goal: each >= 80%%)\n", pa, pw }'
 
 echo
 # Mixed precision × activation recomputation: time against memory by tag.
