@@ -132,7 +132,7 @@ test-run: tessera $(TEST_BUILD) $(ASAN_BIN)
 # run for FUZZ_SECONDS from the seed corpus in fuzz/corpus.
 FUZZ_SECONDS ?= 20
 FUZZ_CC      ?= clang
-FUZZ_SRC     := src/core/check.c src/core/half.c src/core/json.c src/core/fileio.c src/core/checksum.c src/io/safetensors.c \
+FUZZ_SRC     := src/core/check.c src/core/half.c src/core/prof.c src/core/timer.c src/core/json.c src/core/fileio.c src/core/checksum.c src/io/safetensors.c \
                 src/io/checkpoint.c src/data/shard.c src/cli/flags.c src/io/meta.c src/model/config.c
 FUZZ_TARGETS := safetensors meta ckpt shard config
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)

@@ -55,24 +55,25 @@ void prof_gemm(double t0, ProfKind kind, int m, int n, int k) {
     add(kind, m, n, k, timer_now() - t0, 2.0 * m * n * k, 0);
 }
 
-const char *prof_kind_name(ProfKind kind) {
-    static const char *names[PROF_NKIND] = {
-        [PROF_GEMM_FWD] = "gemm fwd",     [PROF_GEMM_DX] = "gemm dinp",     [PROF_GEMM_DW] = "gemm dweight",
-        [PROF_ATTENTION] = "attention",   [PROF_LOSS] = "softmax + loss", [PROF_NORM] = "norms",
-        [PROF_POINTWISE] = "pointwise",   [PROF_EMBEDDING] = "embedding",   [PROF_HALF] = "16-bit copies",
-        [PROF_OPTIMIZER] = "AdamW",       [PROF_GRADS] = "grads zero/norm", [PROF_LOADER] = "loader wait",
-        [PROF_COMM] = "communication",
-    };
-    return kind >= 0 && kind < PROF_NKIND ? names[kind] : "?";
-}
+// Each kind's name in the table and key in the JSONL.
+static const struct {
+    const char *name, *key;
+} kinds[PROF_NKIND] = {
+    [PROF_GEMM_FWD] = {"gemm fwd", "gemm_fwd"},
+    [PROF_GEMM_DX] = {"gemm dinp", "gemm_dinp"},
+    [PROF_GEMM_DW] = {"gemm dweight", "gemm_dweight"},
+    [PROF_ATTENTION] = {"attention", "attention"},
+    [PROF_LOSS] = {"softmax + loss", "softmax_loss"},
+    [PROF_NORM] = {"norms", "norm"},
+    [PROF_POINTWISE] = {"pointwise", "pointwise"},
+    [PROF_EMBEDDING] = {"embedding", "embedding"},
+    [PROF_HALF] = {"16-bit copies", "half"},
+    [PROF_OPTIMIZER] = {"AdamW", "adamw"},
+    [PROF_GRADS] = {"grads zero/norm", "grads"},
+    [PROF_LOADER] = {"loader wait", "loader"},
+    [PROF_COMM] = {"communication", "comm"},
+};
 
-const char *prof_kind_key(ProfKind kind) {
-    static const char *keys[PROF_NKIND] = {
-        [PROF_GEMM_FWD] = "gemm_fwd",   [PROF_GEMM_DX] = "gemm_dinp",   [PROF_GEMM_DW] = "gemm_dweight",
-        [PROF_ATTENTION] = "attention", [PROF_LOSS] = "softmax_loss",           [PROF_NORM] = "norm",
-        [PROF_POINTWISE] = "pointwise", [PROF_EMBEDDING] = "embedding", [PROF_HALF] = "half",
-        [PROF_OPTIMIZER] = "adamw",     [PROF_GRADS] = "grads",         [PROF_LOADER] = "loader",
-        [PROF_COMM] = "comm",
-    };
-    return kind >= 0 && kind < PROF_NKIND ? keys[kind] : "?";
-}
+const char *prof_kind_name(ProfKind kind) { return kind >= 0 && kind < PROF_NKIND ? kinds[kind].name : "?"; }
+
+const char *prof_kind_key(ProfKind kind) { return kind >= 0 && kind < PROF_NKIND ? kinds[kind].key : "?"; }
