@@ -24,5 +24,10 @@ echo
 echo "== 3. sample from the trained model (tessera sample --ckpt runs/demo)"
 ./tessera sample --ckpt runs/demo --prompt "ROMEO:" --tokens 120 --temperature 0.8
 echo
-echo "== done. Metrics of every logged step and evaluation: runs/demo.jsonl"
+echo "== 4. plot the run (tessera plot): loss, validation loss, learning rate, throughput, memory"
+rm -f runs/demo.svg
+./tessera plot runs/demo.jsonl --out runs/demo.svg --log-loss
+echo
+echo "== done. Metrics of every logged step and evaluation: runs/demo.jsonl; their plot: runs/demo.svg"
+echo "   (open it in a browser; compare runs with ./tessera plot A.jsonl B.jsonl --out AB.svg)"
 echo "   Evaluate on all validation data: ./tessera eval --ckpt runs/demo --data runs/demo-data"

@@ -13,5 +13,6 @@ int cmd_import(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_comm_bench(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 #endif

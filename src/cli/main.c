@@ -19,6 +19,7 @@ static const char *usage =
     "  ckpt        ckpt info PATH: contents, checksums verified; ckpt diff A B: largest parameter difference\n"
     "  comm-bench  collective bandwidth and latency (--nproc N ranks, or under mpirun)\n"
     "  plan        memory, FLOPs, communication and time for any model on any cluster; the best layout\n"
+    "  plot        runs' metrics (train --log JSONL) as one SVG: a panel per metric, runs overlaid\n"
     "\n"
     "examples:\n"
     "  tessera prepare --input ../shared/data/tinyshakespeare.txt --out data/shakespeare\n"
@@ -27,6 +28,7 @@ static const char *usage =
     "  tessera train --model gpt2-tiny --data data/shakespeare --nproc 2 --dp 2 --zero 3\n"
     "  tessera train --model gpt2-tiny --data data/shakespeare --nproc 4 --dp 2 --tp 2 --sp\n"
     "  tessera plan --model llama2-70b --devices 64 --global-batch 1024 --tokens 2e12\n"
+    "  tessera plot runs/tiny.jsonl runs/tiny-bf16.jsonl --out runs/tiny.svg --log-loss\n"
     "\n"
     "exit status: 0 success, 1 failure while running, 2 bad usage or input\n";
 
@@ -53,6 +55,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(argv[1], "comm-bench")) return cmd_comm_bench(argc - 2, argv + 2);
     if (!strcmp(argv[1], "plan")) return cmd_plan(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "plot")) return cmd_plot(argc - 2, argv + 2);
     fprintf(stderr, "tessera: unknown command '%s' (see tessera --help)\n", argv[1]);
     return 2;
 }
