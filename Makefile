@@ -51,6 +51,25 @@ else
   MPI_MSG := MPI ✗ (install libopenmpi-dev for multi-node runs)
 endif
 
+# zlib and libzstd: `prepare` reads gzip- and zstd-compressed inputs
+# (NO_ZLIB=1 / NO_ZSTD=1 build without them).
+ifndef NO_ZLIB
+  ifeq ($(shell pkg-config --exists zlib 2>/dev/null && echo y),y)
+    CFLAGS += $(shell pkg-config --cflags zlib) -DTSR_ZLIB=1
+    LDLIBS += $(shell pkg-config --libs zlib)
+    Z_MSG := zlib ✓
+  endif
+endif
+ifndef NO_ZSTD
+  ifeq ($(shell pkg-config --exists libzstd 2>/dev/null && echo y),y)
+    CFLAGS += $(shell pkg-config --cflags libzstd) -DTSR_ZSTD=1
+    LDLIBS += $(shell pkg-config --libs libzstd)
+    ZSTD_MSG := zstd ✓
+  endif
+endif
+Z_MSG    ?= zlib ✗
+ZSTD_MSG ?= zstd ✗
+
 SRC_DIRS := core kernels model optim train data io comm parallel plan
 LIB_SRC  := $(foreach d,$(SRC_DIRS),$(wildcard src/$(d)/*.c))
 CLI_SRC  := $(wildcard src/cli/*.c)
@@ -75,7 +94,8 @@ all: features tessera
 features:
 	@if [ "$(BLAS_PC)" = none ]; then \
 	  echo "tessera build: no CBLAS found: run scripts/deps.sh (installs libopenblas-openmp-dev and pkg-config)"; exit 1; fi
-	@printf 'tessera build: CBLAS %s ✓  OpenMP ✓  %s  (%s)\n' "$(BLAS_PC)" "$(MPI_MSG)" "$(CC) $(OPT) $(ARCH)"
+	@printf 'tessera build: CBLAS %s ✓  OpenMP ✓  %s  %s  %s  (%s)\n' "$(BLAS_PC)" "$(MPI_MSG)" "$(Z_MSG)" "$(ZSTD_MSG)" \
+	  "$(CC) $(OPT) $(ARCH)"
 
 tessera: $(CLI_OBJ) $(LIB) | features
 	@$(if $(Q),echo "  LD    $@")
@@ -126,7 +146,7 @@ test:
 	@$(MAKE) --no-print-directory test-run
 
 test-run: tessera $(TEST_BUILD) $(ASAN_BIN)
-	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_pp.sh tests/cli/test_precision.sh tests/cli/test_llama.sh tests/cli/test_hardening.sh tests/cli/test_profile.sh tests/cli/test_plot.sh tests/cli/test_same_model.sh $(ASAN_BIN) $(MPI_TESTS)
+	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_pp.sh tests/cli/test_precision.sh tests/cli/test_llama.sh tests/cli/test_hardening.sh tests/cli/test_profile.sh tests/cli/test_plot.sh tests/cli/test_corpora.sh tests/cli/test_same_model.sh $(ASAN_BIN) $(MPI_TESTS)
 
 # libFuzzer targets for the safetensors and meta.json readers (clang), each
 # run for FUZZ_SECONDS from the seed corpus in fuzz/corpus.

@@ -8,6 +8,8 @@ set -euo pipefail
 pkgs=(build-essential pkg-config libopenblas-openmp-dev clang libclang-rt-14-dev openmpi-bin libopenmpi-dev)
 # the plot test: xmllint validates the SVG, rsvg-convert renders it, zlib reads the PNG
 pkgs+=(libxml2-utils librsvg2-bin zlib1g-dev)
+# prepare's compressed inputs (zlib1g-dev above, libzstd-dev), and the tools its test compresses with
+pkgs+=(libzstd-dev zstd gzip)
 [ "${1:-}" = --bench ] && pkgs+=(python3-torch libtcmalloc-minimal4 libopenblas0-pthread)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -133,7 +133,7 @@ int plot_run_load(PlotRun **out, const char *path, Err *err) {
     size_t total = 0;
     for (int m = 0; !rc && m < NMETRIC; m++) {
         // steps ascending; of the records of one step, the last one written
-        qsort(pts[m], cnt[m], sizeof *pts[m], by_step);
+        if (cnt[m]) qsort(pts[m], cnt[m], sizeof *pts[m], by_step);
         r->x[m] = malloc((cnt[m] + 1) * sizeof(double));
         r->y[m] = malloc((cnt[m] + 1) * sizeof(double));
         if (!r->x[m] || !r->y[m]) { rc = err_set(err, ERR_RUN, "out of memory"); break; }
