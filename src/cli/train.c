@@ -5,12 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/flags.h"
 #include "comm/mpi.h"
 #include "comm/run.h"
+#include "core/json.h"
 #include "io/checkpoint.h"
 #include "model/stage.h"
 #include "parallel/mesh.h"
@@ -184,6 +186,69 @@ static int precision_flags(TrainConfig *tc, const char *prec, const char *reduce
     return 0;
 }
 
+// The step of --ckpt-dir's latest checkpoint (its `latest` file names
+// step_NNNNNNNN), or -1 when it has none yet.
+static int latest_step(const char *dir) {
+    char path[4200], line[64] = "";
+    snprintf(path, sizeof path, "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int step = -1;
+    if (fgets(line, sizeof line, f) && sscanf(line, "step_%d", &step) != 1) step = -1;
+    fclose(f);
+    return step;
+}
+
+// A restart in the run's JSONL (the launcher writes it between attempts,
+// when no rank is running).
+static void log_restart(const char *log, int k, int max, const char *why, int step) {
+    FILE *f = log ? fopen(log, "a") : NULL;
+    if (!f) return;
+    JsonBuf b;
+    jb_init(&b);
+    jb_obj_begin(&b);
+    jb_key(&b, "restart"); jb_int(&b, k);
+    jb_key(&b, "max_restarts"); jb_int(&b, max);
+    jb_key(&b, "reason"); jb_str(&b, why);
+    jb_key(&b, "resume_step"); jb_int(&b, step > 0 ? step : 0);
+    jb_obj_end(&b);
+    fprintf(f, "%s\n", b.s);
+    jb_free(&b);
+    fclose(f);
+}
+
+// Runs the ranks; with --max-restarts, a run whose ranks failed (a rank
+// killed, or ending with exit 1) starts again, every rank, from the run
+// directory's latest checkpoint after `delay` seconds, up to max times
+// (torchrun's elastic restarts, for ranks forked here). 0, or the exit
+// status, the failure reported.
+static int launch(TrainConfig *tc, int world, RankArgs *ra, double timeout, int max, double delay) {
+    const char *resume0 = tc->resume, *init0 = tc->init_from;
+    for (int k = 0;; k++) {
+        Err le = {0};
+        if (!comm_run(world > 0 ? world : 1, train_rank, ra, timeout, &le)) return 0;
+        if (!le.shown) fprintf(stderr, "tessera train: %s\n", le.msg);
+        int rc = le.code ? le.code : 1;
+        if (rc == ERR_USAGE || k == max) {
+            if (max > 0 && rc != ERR_USAGE)
+                fprintf(stderr, "tessera train: the ranks failed again after %d restart%s (--max-restarts %d): stopping\n",
+                        k, k == 1 ? "" : "s", max);
+            return rc;
+        }
+        int step = latest_step(tc->ckpt_dir);
+        // the latest checkpoint if there is one; otherwise the run starts as it first did
+        tc->resume = step >= 0 ? tc->ckpt_dir : resume0;
+        tc->init_from = step >= 0 ? NULL : init0;
+        printf("restart:   %d of %d after the failure above: every rank starts again in %g s from %s\n", k + 1, max,
+               delay, step >= 0 ? "the latest checkpoint" : "the beginning (no checkpoint yet)");
+        if (step >= 0) printf("           (%s/step_%08d)\n", tc->ckpt_dir, step);
+        fflush(stdout);
+        log_restart(tc->log_path, k + 1, max, le.msg, step);
+        struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+        while (nanosleep(&ts, &ts) && errno == EINTR) {}
+    }
+}
+
 int cmd_train(int argc, char **argv) {
     TrainConfig tc = {
         .tokenizer = "gpt2", .eval_batches = 20, .batch = 8, .accum = 1, .steps = 100, .log_every = 10, .seed = 1337,
@@ -195,7 +260,8 @@ int cmd_train(int argc, char **argv) {
     tc.virtual_stages = 1;
     const char *pp_layers = NULL, *pipe_sched = "1f1b", *recompute = "none", *precision = "fp32", *reduce = "fp32";
     ScalerConfig sc = {.init = 0, .window = 0, .hysteresis = 0, .min = -1};
-    double comm_timeout = 0;
+    double comm_timeout = 0, restart_delay = 1;
+    int max_restarts = 0;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, llama-120m, llama-7b, llama2-7b, llama2-13b, llama2-70b", 0, NULL},
         {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, n_kv_head, d_model, d_ff, max_seq, rope_theta, norm_eps}", 0, NULL},
@@ -246,6 +312,8 @@ int cmd_train(int argc, char **argv) {
         {"zero", FLAG_INT, &tc.zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0, NULL},
         {"bucket-mb", FLAG_FLOAT, &tc.bucket_mb, 0.001, 1e6, "MB", "gradient bucket size of --zero 0 (ZeRO reduces layer by layer; default 25)", 0, NULL},
         {"comm-timeout", FLAG_FLOAT, &comm_timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0, NULL},
+        {"max-restarts", FLAG_INT, &max_restarts, 0, 1000, "K", "when a rank dies or the run fails (exit 1), start every rank again from --ckpt-dir's latest checkpoint, up to K times (default 0)", 0, NULL},
+        {"restart-delay", FLAG_FLOAT, &restart_delay, 0, 3600, "S", "seconds to wait before a restart (default 1)", 0, NULL},
         {"peak-gflops", FLAG_FLOAT, &tc.peak_gflops, 0, 1e9, "X", "peak GFLOP/s for MFU (default: measured SGEMM)", 0, NULL},
         {"profile", FLAG_BOOL, &tc.profile, 0, 0, "", "time each kind of work (every GEMM shape, attention, loss, norms, AdamW, loader, communication) and print where the steps' time went", 0, NULL},
     };
@@ -294,6 +362,16 @@ int cmd_train(int argc, char **argv) {
     if (!tc.seq && tc.resume) resumed_seq(&tc);
     if (!tc.seq) tc.seq = tc.model.max_seq < 256 ? tc.model.max_seq : 256;
     if (tc.resume && tc.init_from) { err_set(&e, ERR_USAGE, "--resume and --init-from exclude each other"); goto out; }
+    if (max_restarts && !tc.ckpt_dir) {
+        err_set(&e, ERR_USAGE, "--max-restarts %d resumes from the run's checkpoints: it needs --ckpt-dir (and --ckpt-every)",
+                max_restarts);
+        goto out;
+    }
+    if (max_restarts && comm_mpi_launched()) {
+        err_set(&e, ERR_USAGE, "--max-restarts restarts the ranks this command forks (--nproc); under mpirun or srun, "
+                "resubmit the job (Slurm: --requeue) with --resume");
+        goto out;
+    }
     if (tc.exit_after && !tc.ckpt_dir) {
         err_set(&e, ERR_USAGE, "--exit-after %d stops with a checkpoint to resume from: it needs --ckpt-dir", tc.exit_after);
         goto out;
@@ -318,7 +396,9 @@ int cmd_train(int argc, char **argv) {
         config_pad_vocab(&padded, padded.vocab, tp);
         if (stage_check_split(&padded, tp, tc.sp, tc.seq, &e)) goto out;
     }
-    if (comm_mpi_launched() || nproc > 1 || dp > 1 || tp > 1 || pp > 1 || tc.zero > 0) {   // ZeRO runs over a communicator, even of one rank
+    // ZeRO runs over a communicator, even of one rank; restarts need a
+    // launcher that outlives the ranks
+    if (comm_mpi_launched() || nproc > 1 || dp > 1 || tp > 1 || pp > 1 || tc.zero > 0 || max_restarts > 0) {
         int world = comm_mpi_launched() ? -1 : nproc ? nproc : (dp ? dp : 1) * tp * pp;
         if (!dp && world > 0) dp = world / (tp * pp);   // under mpirun the rank takes the world size / (tp·pp)
         if (world > 0 && (int64_t)dp * tp * pp != world) {
@@ -334,12 +414,8 @@ int cmd_train(int argc, char **argv) {
             tc.threads = omp_get_num_procs() / local > 0 ? omp_get_num_procs() / local : 1;
         }
         RankArgs ra = {&tc, dp, tp, pp};
-        Err le = {0};
-        if (comm_run(world > 0 ? world : 1, train_rank, &ra, comm_timeout > 0 ? comm_timeout : comm_timeout_default(), &le)) {
-            if (!le.shown) fprintf(stderr, "tessera train: %s\n", le.msg);
-            rc = le.code ? le.code : 1;
-            e.msg[0] = 0;
-        } else rc = 0;
+        rc = launch(&tc, world, &ra, comm_timeout > 0 ? comm_timeout : comm_timeout_default(), max_restarts, restart_delay);
+        e.msg[0] = 0;
         goto out;
     }
     Mesh one = mesh_single();
