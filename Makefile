@@ -81,7 +81,7 @@ LIB      := $(BUILD)/libtessera.a
 TEST_SRC := $(wildcard tests/*/test_*.c)
 # the MPI test runs through mpirun (tests/comm/test_mpi.sh), not directly
 ifneq ($(MPI_PC),)
-  MPI_TESTS := tests/comm/test_mpi.sh
+  MPI_TESTS := tests/comm/test_mpi.sh tests/cli/test_netns.sh
 else
   TEST_SRC := $(filter-out tests/comm/test_comm_mpi.c,$(TEST_SRC))
 endif

@@ -10,6 +10,8 @@ pkgs=(build-essential pkg-config libopenblas-openmp-dev clang libclang-rt-14-dev
 pkgs+=(libxml2-utils librsvg2-bin zlib1g-dev)
 # prepare's compressed inputs (zlib1g-dev above, libzstd-dev), and the tools its test compresses with
 pkgs+=(libzstd-dev zstd gzip)
+# the multi-host test: network namespaces and their links (ip, tc)
+pkgs+=(iproute2)
 [ "${1:-}" = --bench ] && pkgs+=(python3-torch libtcmalloc-minimal4 libopenblas0-pthread)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -79,6 +79,18 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
            "           data-parallel comm %.4g s (%.4g exposed after overlap with backward) -> step %.4g s\n",
            r->t_compute, r->t_bubble, r->t_tp, r->t_pp, r->t_dp, r->t_dp_exposed, r->t_step);
     printf("comm       per device per step: dp %.4g GB, tp %.4g GB, pp %.4g GB\n", r->bytes_dp / 1e9, r->bytes_tp / 1e9, r->bytes_pp / 1e9);
+    if (c->devices > c->per_node) {   // which groups the network carries
+        char in[48] = "", out[48] = "";
+        const char *name[3] = {"tp", "dp", "pp"};
+        int size[3] = {l->tp, l->dp, l->pp}, inter[3] = {0, r->dp_inter, r->pp_inter};
+        for (int k = 0; k < 3; k++) {
+            if (size[k] == 1) continue;
+            char *d = inter[k] ? out : in;
+            size_t n = strlen(d);
+            snprintf(d + n, sizeof in - n, "%s%s", n ? ", " : "", name[k]);
+        }
+        printf("placement  inside a node: %s; across nodes: %s\n", in[0] ? in : "none", out[0] ? out : "none");
+    }
     if (explain) {
         printf("  = compute: %lld tokens × %.4g FLOPs / (%lld devices × %.4g TFLOP/s × MFU %.2f)\n",
                (long long)(j->global_batch * j->seq), r->hw_flops_token, (long long)c->devices, c->tflops, c->mfu);
@@ -128,6 +140,11 @@ static void json_layout(const PlanModel *m, const PlanCluster *c, const PlanLayo
     jb_key(&b, "step_seconds"); jb_num(&b, r->t_step);
     jb_key(&b, "compute_seconds"); jb_num(&b, r->t_compute);
     jb_key(&b, "bubble_seconds"); jb_num(&b, r->t_bubble);
+    jb_key(&b, "inter_node"); jb_obj_begin(&b);
+    jb_key(&b, "dp"); jb_bool(&b, r->dp_inter);
+    jb_key(&b, "tp"); jb_bool(&b, 0);
+    jb_key(&b, "pp"); jb_bool(&b, r->pp_inter);
+    jb_obj_end(&b);
     jb_key(&b, "comm_bytes"); jb_obj_begin(&b);
     jb_key(&b, "dp"); jb_num(&b, r->bytes_dp); jb_key(&b, "tp"); jb_num(&b, r->bytes_tp); jb_key(&b, "pp"); jb_num(&b, r->bytes_pp);
     jb_obj_end(&b);

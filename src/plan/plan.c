@@ -251,6 +251,11 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
 
     // communication per device per step
     int64_t tpdp = (int64_t)l->tp * l->dp;
+    // ranks are placed tensor-parallel neighbours first (rank = pp·dp·tp +
+    // dp·tp + tp): a data-parallel group fits in a node when tp·dp
+    // devices do, a pipeline when all of them do
+    r->dp_inter = l->dp > 1 && tpdp > c->per_node;
+    r->pp_inter = l->pp > 1 && tpdp * l->pp > c->per_node;
     double bw_dp = (tpdp <= c->per_node ? c->bw_intra : c->bw_inter) * 1e9, alpha = c->alpha_us * 1e-6;
     double ring = d > 1 ? 2 * (d - 1) / d : 0;
     // ZeRO 0/1: one allreduce (or reduce-scatter + allgather) of the

@@ -87,6 +87,8 @@ typedef struct PlanResult {
     double flops_token, hw_flops_token;
     double t_compute, t_bubble, t_dp, t_dp_exposed, t_tp, t_pp, t_step;
     double bytes_dp, bytes_tp, bytes_pp;   // per device per step
+    int dp_inter, pp_inter;                // the data-parallel / pipeline groups cross nodes (the inter-node
+                                           // bandwidth); tensor-parallel groups stay inside a node
     double tp_messages;             // tensor-parallel collectives per step, each a step of latency per peer
     double tokens_per_s, mfu, days, device_hours, megatron_days;
     int fits;

@@ -48,6 +48,7 @@ struct Trainer {
     uint64_t sent_mark;        // DP bytes sent up to the end of the last step's reductions
     double t_steps, pp_wait;   // seconds in steps, and of them waited on pipeline sends and receives
     uint64_t pp_sent;          // bytes sent to pipeline neighbours in steps
+    char hosts[1024];          // the ranks' hosts and which groups stay inside one (empty: one host)
     Profile *prof, *prof_sum;  // --profile: this step's rows, and their sums over the steps profiled
     int prof_steps;            // steps summed in prof_sum
     int first_step;            // steps done when this process started
@@ -438,6 +439,71 @@ static void print_pipeline(Trainer *t) {
     }
 }
 
+// Gathers every rank's hostname and describes, when the ranks span more
+// than one host, where they are and which kinds of group stay inside a
+// host (shared memory) or cross hosts (the network): the planner's
+// intra/inter-node split, as it happened. Every rank calls it.
+static int find_hosts(Trainer *t, Err *err) {
+    enum { NAME = 64 };
+    const Mesh *m = t->mesh;
+    int n = m->dp * m->tp * m->pp;
+    char mine[NAME] = "";
+    gethostname(mine, NAME - 1);
+    char *all = calloc((size_t)n, NAME);
+    int *host = calloc((size_t)n, sizeof *host);
+    if (!all || !host) { free(all); free(host); return err_set(err, ERR_RUN, "out of memory"); }
+    int rc = comm_allgather(t->stats, mine, all, NAME, DT_U8, err), nh = 0;
+    for (int r = 0; !rc && r < n; r++) {   // host ids in order of first rank
+        int h = 0;
+        while (h < r && strncmp(all + (size_t)h * NAME, all + (size_t)r * NAME, NAME)) h++;
+        host[r] = h < r ? host[h] : nh++;
+    }
+    t->hosts[0] = 0;
+    if (!rc && nh > 1) {
+        size_t len = 0, cap = sizeof t->hosts;
+        len += (size_t)snprintf(t->hosts + len, cap - len, "%d (", nh);
+        for (int h = 0; h < nh && len < cap; h++) {
+            int first = 1;
+            for (int r = 0; r < n && len < cap; r++) {
+                if (host[r] != h) continue;
+                int end = r;
+                while (end + 1 < n && host[end + 1] == h) end++;
+                if (first) len += (size_t)snprintf(t->hosts + len, cap - len, "%s%s: ranks ", h ? ", " : "", all + (size_t)r * NAME);
+                len += (size_t)snprintf(t->hosts + len, cap - len, first ? (end > r ? "%d-%d" : "%d") : (end > r ? ",%d-%d" : ",%d"), r, end);
+                first = 0;
+                r = end;
+            }
+        }
+        // each kind of group: inside one host when all its groups are
+        static const char *kind[3] = {"data-parallel", "tensor-parallel", "pipeline"};
+        int inside[3] = {1, 1, 1};
+        for (int r = 0; r < n; r++)
+            for (int q = 0; q < n; q++) {
+                int d1, t1, p1, d2, t2, p2;
+                mesh_coords(r, m->dp, m->tp, m->pp, &d1, &t1, &p1);
+                mesh_coords(q, m->dp, m->tp, m->pp, &d2, &t2, &p2);
+                if (host[r] == host[q]) continue;
+                if (t1 == t2 && p1 == p2) inside[0] = 0;   // the same data-parallel group
+                if (d1 == d2 && p1 == p2) inside[1] = 0;
+                if (d1 == d2 && t1 == t2) inside[2] = 0;
+            }
+        int sizes[3] = {m->dp, m->tp, m->pp};
+        char in[96] = "", out[96] = "";
+        for (int k = 0; k < 3; k++) {
+            if (sizes[k] == 1) continue;
+            char *d = inside[k] ? in : out;
+            size_t dl = strlen(d);
+            snprintf(d + dl, sizeof in - dl, "%s%s", dl ? ", " : "", kind[k]);
+        }
+        if (len < cap) len += (size_t)snprintf(t->hosts + len, cap - len, ")");
+        if (in[0] && len < cap) len += (size_t)snprintf(t->hosts + len, cap - len, "; inside one host: %s groups", in);
+        if (out[0] && len < cap) snprintf(t->hosts + len, cap - len, "; across hosts: %s groups", out);
+    }
+    free(all);
+    free(host);
+    return rc;
+}
+
 static void print_header(Trainer *t) {
     const TrainConfig *tc = t->tc;
     const ModelConfig *mc = &t->mc;
@@ -470,6 +536,7 @@ static void print_header(Trainer *t) {
            (float)tc->lr.lr, (float)(tc->lr.shape == LR_COSINE ? tc->lr.min_lr : tc->lr.lr),
            tc->lr.shape == LR_COSINE ? "cosine" : "constant", tc->lr.warmup, (float)tc->adamw.beta1,
            (float)tc->adamw.beta2, (float)tc->adamw.eps, (float)tc->adamw.weight_decay, (float)tc->clip);
+    if (t->hosts[0]) printf("hosts:     %s\n", t->hosts);
     printf("compute:   %d thread%s, %s; %.3g GFLOP per token; MFU against %.1f GFLOP/s (%s)\n", kernels_threads(),
            kernels_threads() == 1 ? "" : "s", kernels_blas_info(), t->flops_tok * 1e-9, t->peak, t->peak_src);
     if (tc->precision != PREC_FP32)
@@ -561,6 +628,7 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
         goto fail;
     }
     if (m->world && comm_split(m->world, 0, comm_rank(m->world), "stats", &t->stats, err)) goto fail;
+    if (t->stats && find_hosts(t, err)) goto fail;
     // only rank 0 logs and holds the run directory's lock: the others must
     // not wait in the first step for a rank that could not take them
     int rc = report_open(&t->rep, t->first ? tc->log_path : NULL, tc->progress, err);
