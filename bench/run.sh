@@ -246,6 +246,27 @@ for z in 1 2 3; do
 done
 
 echo
+# dp=2 across two "hosts" (network namespaces, mpirun over TCP) against the
+# same two ranks forked on one host (shared memory)
+if [ -x $B/mpi_allreduce ] && why=$(scripts/netns-cluster.sh check 2>&1); then
+  echo "Data parallel across hosts, gpt2-124m, B=4 T=64 per rank, 6 steps (median of steps 2-6):"
+  dpbench "dp=2 forked on one host" --nproc 2 --dp 2; f_tok=$DP_TOK
+  scripts/netns-cluster.sh up 2
+  log=$(mktemp)
+  scripts/netns-cluster.sh mpirun 2 1 ./tessera train --model gpt2-124m --data "$TEXT" --batch 4 --seq 64 --steps 6 \
+    --log-every 1 --dp 2 --threads 1 --log "$log" >"$log.out" 2>&1 </dev/null
+  ms=$(grep -o '"ms":[0-9.]*' "$log" | tail -5 | cut -d: -f2 | sort -n | sed -n 3p)
+  tok=$(grep -o '"tokens_per_s":[0-9.]*' "$log" | tail -5 | cut -d: -f2 | sort -n | sed -n 3p)
+  printf '%-34s %9.1f ms/step %9.1f tokens/s   %s\n' "dp=2 on 2 namespace hosts (TCP)" "$ms" "$tok" \
+    "$(grep -a '^comm:' "$log.out" | head -1 | cut -c12-)"
+  awk -v a="$tok" -v b="$f_tok" 'BEGIN { printf "%-34s %.2fx the forked ranks'"'"' tokens/s\n", "", a / b }'
+  scripts/netns-cluster.sh down
+  rm -f "$log" "$log.out"
+else
+  echo "(no multi-host rows: ${why:-tessera built without MPI})"
+fi
+
+echo
 echo "Tensor parallel, gpt2-124m, B=4 T=64 (the same micro-batch as each dp rank's), 6 steps (median of steps 2-6):"
 dpbench "dp=1, 2 threads" --threads 2; one=$DP_TOK; one_mfu=$DP_MFU
 dpbench "dp=2 (1 thread each), ZeRO-0" --nproc 2 --dp 2; dp2=$DP_TOK

@@ -78,7 +78,8 @@ run_mpi() {
   ip netns exec ${PFX}-h0 unshare --uts sh -c "hostname ${PFX}-h0 && exec mpirun --allow-run-as-root --hostfile '$hf' \
     -np $((n * slots)) --map-by slot --mca plm_rsh_agent '$here/netns-cluster.sh agent' --mca plm_rsh_no_tree_spawn 1 \
     --mca oob_tcp_if_include $NET.0/24 --mca btl_tcp_if_include $NET.0/24 --mca btl self,vader,tcp \
-    --mca orte_abort_on_non_zero_status 1 $(printf "'%s' " "$@")" || rc=$?
+    --mca orte_abort_on_non_zero_status 1 --mca oob_tcp_keepalive_time 1 --mca oob_tcp_keepalive_intvl 1 \
+    --mca oob_tcp_keepalive_probes 3 $(printf "'%s' " "$@")" || rc=$?
   rm -f "$hf"
   return $rc
 }

@@ -58,18 +58,108 @@ static int watchdog_started;
 
 static long long now_us(void) { return (long long)(timer_now() * 1e6); }
 
+// Heartbeats, so that a timeout can name the ranks that went silent (a
+// host or link down, a rank hung or stopped): with MPI_THREAD_MULTIPLE the
+// watchdog sends every other rank a small message each HB_US on a
+// communicator of its own and keeps a receive posted from each; the last
+// time each one was heard from is kept.
+enum { HB_US = 250000 };
+static MPI_Comm hb_comm = MPI_COMM_NULL;
+static int hb_n, hb_me;
+static MPI_Request *hb_send, *hb_recv;
+static int *hb_in, hb_out;
+static long long *hb_heard, hb_sent_us;
+
+static void hb_start(void) {
+    if (!thread_multiple || MPI_Comm_dup(MPI_COMM_WORLD, &hb_comm) != MPI_SUCCESS) return;
+    MPI_Comm_set_errhandler(hb_comm, MPI_ERRORS_RETURN);
+    MPI_Comm_size(hb_comm, &hb_n);
+    MPI_Comm_rank(hb_comm, &hb_me);
+    hb_send = calloc((size_t)hb_n, sizeof *hb_send);
+    hb_recv = calloc((size_t)hb_n, sizeof *hb_recv);
+    hb_in = calloc((size_t)hb_n, sizeof *hb_in);
+    hb_heard = calloc((size_t)hb_n, sizeof *hb_heard);
+    if (!hb_send || !hb_recv || !hb_in || !hb_heard) { MPI_Comm_free(&hb_comm); hb_comm = MPI_COMM_NULL; return; }
+    long long now = now_us();
+    for (int r = 0; r < hb_n; r++) {
+        hb_send[r] = hb_recv[r] = MPI_REQUEST_NULL;
+        hb_heard[r] = now;
+        if (r != hb_me) MPI_Irecv(&hb_in[r], 1, MPI_INT, r, 0, hb_comm, &hb_recv[r]);
+    }
+}
+
+// One round: what arrived is noted (and the receive posted again); every
+// HB_US a beat goes to each rank whose last one has left.
+static void hb_poll(void) {
+    if (hb_comm == MPI_COMM_NULL) return;
+    long long now = now_us();
+    for (int r = 0; r < hb_n; r++) {
+        if (r == hb_me) continue;
+        int done = 0;
+        if (hb_recv[r] != MPI_REQUEST_NULL && MPI_Test(&hb_recv[r], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+            hb_heard[r] = now;
+            MPI_Irecv(&hb_in[r], 1, MPI_INT, r, 0, hb_comm, &hb_recv[r]);
+        }
+        if (hb_send[r] != MPI_REQUEST_NULL) MPI_Test(&hb_send[r], &done, MPI_STATUS_IGNORE);
+        if (now - hb_sent_us >= HB_US && hb_send[r] == MPI_REQUEST_NULL)
+            MPI_Isend(&hb_out, 1, MPI_INT, r, 0, hb_comm, &hb_send[r]);
+    }
+    if (now - hb_sent_us >= HB_US) hb_sent_us = now;
+}
+
+// The ranks not heard from for `silent` seconds into buf ("2, 3"), or "".
+static void hb_silent(char *buf, size_t n, double silent) {
+    buf[0] = 0;
+    long long now = now_us();
+    size_t len = 0;
+    for (int r = 0; r < hb_n && len < n; r++)
+        if (r != hb_me && (now - hb_heard[r]) * 1e-6 > silent)
+            len += (size_t)snprintf(buf + len, n - len, "%s%d", len ? ", " : "", r);
+}
+
+// Before MPI_Finalize: no request left behind.
+static void hb_stop(void) {
+    if (hb_comm == MPI_COMM_NULL) return;
+    MPI_Barrier(hb_comm);   // every rank has stopped beating
+    for (int r = 0; r < hb_n; r++) {
+        MPI_Request *q[2] = {&hb_recv[r], &hb_send[r]};
+        for (int k = 0; k < 2; k++)
+            if (*q[k] != MPI_REQUEST_NULL) {
+                MPI_Cancel(q[k]);
+                MPI_Wait(q[k], MPI_STATUS_IGNORE);
+            }
+    }
+    MPI_Comm_free(&hb_comm);
+    hb_comm = MPI_COMM_NULL;
+    free(hb_send);
+    free(hb_recv);
+    free(hb_in);
+    free(hb_heard);
+}
+
 static void *watchdog_main(void *arg) {
     (void)arg;
     while (!atomic_load(&watchdog_stop)) {
         usleep(100000);
+        hb_poll();
         for (int k = 0; k < WATCH_SLOTS; k++) {
             long long t0 = atomic_load(&inflight_us[k]);
             if (!t0 || (now_us() - t0) * 1e-6 <= watchdog_timeout) continue;
             const OpDesc *d = atomic_load(&inflight_op[k]);
             int me = -1;
             MPI_Comm_rank(MPI_COMM_WORLD, &me);
-            fprintf(stderr, "tessera: MPI rank %d: %s (seq %llu) timed out after %.0f s; ending the job\n", me,
-                    d ? comm_op_name(d->op) : "collective", d ? (unsigned long long)d->seq : 0ULL, watchdog_timeout);
+            char silent[512] = "";
+            if (hb_comm != MPI_COMM_NULL) hb_silent(silent, sizeof silent, watchdog_timeout / 2 > 1 ? watchdog_timeout / 2 : 1);
+            fprintf(stderr, "tessera: MPI rank %d: %s (seq %llu) timed out after %.0f s; %s%s%s; ending the job\n", me,
+                    d ? comm_op_name(d->op) : "collective", d ? (unsigned long long)d->seq : 0ULL, watchdog_timeout,
+                    silent[0] ? "unreachable: world ranks " : hb_comm != MPI_COMM_NULL ? "every rank still answers (one is "
+                    "stuck elsewhere or called another collective)" : "", silent,
+                    silent[0] ? " (no heartbeat for half the timeout: their host or link is down, or they stopped)" : "");
+            // An unreachable host: its daemon is lost to mpirun too, and an
+            // abort now would have mpirun wait on it to stop its ranks; give
+            // the launcher (which notices a lost host by its own keepalive
+            // or scheduler) a moment to end the job first.
+            for (int w = 0; silent[0] && w < 100; w++) usleep(100000);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
     }
@@ -259,7 +349,10 @@ int comm_mpi_world(Comm **out, double timeout, Err *err) {
     thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     watchdog_timeout = timeout;
-    if (!watchdog_started && pthread_create(&watchdog, NULL, watchdog_main, NULL) == 0) watchdog_started = 1;
+    if (!watchdog_started) {
+        hb_start();
+        if (pthread_create(&watchdog, NULL, watchdog_main, NULL) == 0) watchdog_started = 1;
+    }
     Mpi *m = mpi_new(MPI_COMM_WORLD);
     *out = comm_wrap(&MPI_OPS, m, m->me, m->n, "world", timeout);
     return 0;
@@ -272,6 +365,7 @@ void comm_mpi_finalize(void) {
         atomic_store(&watchdog_stop, 1);
         pthread_join(watchdog, NULL);
         watchdog_started = 0;
+        hb_stop();
     }
     int fin;
     MPI_Finalized(&fin);

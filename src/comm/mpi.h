@@ -11,6 +11,10 @@
 
 #include "comm/comm.h"
 
+// A collective that waits longer than the timeout ends the job, naming the
+// ranks that stopped answering: with MPI_THREAD_MULTIPLE every rank sends
+// every other a heartbeat on a communicator of its own.
+//
 // 1 when the environment says this process is an MPI rank.
 int comm_mpi_launched(void);
 // Initialises MPI (asking for MPI_THREAD_MULTIPLE) and returns the world

@@ -5,8 +5,10 @@
 # 2 hosts × 2 ranks and the 2×2×2 3D mesh on 4 hosts × 2 and on 2 hosts × 4
 # give checkpoints byte-identical to the same layouts as forked ranks on one
 # host; the header's placement of the groups (hosts:) is the planner's
-# intra/inter-node split for that many devices per node. Needs root, ip and
-# OpenMPI; otherwise says why it is skipped. Run from the repository root.
+# intra/inter-node split for that many devices per node; a host whose link
+# drops everything ends the job with the unreachable ranks named. Needs
+# root, ip and OpenMPI; otherwise says why it is skipped. Run from the
+# repository root.
 source "$(dirname "$0")/lib.sh"
 C=scripts/netns-cluster.sh
 if ! why=$($C check 2>&1); then
@@ -45,6 +47,29 @@ layout 3d_4x2 4 2 "4 (tsr-h0: ranks 0-1, tsr-h1: ranks 2-3, tsr-h2: ranks 4-5, t
   "inside a node: tp; across nodes: dp, pp" "--dp 2 --tp 2 --pp 2 --zero 1" --sp --micro-batches 4 --batch 2
 layout 3d_2x4 2 4 "2 (tsr-h0: ranks 0-3, tsr-h1: ranks 4-7); inside one host: data-parallel, tensor-parallel groups; across hosts: pipeline groups" \
   "inside a node: tp, dp; across nodes: pp" "--dp 2 --tp 2 --pp 2 --zero 1" --sp --micro-batches 4 --batch 2
+
+# ---- a host whose link drops everything, mid-run ----
+# dp=4 on 2 hosts × 2; once the run has a checkpoint, tsr-h1's link drops every packet (tc netem, or the link
+# down where the kernel has no netem): the ranks on tsr-h0 name world ranks 2 and 3 unreachable when their
+# collective times out (--comm-timeout 3), and the job ends (mpirun notices the lost host by the keepalive the
+# harness sets: 1 s idle, 3 probes 1 s apart)
+$C up 2
+timeout 120 $C mpirun 2 2 "$BIN" $T --dp 4 --batch 2 --steps 100000 --log-every 100000 --ckpt-every 10 --comm-timeout 3 \
+  --ckpt-dir "$TMP/cut" >"$TMP/cut.out" 2>&1 </dev/null &
+P=$!
+for _ in $(seq 1200); do [ -d "$TMP/cut/step_00000010" ] && break; sleep 0.05; done
+t0=$(date +%s.%N)
+how=$($C cut tsr-h1)
+wait $P
+rc=$?
+el=$(echo "$(date +%s.%N) - $t0" | bc)
+msg=$(grep -a -o 'tessera: MPI rank [01]: [a-z_]* (seq [0-9]*) timed out after 3 s; unreachable: world ranks 2, 3 ([^)]*)' "$TMP/cut.out" | head -1)
+if [ $rc != 0 ] && [ $rc != 124 ] && [ -n "$msg" ] && awk -v e="$el" 'BEGIN { exit !(e < 10) }'; then
+  ok "${how#cut: }: the job ends ${el%??????} s later (--comm-timeout 3), rank 0 or 1 saying: ${msg#tessera: }"
+else
+  bad "a host cut off" "rc $rc after $el s ($how)" "$(grep -a -E 'tessera|ORTE' "$TMP/cut.out" | sed 's/.*tessera:/tessera:/' | head -3)"
+fi
+$C down
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
