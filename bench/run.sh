@@ -185,6 +185,27 @@ for shape in "4 64" "8 256"; do
 done
 echo
 
+# Sampling gpt2-124m (an untrained checkpoint: the speed does not depend
+# on the weights) with the KV cache and without (every token runs the whole
+# context, as sampling did before the cache)
+echo "Sampling gpt2-124m from a new document (tessera sample, $THREADS threads; s = wall time, checkpoint load included):"
+ck=$(mktemp -d)
+./tessera train --model gpt2-124m --data "$TEXT" --steps 1 --batch 1 --seq 64 --ckpt-dir "$ck" >/dev/null 2>&1
+srow() {   # tokens, flags
+  local t0 t1; t0=$(date +%s.%N)
+  ./tessera sample --ckpt "$ck" --tokens "$1" --seed 1 --threads "$THREADS" "${@:2}" >"$ck/out_$1${2:-}" 2>&1
+  t1=$(date +%s.%N)
+  SR_S=$(echo "$t1 - $t0" | bc)
+  printf '  %-34s %5d tokens %8.1f s %8.1f tokens/s\n' "${2:-with the KV cache}" "$1" "$SR_S" "$(echo "$1 / $SR_S" | bc -l)"
+}
+srow 1000; c1000=$SR_S
+srow 100; c100=$SR_S
+srow 100 --no-cache; n100=$SR_S
+cmp -s "$ck/out_100" "$ck/out_100--no-cache" && same="the same text" || same="DIFFERENT text"
+awk -v a="$n100" -v b="$c100" -v s="$same" 'BEGIN { printf "  100 tokens: %.1fx faster with the cache (%s); without it each token runs the whole context, so 1000 cost far more\n", a / b, s }'
+rm -rf "$ck"
+echo
+
 echo "LLaMA tokenizer: tinyshakespeare as one sequence (the goal: >= 5x llama-tokenizer-js)"
 $B/bench_tokenizer "$TEXT" 1 llama
 if command -v node >/dev/null; then

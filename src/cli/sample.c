@@ -44,7 +44,7 @@ static int pick(float *logits, int V, double temperature, int top_k, double u) {
 
 int cmd_sample(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = "\n", *precision = "fp32";
-    int tokens = 200, top_k = 40, threads = 0;
+    int tokens = 200, top_k = 40, threads = 0, no_cache = 0;
     double temperature = 0.8;
     uint64_t seed = 1337;
     Flag f[] = {
@@ -56,6 +56,7 @@ int cmd_sample(int argc, char **argv) {
         {"seed", FLAG_U64, &seed, 0, 9.2e18, "N", "sampling seed (default 1337)", 0, NULL},
         {"threads", FLAG_INT, &threads, 1, 1024, "N", "threads (default: all cores)", 0, NULL},
         {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32 (default), bf16 or fp16: weights and activations in 16 bits, fp32 math", 0, NULL},
+        {"no-cache", FLAG_BOOL, &no_cache, 0, 0, "", "run the whole context again for every token instead of keeping its keys and values", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
     Json *unused = NULL;
@@ -63,7 +64,9 @@ int cmd_sample(int argc, char **argv) {
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "sample", &help, &unused, &e)) return cli_fail("sample", &e);
     if (help) {
-        printf("usage: tessera sample --ckpt PATH [flags]\n\nContinues a prompt with a trained model.\n\n");
+        printf("usage: tessera sample --ckpt PATH [flags]\n\nContinues a prompt with a trained model, printing each token as it comes.\n"
+               "Every layer's keys and values are kept (a KV cache): a new token runs one position, not the whole\n"
+               "context; past the model's positions the window slides and the context runs again.\n\n");
         flags_print(f, nf);
         return 0;
     }
@@ -92,6 +95,7 @@ int cmd_sample(int argc, char **argv) {
     }
     ModelSlice sl = slice_whole(&mc);
     if (stage_init(&st, &mc, &sl, 1, mc.max_seq, 1, stage_prec_flag(prec), &e) || ckpt_load_params(ck, &st.table, st.params, &e)) goto fail;
+    if (!no_cache && stage_kv_init(&st, &e)) goto fail;
     size_t plen = strlen(prompt);
     int total = (int)plen + tokens + 2;
     int *ids = malloc((size_t)(total > 0 ? total : 1) * sizeof *ids);
@@ -109,8 +113,17 @@ int cmd_sample(int argc, char **argv) {
     for (int i = 0; i < tokens; i++) {
         int T = n < mc.max_seq ? n : mc.max_seq;   // the last max_seq tokens are the context
         const int *ctx = ids + n - T;
-        stage_forward(&st, 0, ctx, NULL, 1, T, 0.0f);
-        stage_logits(&st, 0, 1, T, T - 1, logits);
+        if (!no_cache) {
+            // the positions not cached yet: the prompt, then each new token; once the
+            // window slides every position moves, and the whole context runs again
+            if (n > mc.max_seq) stage_kv_reset(&st);
+            int pos = stage_kv_pos(&st), todo = T - pos;
+            stage_forward(&st, 0, ctx + pos, NULL, 1, todo, 0.0f);
+            stage_logits(&st, 0, 1, todo, todo - 1, logits);
+        } else {
+            stage_forward(&st, 0, ctx, NULL, 1, T, 0.0f);
+            stage_logits(&st, 0, 1, T, T - 1, logits);
+        }
         int id = pick(logits, mc.vocab, temperature, top_k, rng_uniform(seed, stream, (uint64_t)i));
         ids[n++] = id;
         char buf[64];

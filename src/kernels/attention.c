@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <omp.h>
 #include <string.h>
 
@@ -115,4 +116,42 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
         }
     }
     prof_end(t0, PROF_ATTENTION, 4.0 * B * NH * (double)T * (T + 1) * HS, 0);
+}
+
+void attention_decode(float *out, const float *q, int ldq, const float *kc, const float *vc, int T, int pos, int NH,
+                      int NKV, int HS) {
+    double t0 = prof_begin();
+    int C = NH * HS, KV = NKV * HS, group = NH / NKV, S = pos + T;
+    float scale = 1.0f / sqrtf((float)HS);
+    #pragma omp parallel
+    {
+        float *p = malloc((size_t)S * sizeof *p);
+        #pragma omp for schedule(static)
+        for (int th = 0; th < T * NH; th++) {
+            int t = th / NH, h = th % NH, g = h / group, nv = pos + t + 1;
+            const float *qi = q + (size_t)t * ldq + h * HS;
+            float m = -INFINITY;
+            for (int j = 0; j < nv; j++) {   // scores against keys 0 .. pos + t
+                const float *kj = kc + (size_t)j * KV + g * HS;
+                float s = 0.0f;
+                for (int d = 0; d < HS; d++) s += qi[d] * kj[d];
+                p[j] = s * scale;
+                m = p[j] > m ? p[j] : m;
+            }
+            float sum = 0.0f;
+            for (int j = 0; j < nv; j++) {
+                p[j] = vexpf(p[j] - m);
+                sum += p[j];
+            }
+            float *o = out + (size_t)t * C + h * HS, inv = 1.0f / sum;
+            for (int d = 0; d < HS; d++) o[d] = 0.0f;
+            for (int j = 0; j < nv; j++) {
+                const float *vj = vc + (size_t)j * KV + g * HS;
+                float w = p[j] * inv;
+                for (int d = 0; d < HS; d++) o[d] += w * vj[d];
+            }
+        }
+        free(p);
+    }
+    prof_end(t0, PROF_ATTENTION, 4.0 * T * NH * (double)S * HS, 0);
 }

@@ -33,4 +33,12 @@ void attention_forward(float *out, float *lse, const float *qkv, float *scratch,
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                         float *scratch, int B, int T, int NH, int NKV, int HS);
 
+// Incremental decoding, one sequence: out (T,NH·HS) for T new positions
+// pos .. pos+T-1 whose queries are the first NH·HS values of each of the T
+// rows of q (ldq apart), each attending to the cached keys and values kc,
+// vc (S,NKV·HS) of positions 0 .. its own (the new ones already stored).
+// Query head h reads key/value head h / (NH/NKV).
+void attention_decode(float *out, const float *q, int ldq, const float *kc, const float *vc, int T, int pos, int NH,
+                      int NKV, int HS);
+
 #endif

@@ -51,8 +51,11 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = bias[o];
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
-                bias ? 1.0f : 0.0f, out, OC);
+    if (N == 1)   // one row (a decoding step): a matrix-vector product reads the weight once, unpacked
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, bias ? 1.0f : 0.0f, out, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
+                    bias ? 1.0f : 0.0f, out, OC);
     prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);
 }
 

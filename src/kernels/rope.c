@@ -6,15 +6,15 @@
 #include "core/check.h"
 #include "core/prof.h"
 
-// cs (T, HS/2, 2): the cosine and sine of each position's angles.
-static float *angles(int T, int HS, float theta) {
+// cs (T, HS/2, 2): the cosine and sine of the angles of positions pos0 .. pos0+T-1.
+static float *angles(int pos0, int T, int HS, float theta) {
     int h = HS / 2;
     float *cs = malloc((size_t)T * h * 2 * sizeof *cs + 1);
     CHECKF(cs, "out of memory for %d rotary angles", T * h);
     for (int i = 0; i < h; i++) {
         float inv = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
         for (int t = 0; t < T; t++) {
-            float a = (float)t * inv;
+            float a = (float)(pos0 + t) * inv;
             cs[((size_t)t * h + i) * 2] = cosf(a);
             cs[((size_t)t * h + i) * 2 + 1] = sinf(a);
         }
@@ -23,10 +23,10 @@ static float *angles(int T, int HS, float theta) {
 }
 
 // Turns every head by sign·angle.
-static void rotate(float *x, int B, int T, int heads, int HS, int ld, float theta, float sign) {
+static void rotate(float *x, int B, int T, int pos0, int heads, int HS, int ld, float theta, float sign) {
     CHECKF(HS % 2 == 0, "rotary head size %d is odd", HS);
     int h = HS / 2;
-    float *cs = angles(T, HS, theta);
+    float *cs = angles(pos0, T, HS, theta);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < B * T; n++) {
         const float *c = cs + (size_t)(n % T) * h * 2;
@@ -42,14 +42,14 @@ static void rotate(float *x, int B, int T, int heads, int HS, int ld, float thet
     free(cs);
 }
 
-void rope_forward(float *x, int B, int T, int heads, int HS, int ld, float theta) {
+void rope_forward(float *x, int B, int T, int pos0, int heads, int HS, int ld, float theta) {
     double t0 = prof_begin();
-    rotate(x, B, T, heads, HS, ld, theta, 1.0f);
+    rotate(x, B, T, pos0, heads, HS, ld, theta, 1.0f);
     prof_end(t0, PROF_POINTWISE, 0, 2.0 * B * T * (double)heads * HS * sizeof(float));
 }
 
-void rope_backward(float *dx, int B, int T, int heads, int HS, int ld, float theta) {
+void rope_backward(float *dx, int B, int T, int pos0, int heads, int HS, int ld, float theta) {
     double t0 = prof_begin();
-    rotate(dx, B, T, heads, HS, ld, theta, -1.0f);
+    rotate(dx, B, T, pos0, heads, HS, ld, theta, -1.0f);
     prof_end(t0, PROF_POINTWISE, 0, 2.0 * B * T * (double)heads * HS * sizeof(float));
 }

@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "kernels/attention.h"
+
 const Arch *arch_of(const ModelConfig *c) { return c->arch == ARCH_LLAMA ? &arch_llama : &arch_gpt2; }
 
 int64_t arch_dim(const ModelConfig *c, Dim d, int padded) {
@@ -63,4 +65,22 @@ void arch_norm_grads_done(const BlockRun *r, float *partial, int k, const int *w
 void arch_stored(const Arch *ar, const BlockRun *r, int j) {
     if (r->prec == PREC_FP32 || (ar->act_keep32 >> j & 1u)) return;
     half_round(r->prec, r->act[j], r->act[j], ar->act_floats(r->d, j));
+}
+
+void arch_attention(const BlockRun *r, float *out, float *lse, const float *qkv, float *scratch, int NH, int NKV,
+                    int HS) {
+    const LocalDims *d = r->d;
+    KvCache *kv = r->kv;
+    if (!kv) {
+        attention_forward(out, lse, qkv, scratch, d->B, d->T, NH, NKV, HS);
+        return;
+    }
+    CHECK(d->B == 1 && kv->pos + d->T <= kv->S);
+    int C = NH * HS, KV = NKV * HS, ld = C + 2 * KV;
+    size_t base = (size_t)r->layer * kv->S * KV;
+    for (int t = 0; t < d->T; t++) {   // the new positions' keys and values join the cache
+        memcpy(kv->k + base + (size_t)(kv->pos + t) * KV, qkv + (size_t)t * ld + C, (size_t)KV * sizeof(float));
+        memcpy(kv->v + base + (size_t)(kv->pos + t) * KV, qkv + (size_t)t * ld + C + KV, (size_t)KV * sizeof(float));
+    }
+    attention_decode(out, qkv, ld, kv->k + base, kv->v + base, d->T, kv->pos, NH, NKV, HS);
 }

@@ -77,6 +77,15 @@ typedef struct LocalDims {
 // residual stream (x, dres, the final norm's input) is the rank's Ns rows;
 // a block enters its tensor-parallel regions with tp_gather and leaves them
 // with tp_reduce (model/tp), which are no-ops for one rank.
+// Incremental decoding (tessera sample): every layer's keys and values of
+// the positions so far, so that a new position attends to them instead of
+// the whole context being run again.
+typedef struct KvCache {
+    float *k, *v;        // (L,S,KVl) each: layer l's keys and values of positions [0, pos)
+    int S;               // positions it holds
+    int pos;             // the pass's first new position
+} KvCache;
+
 typedef struct BlockRun {
     const ModelConfig *cfg;
     const LocalDims *d;
@@ -90,6 +99,8 @@ typedef struct BlockRun {
     float *tmp;          // (N,C) scratch; the final norm's backward reads d(output), partial over TP, from it
     float *dres;         // (Ns,C) backward: in, d(output); out, d(input) (the final norm adds into it)
     Precision prec;      // what the saved activations are stored in (arch_stored)
+    KvCache *kv;         // incremental decoding (B = 1, positions kv->pos on), or NULL
+    int layer;           // with kv: the block's layer
 } BlockRun;
 
 typedef struct Arch {
@@ -142,6 +153,14 @@ void arch_norm_grads_done(const BlockRun *r, float *partial, int k, const int *w
 // forward goes on with, and the backward reads, the same values (and
 // recomputation gives the same bits).
 void arch_stored(const Arch *ar, const BlockRun *r, int j);
+
+// A block forward's attention: out (N,NH·HS) and lse from qkv (N,(NH +
+// 2·NKV)·HS). Without a cache, the fused causal attention over the pass's
+// T positions (scratch: attention_scratch_floats); with one (B = 1), the
+// pass's keys and values are stored at kv->pos and its positions attend to
+// every cached one (lse is not written: nothing runs backward).
+void arch_attention(const BlockRun *r, float *out, float *lse, const float *qkv, float *scratch, int NH, int NKV,
+                    int HS);
 
 // The description of c's architecture (config_arch_name names it).
 const Arch *arch_of(const ModelConfig *c);

@@ -106,7 +106,7 @@ static void block_forward(const BlockRun *r) {
     stored(r, A_LN1);
     linear_forward(a[A_QKV], a[A_LN1], w[QKV_W], w[QKV_B], N, C, 3 * d->Cl);   // column parallel
     stored(r, A_QKV);
-    attention_forward(a[A_ATTY], a[A_LSE], a[A_QKV], r->scr[S_ATT], d->B, d->T, d->NHl, d->NHl, d->Cl / d->NHl);
+    arch_attention(r, a[A_ATTY], a[A_LSE], a[A_QKV], r->scr[S_ATT], d->NHl, d->NHl, d->Cl / d->NHl);
     stored(r, A_ATTY);
     linear_forward(r->tmp, a[A_ATTY], w[ATT_W], NULL, N, d->Cl, C);            // row parallel: partial sums
     residual_forward(a[A_RES2], r->x, tp_reduce(r->tp, r->tmp, N, C), w[ATT_B], Ns, C);

@@ -117,9 +117,10 @@ static void block_forward(const BlockRun *r) {
     tp_gather(r->tp, a[A_LN1], N, C);
     stored(r, A_LN1);
     linear_forward(a[A_QKV], a[A_LN1], w[Q_W], NULL, N, C, (int)qkv_width(d));   // column parallel
-    rope_forward(a[A_QKV], d->B, d->T, d->NHl + d->NKVl, HS, (int)qkv_width(d), config_rope_theta(r->cfg));
+    rope_forward(a[A_QKV], d->B, d->T, r->kv ? r->kv->pos : 0, d->NHl + d->NKVl, HS, (int)qkv_width(d),
+                 config_rope_theta(r->cfg));
     stored(r, A_QKV);
-    attention_forward(a[A_ATTY], a[A_LSE], a[A_QKV], r->scr[S_ATT], d->B, d->T, d->NHl, d->NKVl, HS);
+    arch_attention(r, a[A_ATTY], a[A_LSE], a[A_QKV], r->scr[S_ATT], d->NHl, d->NKVl, HS);
     stored(r, A_ATTY);
     linear_forward(r->tmp, a[A_ATTY], w[O_W], NULL, N, d->Cl, C);                // row parallel: partial sums
     residual_forward(a[A_RES2], r->x, tp_reduce(r->tp, r->tmp, N, C), NULL, Ns, C);
@@ -164,7 +165,7 @@ static void block_backward(const BlockRun *r) {
     // attention: res2 = x + attn(rope(rmsnorm(x)·[Wq;Wk;Wv]))·Wo
     linear_backward(dbtc, g[O_W], NULL, arch_rows_of_dres(r, r->scr[S_DY]), a[A_ATTY], w[O_W], N, d->Cl, C, 0);
     attention_backward(dqkv, dbtc, a[A_QKV], a[A_ATTY], a[A_LSE], r->scr[S_ATT], d->B, d->T, d->NHl, d->NKVl, HS);
-    rope_backward(dqkv, d->B, d->T, d->NHl + d->NKVl, HS, qw, config_rope_theta(r->cfg));
+    rope_backward(dqkv, d->B, d->T, 0, d->NHl + d->NKVl, HS, qw, config_rope_theta(r->cfg));
     linear_backward(dbtc, g[Q_W], NULL, dqkv, a[A_LN1], w[Q_W], N, C, qw, 0);   // partial over TP
     rmsnorm_backward(r->dres, gn[1], tp_reduce(r->tp, dbtc, N, C), r->x, w[LN1_W], a[A_LN1_RSTD], Ns, C);
     arch_norm_grads_done(r, r->scr[S_NORMG], 2, norms);

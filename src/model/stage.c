@@ -31,6 +31,7 @@ typedef struct {
 struct StageActs {
     const Arch *arch;
     LocalDims dim;                          // capacity (B, T, N = B·T) and the local slice
+    KvCache *kv;                            // incremental decoding (stage_kv_init), or NULL
     Tp *tp;                                 // the TP group (NULL: one rank)
     int nl;                                 // blocks on this stage
     int recompute;                          // 0, STAGE_RECOMPUTE_FULL or STAGE_RECOMPUTE_SELECTIVE
@@ -354,6 +355,8 @@ void stage_free(Stage *s) {
         mem_free(s->acts->wbuf_block);
         mem_free(s->acts->w16);
         free(s->acts->w16_stale);
+        if (s->acts->kv) mem_free(s->acts->kv->k);
+        free(s->acts->kv);
         for (int k = 0; s->acts->slot && k < s->slots; k++) {
             free(s->acts->slot[k].blk);
             free(s->acts->slot[k].blk16);
@@ -474,6 +477,30 @@ char *stage_linear_name(const Stage *s, int in, int out, char *buf, size_t n) {
     return buf;
 }
 
+int stage_kv_init(Stage *s, Err *err) {
+    StageActs *a = s->acts;
+    CHECKF(slice_is_first(&s->slice) && s->slice.tp_size == 1 && s->B == 1 && s->chunks == 1,
+           "incremental decoding runs a whole model on one rank, one sequence");
+    if (a->kv) return 0;
+    int L = s->cfg.n_layer, S = s->T;
+    size_t kv = (size_t)a->dim.KVl, n = (size_t)L * S * kv;
+    KvCache *c = calloc(1, sizeof *c);
+    float *buf = c ? mem_alloc(MEM_ACTS, 2 * n * sizeof(float)) : NULL;
+    if (!buf) {
+        free(c);
+        return err_set(err, ERR_RUN, "out of memory for the key/value cache (%zu MiB)", (2 * n * sizeof(float)) >> 20);
+    }
+    *c = (KvCache){.k = buf, .v = buf + n, .S = S};
+    a->kv = c;
+    return 0;
+}
+
+void stage_kv_reset(Stage *s) {
+    if (s->acts->kv) s->acts->kv->pos = 0;
+}
+
+int stage_kv_pos(const Stage *s) { return s->acts->kv ? s->acts->kv->pos : 0; }
+
 int stage_head_rows(int Vl, int N) {
     int rows = (int)(HEAD_CHUNK_FLOATS / (size_t)Vl);
     if (rows < 64) rows = 64;
@@ -509,7 +536,9 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
         pe = seg_params(s, se, nl ? bseg[0] : after_blocks);
         const float *wte = at(s, pe, se, a->off_tok), *wpe = a->off_pos != SIZE_MAX ? at(s, pe, se, a->off_pos) : NULL;
         if (!a->tp) {
-            embedding_forward(sl->x0, tokens, wte, wpe, B, T, C, d.v0, d.Vl);
+            // decoding: the pass's positions start at the cache's
+            const float *pos = wpe && a->kv ? wpe + (size_t)a->kv->pos * C : wpe;
+            embedding_forward(sl->x0, tokens, wte, pos, B, T, C, d.v0, d.Vl);
         } else {   // vocabulary parallel: this rank's rows of the table (zero for other tokens), summed over TP
             embedding_forward(a->tmp, tokens, wte, NULL, B, T, C, d.v0, d.Vl);
             embedding_add_positions(sl->x0, tp_reduce(a->tp, a->tmp, N, C), wpe, d.Ns, d.s0, T, C);
@@ -521,6 +550,8 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
         block_tensors(s, sl->chunk * a->cl + j, pb, NULL, w, NULL);
         float *buf[ARCH_MAX_BUFS];
         BlockRun r = run_of(s, &d, sl, j, block_acts(a, sl, j, 0, buf), w, NULL);
+        r.kv = a->kv;
+        r.layer = sl->chunk * a->cl + j;
         ar->block_forward(&r);
         move16(a, sl, j, &d, 1);
         seg_params_done(s, bseg[j]);
@@ -533,6 +564,7 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     final_tensors(s, pf, w);
     BlockRun fr = run_of(s, &d, sl, -1, sl->fin, w, NULL);
     ar->final_forward(&fr);
+    if (a->kv) a->kv->pos += T;   // the pass's positions are cached
     if (!targets) {
         if (tied) seg_params_done(s, se);
         seg_params_done(s, sf);

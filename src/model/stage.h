@@ -133,6 +133,17 @@ void stage_params_changed(Stage *s);
 // their shapes coincide ("qkv/head"), or "" for none. Returns buf.
 char *stage_linear_name(const Stage *s, int in, int out, char *buf, size_t n);
 
+// Incremental decoding (tessera sample: one stage holding the whole model,
+// B = 1): a cache of every layer's keys and values for the stage's T
+// positions. Once it is on, stage_forward(s, 0, tokens, NULL, 1, n, 0)
+// runs the n positions from stage_kv_pos on — their tokens only — attending
+// to the cached ones, and moves the cache on by n. 0, or -1 with err.
+int stage_kv_init(Stage *s, Err *err);
+// Empties the cache: the next pass starts at position 0.
+void stage_kv_reset(Stage *s);
+// The positions cached (the next pass's first).
+int stage_kv_pos(const Stage *s);
+
 // Installs the hooks (NULL: none; the flat buffers are used).
 void stage_set_hooks(Stage *s, const StageHooks *h);
 

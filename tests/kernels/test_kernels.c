@@ -233,11 +233,11 @@ static void check_rope(int B, int T, int heads, int HS, int ld, double theta) {
     randn(x, n, 1); randn(dy, n, 1);
     memcpy(y, x, n * sizeof *x);
     double *in[1] = {to_d(x, n)}, *yr = calloc(n, sizeof(double)), *R = to_d(dy, n);
-    rope_forward(y, B, T, heads, HS, ld, (float)theta);
+    rope_forward(y, B, T, 0, heads, HS, ld, (float)theta);
     ref_rope(yr, in, &ctx);
     double e = rel_err_fd(y, yr, n, 1e-6);
     EXPECT(e < 1e-5, "rope fwd T=%d HS=%d theta %g rel err %.2e", T, HS, theta, e);
-    rope_backward(dy, B, T, heads, HS, ld, (float)theta);
+    rope_backward(dy, B, T, 0, heads, HS, ld, (float)theta);
     e = fd_check(dy, ref_rope, in, 0, n, R, n, &ctx);
     EXPECT(e < 1e-4, "rope backward T=%d HS=%d rel err %.2e", T, HS, e);
     free(x); free(y); free(dy); free(in[0]); free(yr); free(R);
@@ -247,6 +247,16 @@ static void test_rope(void) {
     check_rope(2, 5, 3, 4, 16, 10000);
     check_rope(1, 300, 2, 8, 20, 10000);
     check_rope(1, 17, 1, 6, 6, 100);
+    // a pass of incremental decoding from position pos0 turns its rows as the
+    // whole sequence's rows pos0 .. are turned
+    int T = 40, pos0 = 29, heads = 3, HS = 8, ld = 30;
+    float *x = fbuf((size_t)T * ld), *y = fbuf((size_t)T * ld);
+    randn(x, (size_t)T * ld, 2);
+    memcpy(y, x + (size_t)pos0 * ld, (size_t)(T - pos0) * ld * sizeof *x);
+    rope_forward(x, 1, T, 0, heads, HS, ld, 10000.0f);
+    rope_forward(y, 1, T - pos0, pos0, heads, HS, ld, 10000.0f);
+    EXPECT(!memcmp(x + (size_t)pos0 * ld, y, (size_t)(T - pos0) * ld * sizeof *x), "rope from position %d", pos0);
+    free(x); free(y);
 }
 
 // ---- gelu ----
@@ -333,6 +343,30 @@ static void test_attention(void) {
     check_attention(2, 131, 2, 2, 4);     // three blocks, last partial
     check_attention(2, 9, 4, 2, 3);       // grouped-query: two query heads per key/value head
     check_attention(1, 70, 6, 1, 4);      // multi-query, across a block
+    // incremental decoding: positions pos.. attending to the cached keys and
+    // values give the rows of the attention over the whole sequence
+    int cases[][5] = {{70, 60, 4, 2, 8}, {9, 0, 3, 3, 5}, {33, 32, 6, 1, 4}};   // T, pos, NH, NKV, HS
+    for (int k = 0; k < 3; k++) {
+        int T = cases[k][0], pos = cases[k][1], NH = cases[k][2], NKV = cases[k][3], HS = cases[k][4];
+        int ld = (NH + 2 * NKV) * HS, C = NH * HS, KV = NKV * HS;
+        float *qkv = fbuf((size_t)T * ld), *out = fbuf((size_t)T * C), *lse = fbuf((size_t)NH * T);
+        float *kc = fbuf((size_t)T * KV), *vc = fbuf((size_t)T * KV), *dec = fbuf((size_t)T * C);
+        float *scratch = fbuf(attention_scratch_floats(T, omp_get_max_threads()));
+        randn(qkv, (size_t)T * ld, 3 + k);
+        attention_forward(out, lse, qkv, scratch, 1, T, NH, NKV, HS);
+        for (int t = 0; t < T; t++) {
+            memcpy(kc + (size_t)t * KV, qkv + (size_t)t * ld + C, (size_t)KV * sizeof(float));
+            memcpy(vc + (size_t)t * KV, qkv + (size_t)t * ld + C + KV, (size_t)KV * sizeof(float));
+        }
+        attention_decode(dec, qkv + (size_t)pos * ld, ld, kc, vc, T - pos, pos, NH, NKV, HS);
+        double worst = 0;
+        for (size_t i = 0; i < (size_t)(T - pos) * C; i++) {
+            double d = fabs(dec[i] - out[(size_t)pos * C + i]);
+            worst = d > worst ? d : worst;
+        }
+        EXPECT(worst < 1e-4, "attention_decode T=%d pos=%d NH=%d NKV=%d HS=%d: max diff %.2e", T, pos, NH, NKV, HS, worst);
+        free(qkv); free(out); free(lse); free(kc); free(vc); free(dec); free(scratch);
+    }
 }
 
 // ---- embedding ----
