@@ -82,5 +82,8 @@ void arch_attention(const BlockRun *r, float *out, float *lse, const float *qkv,
         memcpy(kv->k + base + (size_t)(kv->pos + t) * KV, qkv + (size_t)t * ld + C, (size_t)KV * sizeof(float));
         memcpy(kv->v + base + (size_t)(kv->pos + t) * KV, qkv + (size_t)t * ld + C + KV, (size_t)KV * sizeof(float));
     }
-    attention_decode(out, qkv, ld, kv->k + base, kv->v + base, d->T, kv->pos, NH, NKV, HS);
+    // a pass from position 0 (the prompt, or a slid window) is the whole
+    // sequence: the fused kernel, as without a cache; later ones attend to it
+    if (kv->pos == 0) attention_forward(out, lse, qkv, scratch, 1, d->T, NH, NKV, HS);
+    else attention_decode(out, qkv, ld, kv->k + base, kv->v + base, d->T, kv->pos, NH, NKV, HS);
 }

@@ -157,8 +157,9 @@ void arch_stored(const Arch *ar, const BlockRun *r, int j);
 // A block forward's attention: out (N,NH·HS) and lse from qkv (N,(NH +
 // 2·NKV)·HS). Without a cache, the fused causal attention over the pass's
 // T positions (scratch: attention_scratch_floats); with one (B = 1), the
-// pass's keys and values are stored at kv->pos and its positions attend to
-// every cached one (lse is not written: nothing runs backward).
+// pass's keys and values are stored at kv->pos and, unless the pass starts
+// at position 0 (then it is the whole sequence), its positions attend to
+// every cached one (lse is not written then: nothing runs backward).
 void arch_attention(const BlockRun *r, float *out, float *lse, const float *qkv, float *scratch, int NH, int NKV,
                     int HS);
 
