@@ -48,8 +48,8 @@ int64_t docs_consumed(const Docs *d);
 // the first cut point from there on, as when a whole text is cut at its
 // validation boundary (-1: no such offset).
 void docs_cut_at(Docs *d, int64_t at);
-// The decompressed size of path, read through once (cheap next to
-// tokenizing it). 0, or -1 with err.
+// The decompressed size of path: a plain file's length, a compressed
+// one's read through once (cheap next to tokenizing it). 0, or -1 with err.
 int docs_measure(const char *path, int64_t *bytes, Err *err);
 // JSONL lines skipped (malformed, or without a string text field), and the
 // first one's line number (0: none).
