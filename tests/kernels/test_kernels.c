@@ -8,6 +8,7 @@
 #include "kernels/attention.h"
 #include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
+#include "kernels/gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/pointwise.h"
@@ -111,6 +112,103 @@ static void test_linear(void) {
     check_linear(1, 1, 1, 1);
     check_linear(33, 17, 65, 0);
     check_linear(70, 64, 130, 1);
+}
+
+// ---- gemm (the own kernel for skinny products) ----
+// C (R,NC) = A (R,K) · B (K,NC) [+ C] with row strides past the widths,
+// against float64, on shapes that reach every tile width (32/48/64 columns),
+// every partial row tile, partial column tiles, blocked and whole
+// reductions; then 1 and 2 threads give the same bits.
+static void check_gemm(int R, int NC, int K, int accumulate) {
+    int lda = K + 3, ldb = NC + 5, ldc = NC + 2;
+    float *A = fbuf((size_t)R * lda), *B = fbuf((size_t)K * ldb), *C = fbuf((size_t)R * ldc);
+    float *C0 = fbuf((size_t)R * ldc);
+    randn(A, (size_t)R * lda, 1); randn(B, (size_t)K * ldb, 1); randn(C0, (size_t)R * ldc, 1);
+    memcpy(C, C0, (size_t)R * ldc * sizeof(float));
+    gemm_nn(R, NC, K, A, lda, B, ldb, C, ldc, accumulate);
+    double worst = 0, scale = sqrt((double)K) + 1;
+    int pad_ok = 1;
+    for (int i = 0; i < R; i++) {
+        for (int j = 0; j < NC; j++) {
+            double ref = accumulate ? C0[(size_t)i * ldc + j] : 0;
+            for (int k = 0; k < K; k++) ref += (double)A[(size_t)i * lda + k] * B[(size_t)k * ldb + j];
+            double e = fabs(C[(size_t)i * ldc + j] - ref) / scale;
+            if (e > worst) worst = e;
+        }
+        for (int j = NC; j < ldc; j++) pad_ok &= C[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j];
+    }
+    EXPECT(worst < 1e-5, "gemm R=%d NC=%d K=%d acc=%d err %.2e (relative to sqrt(K))", R, NC, K, accumulate, worst);
+    EXPECT(pad_ok, "gemm R=%d NC=%d K=%d wrote past the row's NC columns", R, NC, K);
+    free(A); free(B); free(C); free(C0);
+}
+
+static void test_gemm(void) {
+    for (int R = 1; R <= 13; R++) check_gemm(R, 37, 19, R & 1);   // partial row tiles, 48-column tile
+    int widths[] = {1, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 96, 100, 129, 200};
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) check_gemm(25, widths[w], 40, 0);
+    check_gemm(30, 70, 0, 0);    // an empty reduction: C = 0
+    check_gemm(30, 70, 0, 1);    // ... or unchanged
+    check_gemm(9, 1100, 300, 1); // the reduction in blocks (B over 1 MiB), and its tail
+    check_gemm(70, 64, 5000, 0); // a narrow B, long whole reduction
+    // threads: tiles split differently, the same sums
+    int R = 100, NC = 300, K = 400;
+    float *A = fbuf((size_t)R * K), *B = fbuf((size_t)K * NC), *c1 = fbuf((size_t)R * NC), *c2 = fbuf((size_t)R * NC);
+    randn(A, (size_t)R * K, 1); randn(B, (size_t)K * NC, 1);
+    int saved = kernels_threads();
+    kernels_set_threads(1);
+    gemm_nn(R, NC, K, A, K, B, NC, c1, NC, 0);
+    kernels_set_threads(2);
+    gemm_nn(R, NC, K, A, K, B, NC, c2, NC, 0);
+    kernels_set_threads(saved);
+    EXPECT(memcmp(c1, c2, (size_t)R * NC * sizeof(float)) == 0, "gemm differs between 1 and 2 threads");
+    free(A); free(B); free(c1); free(c2);
+}
+
+// transpose_add: every element moved, the bias added per source row, edges of 8×8 blocks included.
+static void test_transpose(void) {
+    int shapes[][2] = {{1, 1}, {8, 8}, {13, 29}, {64, 768}, {300, 17}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int R = shapes[s][0], C = shapes[s][1], lds = C + 1, ldd = R + 3;
+        float *src = fbuf((size_t)R * lds), *dst = fbuf((size_t)C * ldd), *bias = fbuf(R);
+        randn(src, (size_t)R * lds, 1); randn(bias, R, 1);
+        for (int b = 0; b < 2; b++) {
+            transpose_add(dst, ldd, src, lds, b ? bias : NULL, R, C);
+            int ok = 1;
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < C; c++) ok &= dst[(size_t)c * ldd + r] == src[(size_t)r * lds + c] + (b ? bias[r] : 0.0f);
+            EXPECT(ok, "transpose_add R=%d C=%d bias=%d", R, C, b);
+        }
+        free(src); free(dst); free(bias);
+    }
+}
+
+// linear layers at the row counts where the own kernel and OpenBLAS take turns, against float64.
+static void test_linear_rows(void) {
+    int rows[] = {2, 64, 255, 256, 257, 300};
+    int C = 40, OC = 1600;   // over one 1536-channel block of the forward
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        int N = rows[r];
+        float *x = fbuf((size_t)N * C), *w = fbuf((size_t)OC * C), *b = fbuf(OC), *y = fbuf((size_t)N * OC);
+        float *dy = fbuf((size_t)N * OC), *dx = fbuf((size_t)N * C), *dw = fbuf((size_t)OC * C);
+        randn(x, (size_t)N * C, 1); randn(w, (size_t)OC * C, 1); randn(b, OC, 1); randn(dy, (size_t)N * OC, 1);
+        linear_forward(y, x, w, b, N, C, OC);
+        linear_backward(dx, dw, NULL, dy, x, w, N, C, OC, 0);
+        double ey = 0, ex = 0;
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                double ref = b[o];
+                for (int c = 0; c < C; c++) ref += (double)x[(size_t)n * C + c] * w[(size_t)o * C + c];
+                ey = fmax(ey, fabs(y[(size_t)n * OC + o] - ref));
+            }
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < C; c++) {
+                double ref = 0;
+                for (int o = 0; o < OC; o++) ref += (double)dy[(size_t)n * OC + o] * w[(size_t)o * C + c];
+                ex = fmax(ex, fabs(dx[(size_t)n * C + c] - ref) / sqrt((double)OC));
+            }
+        EXPECT(ey < 1e-5 * sqrt((double)C) && ex < 1e-5, "linear N=%d: fwd err %.2e, dinp err %.2e", N, ey, ex);
+        free(x); free(w); free(b); free(y); free(dy); free(dx); free(dw);
+    }
 }
 
 // ---- layernorm ----
@@ -496,6 +594,9 @@ static void test_thread_invariance(void) {
 int main(void) {
     kernels_set_threads(2);
     RUN(test_linear);
+    RUN(test_gemm);
+    RUN(test_transpose);
+    RUN(test_linear_rows);
     RUN(test_layernorm);
     RUN(test_rmsnorm);
     RUN(test_swiglu);

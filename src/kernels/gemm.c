@@ -1,0 +1,172 @@
+#include "kernels/gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stddef.h>
+
+#include "kernels/matmul.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+int gemm_own(void) { return 1; }
+
+static inline __mmask16 lane_mask(int n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+// One register tile: C (mr, nr) (+)= A (mr, kc) · B (kc, nr), nr <= 16·NV.
+// Per k: NV vectors of B's row k, and for each of the mr rows one broadcast
+// of A[i][k] into NV fused multiply-adds; mr·NV accumulators (24 of the 32
+// zmm registers at the full tile). Lanes past nr are masked: read as 0,
+// never written.
+#define GEMM_TILE(NV, MRMAX)                                                                                   \
+    static inline __attribute__((always_inline)) void tile##NV(int mr, int kc, const float *A, int lda,        \
+                                                               const float *B, int ldb, float *C, int ldc,     \
+                                                               int load, int nr) {                             \
+        __m512 c[MRMAX][NV];                                                                                   \
+        __mmask16 m[NV];                                                                                       \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) m[v] = lane_mask(nr - 16 * v);                   \
+        _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[i][v] =                                     \
+                load ? _mm512_maskz_loadu_ps(m[v], C + (size_t)i * ldc + 16 * v) : _mm512_setzero_ps();        \
+        for (int k = 0; k < kc; k++) {                                                                         \
+            const float *b = B + (size_t)k * ldb;                                                              \
+            __m512 y[NV];                                                                                      \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) y[v] = _mm512_maskz_loadu_ps(m[v], b + 16 * v); \
+            _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {                                            \
+                __m512 x = _mm512_set1_ps(A[(size_t)i * lda + k]);                                             \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(x, y[v], c[i][v]); \
+            }                                                                                                  \
+        }                                                                                                      \
+        _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                               \
+                _mm512_mask_storeu_ps(C + (size_t)i * ldc + 16 * v, m[v], c[i][v]);                            \
+    }
+
+GEMM_TILE(2, 12)
+GEMM_TILE(3, 8)
+GEMM_TILE(4, 6)
+
+typedef void (*TileFn)(int mr, int kc, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+                       int load, int nr);
+
+// Each row count gets its own instance, so the accumulators stay in registers.
+#define T(NV, R) \
+    case R: tile##NV(R, kc, A, lda, B, ldb, C, ldc, load, nr); break;
+static void tiles2(int mr, int kc, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int load,
+                   int nr) {
+    switch (mr) { T(2, 12) T(2, 11) T(2, 10) T(2, 9) T(2, 8) T(2, 7) T(2, 6) T(2, 5) T(2, 4) T(2, 3) T(2, 2) T(2, 1) }
+}
+static void tiles3(int mr, int kc, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int load,
+                   int nr) {
+    switch (mr) { T(3, 8) T(3, 7) T(3, 6) T(3, 5) T(3, 4) T(3, 3) T(3, 2) T(3, 1) }
+}
+static void tiles4(int mr, int kc, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int load,
+                   int nr) {
+    switch (mr) { T(4, 6) T(4, 5) T(4, 4) T(4, 3) T(4, 2) T(4, 1) }
+}
+#undef T
+
+enum { GEMM_KC = 256 };   // reduction block when B is wide: a 256×48 panel of B is reused by every row tile
+
+void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+             int accumulate) {
+    if (R <= 0 || NC <= 0) return;
+    // The tile width (32, 48 or 64 columns) that wastes the fewest lanes on NC, the widest on a tie.
+    int nv = 4, waste = 1 << 30;
+    for (int v = 4; v >= 2; v--) {
+        int w = (NC + 16 * v - 1) / (16 * v) * 16 * v - NC;
+        if (w < waste) waste = w, nv = v;
+    }
+    int NR = 16 * nv, MR = nv == 2 ? 12 : nv == 3 ? 8 : 6;
+    TileFn fn = nv == 2 ? tiles2 : nv == 3 ? tiles3 : tiles4;
+    // A B of at most 1 MiB stays in L2 whole: no reduction blocks, each tile of C written once.
+    int KC = (double)K * NC <= 262144 ? (K > 0 ? K : 1) : GEMM_KC;
+    int rt = (R + MR - 1) / MR, ct = (NC + NR - 1) / NR;
+    long tiles = (long)rt * ct;
+    // The operand read from memory is walked once: row tiles outer when A is the larger
+    // (each A tile stays in L1 across the columns), column panels outer when B is.
+    int rows_outer = (double)R * K >= (double)K * NC;
+    int nt = omp_in_parallel() ? 1 : kernels_threads();
+    if ((double)R * NC * K < 4e6) nt = 1;   // a small product is not worth waking threads
+    if (nt > tiles) nt = (int)tiles;
+    if (K <= 0) {   // an empty reduction: C = 0, or unchanged
+        if (!accumulate)
+            for (int i = 0; i < R; i++)
+                for (int j = 0; j < NC; j++) C[(size_t)i * ldc + j] = 0.0f;
+        return;
+    }
+    for (int p0 = 0; p0 < K; p0 += KC) {
+        int kc = K - p0 < KC ? K - p0 : KC, load = accumulate || p0 > 0;
+        #pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int t = omp_get_thread_num(), n = omp_get_num_threads();
+            long lo = tiles * t / n, hi = tiles * (t + 1) / n;   // a contiguous share of the tiles
+            for (long x = lo; x < hi; x++) {
+                int i = (int)(rows_outer ? x / ct : x % rt) * MR, j = (int)(rows_outer ? x % ct : x / rt) * NR;
+                int mr = R - i < MR ? R - i : MR, nr = NC - j < NR ? NC - j : NR;
+                fn(mr, kc, A + (size_t)i * lda + p0, lda, B + (size_t)p0 * ldb + j, ldb, C + (size_t)i * ldc + j,
+                   ldc, load, nr);
+            }
+        }
+    }
+}
+
+// dst (8 rows, ldd apart) = the 8×8 block of src (8 rows, lds apart) transposed, + b (8) per row.
+static inline void transpose8(float *dst, int ldd, const float *src, int lds, __m256 b) {
+    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds), r2 = _mm256_loadu_ps(src + 2 * lds),
+           r3 = _mm256_loadu_ps(src + 3 * lds), r4 = _mm256_loadu_ps(src + 4 * lds),
+           r5 = _mm256_loadu_ps(src + 5 * lds), r6 = _mm256_loadu_ps(src + 6 * lds),
+           r7 = _mm256_loadu_ps(src + 7 * lds);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+           t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+           u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+           u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_permute2f128_ps(u0, u4, 0x20), b));
+    _mm256_storeu_ps(dst + ldd, _mm256_add_ps(_mm256_permute2f128_ps(u1, u5, 0x20), b));
+    _mm256_storeu_ps(dst + 2 * ldd, _mm256_add_ps(_mm256_permute2f128_ps(u2, u6, 0x20), b));
+    _mm256_storeu_ps(dst + 3 * ldd, _mm256_add_ps(_mm256_permute2f128_ps(u3, u7, 0x20), b));
+    _mm256_storeu_ps(dst + 4 * ldd, _mm256_add_ps(_mm256_permute2f128_ps(u0, u4, 0x31), b));
+    _mm256_storeu_ps(dst + 5 * ldd, _mm256_add_ps(_mm256_permute2f128_ps(u1, u5, 0x31), b));
+    _mm256_storeu_ps(dst + 6 * ldd, _mm256_add_ps(_mm256_permute2f128_ps(u2, u6, 0x31), b));
+    _mm256_storeu_ps(dst + 7 * ldd, _mm256_add_ps(_mm256_permute2f128_ps(u3, u7, 0x31), b));
+}
+
+void transpose_add(float *dst, int ldd, const float *src, int lds, const float *bias, int R, int C) {
+    int R8 = R & ~7, C8 = C & ~7;
+    int nt = omp_in_parallel() || (double)R * C < 65536 ? 1 : kernels_threads();
+    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int r = 0; r < R8; r += 8) {   // 8×8 blocks
+        __m256 b = bias ? _mm256_loadu_ps(bias + r) : _mm256_setzero_ps();
+        for (int c = 0; c < C8; c += 8)
+            transpose8(dst + (size_t)c * ldd + r, ldd, src + (size_t)r * lds + c, lds, b);
+    }
+    for (int r = 0; r < R; r++)   // the edges: the last C % 8 columns, and the last R % 8 rows
+        for (int c = r < R8 ? C8 : 0; c < C; c++)
+            dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c] + (bias ? bias[r] : 0.0f);
+}
+
+#else   // no AVX-512: CBLAS, and a plain transpose
+
+int gemm_own(void) { return 0; }
+
+void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+             int accumulate) {
+    if (R <= 0 || NC <= 0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, NC, K, 1.0f, A, lda, B, ldb,
+                accumulate ? 1.0f : 0.0f, C, ldc);
+}
+
+void transpose_add(float *dst, int ldd, const float *src, int lds, const float *bias, int R, int C) {
+    for (int r0 = 0; r0 < R; r0 += 16)
+        for (int c0 = 0; c0 < C; c0 += 16)
+            for (int r = r0; r < r0 + 16 && r < R; r++)
+                for (int c = c0; c < c0 + 16 && c < C; c++)
+                    dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c] + (bias ? bias[r] : 0.0f);
+}
+
+#endif
