@@ -160,7 +160,8 @@ static void test_gemm(void) {
     kernels_set_threads(2);
     gemm_nn(R, NC, K, A, K, B, NC, c2, NC, 0);
     kernels_set_threads(saved);
-    EXPECT(memcmp(c1, c2, (size_t)R * NC * sizeof(float)) == 0, "gemm differs between 1 and 2 threads");
+    if (gemm_own())   // (CBLAS, without AVX-512, promises no such thing)
+        EXPECT(memcmp(c1, c2, (size_t)R * NC * sizeof(float)) == 0, "gemm differs between 1 and 2 threads");
     free(A); free(B); free(c1); free(c2);
 }
 
