@@ -23,7 +23,7 @@ static inline __mmask16 lane_mask(int n) {
 #define GEMM_TILE(NV, MRMAX)                                                                                   \
     static inline __attribute__((always_inline)) void tile##NV(int mr, int kc, const float *A, int lda,        \
                                                                const float *B, int ldb, float *C, int ldc,     \
-                                                               int load, int nr) {                             \
+                                                               int load, int nr, const float *pf, int pfl, const float *pc) { \
         __m512 c[MRMAX][NV];                                                                                   \
         __mmask16 m[NV];                                                                                       \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) m[v] = lane_mask(nr - 16 * v);                   \
@@ -33,6 +33,11 @@ static inline __mmask16 lane_mask(int n) {
         for (int k = 0; k < kc; k++) {                                                                         \
             const float *b = B + (size_t)k * ldb;                                                              \
             __m512 y[NV];                                                                                      \
+            if (pc && k < mr * NV)                                                                             \
+                _mm_prefetch((const char *)(pc + (size_t)(k / NV) * ldc + 16 * (k % NV)), _MM_HINT_T0);        \
+            if (pf && pfl + k < NV * kc)                                                                       \
+                _mm_prefetch((const char *)(pf + (size_t)((pfl + k) / NV) * ldb + 16 * ((pfl + k) % NV)),       \
+                             _MM_HINT_T1);                                                                     \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) y[v] = _mm512_maskz_loadu_ps(m[v], b + 16 * v); \
             _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {                                            \
                 __m512 x = _mm512_set1_ps(A[(size_t)i * lda + k]);                                             \
@@ -49,21 +54,21 @@ GEMM_TILE(3, 8)
 GEMM_TILE(4, 6)
 
 typedef void (*TileFn)(int mr, int kc, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
-                       int load, int nr);
+                       int load, int nr, const float *pf, int pfl, const float *pc);
 
 // Each row count gets its own instance, so the accumulators stay in registers.
 #define T(NV, R) \
-    case R: tile##NV(R, kc, A, lda, B, ldb, C, ldc, load, nr); break;
+    case R: tile##NV(R, kc, A, lda, B, ldb, C, ldc, load, nr, pf, pfl, pc); break;
 static void tiles2(int mr, int kc, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int load,
-                   int nr) {
+                   int nr, const float *pf, int pfl, const float *pc) {
     switch (mr) { T(2, 12) T(2, 11) T(2, 10) T(2, 9) T(2, 8) T(2, 7) T(2, 6) T(2, 5) T(2, 4) T(2, 3) T(2, 2) T(2, 1) }
 }
 static void tiles3(int mr, int kc, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int load,
-                   int nr) {
+                   int nr, const float *pf, int pfl, const float *pc) {
     switch (mr) { T(3, 8) T(3, 7) T(3, 6) T(3, 5) T(3, 4) T(3, 3) T(3, 2) T(3, 1) }
 }
 static void tiles4(int mr, int kc, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int load,
-                   int nr) {
+                   int nr, const float *pf, int pfl, const float *pc) {
     switch (mr) { T(4, 6) T(4, 5) T(4, 4) T(4, 3) T(4, 2) T(4, 1) }
 }
 #undef T
@@ -106,8 +111,20 @@ void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int 
             for (long x = lo; x < hi; x++) {
                 int i = (int)(rows_outer ? x / ct : x % rt) * MR, j = (int)(rows_outer ? x % ct : x / rt) * NR;
                 int mr = R - i < MR ? R - i : MR, nr = NC - j < NR ? NC - j : NR;
+                // Columns outer: the row tiles of a panel fetch, one cache line per k, the next panel
+                // of B (NV lines in each of kc rows ldb apart, a pattern the hardware prefetcher
+                // follows poorly), the first tile the first kc lines, the second the next kc, ...
+                const float *pf = !rows_outer && j + NR < NC ? B + (size_t)p0 * ldb + j + NR : NULL;
+                // With C read back (an accumulation, or a later block of the reduction), the tile
+                // fetches the lines of this thread's next tile of C, MR rows ldc apart.
+                const float *pc = NULL;
+                if (load && x + 1 < hi) {
+                    int i2 = (int)(rows_outer ? (x + 1) / ct : (x + 1) % rt) * MR;
+                    int j2 = (int)(rows_outer ? (x + 1) % ct : (x + 1) / rt) * NR;
+                    pc = C + (size_t)i2 * ldc + j2;
+                }
                 fn(mr, kc, A + (size_t)i * lda + p0, lda, B + (size_t)p0 * ldb + j, ldb, C + (size_t)i * ldc + j,
-                   ldc, load, nr);
+                   ldc, load, nr, pf, i / MR * kc, pc);
             }
         }
     }

@@ -45,9 +45,10 @@ const char *kernels_blas_info(void) {
 }
 
 // Up to this many rows a linear layer runs on kernels/gemm rather than
-// OpenBLAS: measured at 64–256 rows, gemm reaches 90–110% of the 1-thread
-// SGEMM ceiling where OpenBLAS's per-call packing holds it to 67–100%; at
-// 512 rows and more OpenBLAS is as fast or faster.
+// OpenBLAS: measured at 64–256 rows, gemm's forward and input gradient
+// reach 90–110% of the 1-thread SGEMM ceiling where OpenBLAS's per-call
+// packing holds it to 57–100%, and its weight gradient matches OpenBLAS's;
+// at 512 rows and more OpenBLAS is as fast or faster.
 enum { OWN_MAX_ROWS = 256, OWN_OC_BLOCK = 1536 };
 
 static int own_rows(int N) { return gemm_own() && N > 1 && N <= OWN_MAX_ROWS; }
@@ -127,8 +128,19 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
         prof_gemm(t0, PROF_GEMM_DX, N, C, OC);
         t0 = prof_begin();
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dweight, C);
+    float *s = own_rows(N) ? scratch((size_t)N * OWN_OC_BLOCK) : NULL;
+    if (s) {
+        // dweight (OC,C) += dout^T (OC,N) · inp (N,C), by blocks of output channels, each
+        // block of dout transposed first so that it is the broadcast operand.
+        for (int o0 = 0; o0 < OC; o0 += OWN_OC_BLOCK) {
+            int ob = OC - o0 < OWN_OC_BLOCK ? OC - o0 : OWN_OC_BLOCK;
+            transpose_add(s, N, dout + o0, OC, NULL, N, ob);
+            gemm_nn(ob, C, N, s, N, inp, C, dweight + (size_t)o0 * C, C, 1);
+        }
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                    dweight, C);
+    }
     prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
     if (dbias) {
         t0 = prof_begin();
