@@ -66,13 +66,15 @@ echo
 # Where the time goes (tessera train --profile), at the shapes one process,
 # tensor parallelism and a pipeline of one-sequence micro-batches run: each
 # rank's GEMMs against the SGEMM ceiling of its threads.
-sg1=$($B/sgemm 1)
-echo "Full speed at small shapes: tessera train --profile, gpt2-124m T=64, mean of steps 2-5 (SGEMM ceiling: $THREADS threads $ceiling,"
-echo "1 thread $sg1 GFLOP/s)"
-profrun() {   # label, ceiling, then tessera train flags; prints the tables, sets PR_WORST (the slowest GEMM row's % of the
-              # ceiling) and PR_ALL (all GEMMs' %, the lowest over the tables)
-  local label=$1 peak=$2; shift 2
+echo "Full speed at small shapes: tessera train --profile, gpt2-124m T=64, mean of steps 2-5; each GEMM row against the"
+echo "SGEMM ceiling (2048³) of the rank's threads, measured just before its run"
+profrun() {   # label, threads of the ceiling, then tessera train flags; prints the tables, sets PR_WORST (the slowest
+              # GEMM row's % of the ceiling) and PR_ALL (all GEMMs' %, the lowest over the tables)
+  local label=$1 threads=$2 peak; shift 2
   local log; log=$(mktemp)
+  # The ceiling is measured right before the run: on a shared machine it moves from minute to minute.
+  peak=$($B/sgemm "$threads")
+  label="$label (SGEMM ceiling just before: $peak GFLOP/s)"
   ./tessera train --model gpt2-124m --data "$TEXT" --seq 64 --steps 5 --profile --peak-gflops "$peak" "$@" >"$log" 2>&1
   echo "$label:"
   sed -n '/^profile:/,/^  all GEMMs/p' "$log"
@@ -80,10 +82,10 @@ profrun() {   # label, ceiling, then tessera train flags; prints the tables, set
   PR_ALL=$(awk '/^  all GEMMs/ { p = $NF; gsub(/%/, "", p); if (w == "" || p + 0 < w) w = p + 0 } END { print w }' "$log")
   rm -f "$log"
 }
-profrun "one process, B=4, $THREADS threads" "$ceiling" --batch 4 --threads "$THREADS"
-profrun "tp=2 (1 thread each), B=4: rank 0's halves of QKV, MLP and the vocabulary-parallel head" "$sg1" --batch 4 --nproc 2 --tp 2
+profrun "one process, B=4, $THREADS threads" "$THREADS" --batch 4 --threads "$THREADS"
+profrun "tp=2 (1 thread each), B=4: rank 0's halves of QKV, MLP and the vocabulary-parallel head" 1 --batch 4 --nproc 2 --tp 2
 tp_worst=$PR_WORST; tp_all=$PR_ALL
-profrun "pp=2 (1 thread each), micro-batch 1 (B=1, 8 micro-batches): 64-row GEMMs" "$sg1" --batch 1 --nproc 2 --pp 2 \
+profrun "pp=2 (1 thread each), micro-batch 1 (B=1, 8 micro-batches): 64-row GEMMs" 1 --batch 1 --nproc 2 --pp 2 \
   --micro-batches 8
 pp_worst=$PR_WORST; pp_all=$PR_ALL
 awk -v s="$mfu_small" -v b="$mfu_big" -v tw="$tp_worst" -v ta="$tp_all" -v pw="$pp_worst" -v pa="$pp_all" 'BEGIN {
