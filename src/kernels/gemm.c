@@ -20,16 +20,26 @@ static inline __mmask16 lane_mask(int n) {
 // of A[i][k] into NV fused multiply-adds; mr·NV accumulators (24 of the 32
 // zmm registers at the full tile). Lanes past nr are masked: read as 0,
 // never written.
+typedef struct Tile {
+    const float *A, *B;
+    float *C;
+    int lda, ldb, ldc, kc, nr, load;
+    const float *pf;   // the next panel of B to prefetch (NULL: none), from line pfl on
+    int pfl;
+    const float *pc;   // the next tile of C to prefetch (NULL: none)
+} Tile;
+
 #define GEMM_TILE(NV, MRMAX)                                                                                   \
-    static inline __attribute__((always_inline)) void tile##NV(int mr, int kc, const float *A, int lda,        \
-                                                               const float *B, int ldb, float *C, int ldc,     \
-                                                               int load, int nr, const float *pf, int pfl, const float *pc) { \
+    static inline __attribute__((always_inline)) void tile##NV(int mr, const Tile *t) {                        \
+        const float *A = t->A, *B = t->B, *pf = t->pf, *pc = t->pc;                                            \
+        float *C = t->C;                                                                                       \
+        const int lda = t->lda, ldb = t->ldb, ldc = t->ldc, kc = t->kc, pfl = t->pfl;                          \
         __m512 c[MRMAX][NV];                                                                                   \
         __mmask16 m[NV];                                                                                       \
-        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) m[v] = lane_mask(nr - 16 * v);                   \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) m[v] = lane_mask(t->nr - 16 * v);                \
         _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[i][v] =                                     \
-                load ? _mm512_maskz_loadu_ps(m[v], C + (size_t)i * ldc + 16 * v) : _mm512_setzero_ps();        \
+                t->load ? _mm512_maskz_loadu_ps(m[v], C + (size_t)i * ldc + 16 * v) : _mm512_setzero_ps();     \
         for (int k = 0; k < kc; k++) {                                                                         \
             const float *b = B + (size_t)k * ldb;                                                              \
             __m512 y[NV];                                                                                      \
@@ -53,24 +63,16 @@ GEMM_TILE(2, 12)
 GEMM_TILE(3, 8)
 GEMM_TILE(4, 6)
 
-typedef void (*TileFn)(int mr, int kc, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
-                       int load, int nr, const float *pf, int pfl, const float *pc);
+typedef void (*TileFn)(int mr, const Tile *t);
 
 // Each row count gets its own instance, so the accumulators stay in registers.
 #define T(NV, R) \
-    case R: tile##NV(R, kc, A, lda, B, ldb, C, ldc, load, nr, pf, pfl, pc); break;
-static void tiles2(int mr, int kc, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int load,
-                   int nr, const float *pf, int pfl, const float *pc) {
+    case R: tile##NV(R, t); break;
+static void tiles2(int mr, const Tile *t) {
     switch (mr) { T(2, 12) T(2, 11) T(2, 10) T(2, 9) T(2, 8) T(2, 7) T(2, 6) T(2, 5) T(2, 4) T(2, 3) T(2, 2) T(2, 1) }
 }
-static void tiles3(int mr, int kc, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int load,
-                   int nr, const float *pf, int pfl, const float *pc) {
-    switch (mr) { T(3, 8) T(3, 7) T(3, 6) T(3, 5) T(3, 4) T(3, 3) T(3, 2) T(3, 1) }
-}
-static void tiles4(int mr, int kc, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int load,
-                   int nr, const float *pf, int pfl, const float *pc) {
-    switch (mr) { T(4, 6) T(4, 5) T(4, 4) T(4, 3) T(4, 2) T(4, 1) }
-}
+static void tiles3(int mr, const Tile *t) { switch (mr) { T(3, 8) T(3, 7) T(3, 6) T(3, 5) T(3, 4) T(3, 3) T(3, 2) T(3, 1) } }
+static void tiles4(int mr, const Tile *t) { switch (mr) { T(4, 6) T(4, 5) T(4, 4) T(4, 3) T(4, 2) T(4, 1) } }
 #undef T
 
 enum { GEMM_KC = 256 };   // reduction block when B is wide: a 256×48 panel of B is reused by every row tile
@@ -78,6 +80,12 @@ enum { GEMM_KC = 256 };   // reduction block when B is wide: a 256×48 panel of 
 void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
              int accumulate) {
     if (R <= 0 || NC <= 0) return;
+    if (K <= 0) {   // an empty reduction: C = 0, or unchanged
+        if (!accumulate)
+            for (int i = 0; i < R; i++)
+                for (int j = 0; j < NC; j++) C[(size_t)i * ldc + j] = 0.0f;
+        return;
+    }
     // The tile width (32, 48 or 64 columns) that wastes the fewest lanes on NC, the widest on a tie.
     int nv = 4, waste = 1 << 30;
     for (int v = 4; v >= 2; v--) {
@@ -87,7 +95,7 @@ void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int 
     int NR = 16 * nv, MR = nv == 2 ? 12 : nv == 3 ? 8 : 6;
     TileFn fn = nv == 2 ? tiles2 : nv == 3 ? tiles3 : tiles4;
     // A B of at most 1 MiB stays in L2 whole: no reduction blocks, each tile of C written once.
-    int KC = (double)K * NC <= 262144 ? (K > 0 ? K : 1) : GEMM_KC;
+    int KC = (double)K * NC <= 262144 ? K : GEMM_KC;
     int rt = (R + MR - 1) / MR, ct = (NC + NR - 1) / NR;
     long tiles = (long)rt * ct;
     // The operand read from memory is walked once: row tiles outer when A is the larger
@@ -96,35 +104,28 @@ void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int 
     int nt = omp_in_parallel() ? 1 : kernels_threads();
     if ((double)R * NC * K < 4e6) nt = 1;   // a small product is not worth waking threads
     if (nt > tiles) nt = (int)tiles;
-    if (K <= 0) {   // an empty reduction: C = 0, or unchanged
-        if (!accumulate)
-            for (int i = 0; i < R; i++)
-                for (int j = 0; j < NC; j++) C[(size_t)i * ldc + j] = 0.0f;
-        return;
-    }
     for (int p0 = 0; p0 < K; p0 += KC) {
         int kc = K - p0 < KC ? K - p0 : KC, load = accumulate || p0 > 0;
         #pragma omp parallel num_threads(nt) if (nt > 1)
         {
-            int t = omp_get_thread_num(), n = omp_get_num_threads();
-            long lo = tiles * t / n, hi = tiles * (t + 1) / n;   // a contiguous share of the tiles
+            int th = omp_get_thread_num(), n = omp_get_num_threads();
+            long lo = tiles * th / n, hi = tiles * (th + 1) / n;   // a contiguous share of the tiles
             for (long x = lo; x < hi; x++) {
                 int i = (int)(rows_outer ? x / ct : x % rt) * MR, j = (int)(rows_outer ? x % ct : x / rt) * NR;
-                int mr = R - i < MR ? R - i : MR, nr = NC - j < NR ? NC - j : NR;
+                Tile t = {A + (size_t)i * lda + p0, B + (size_t)p0 * ldb + j, C + (size_t)i * ldc + j,
+                          lda, ldb, ldc, kc, NC - j < NR ? NC - j : NR, load, NULL, i / MR * kc, NULL};
                 // Columns outer: the row tiles of a panel fetch, one cache line per k, the next panel
                 // of B (NV lines in each of kc rows ldb apart, a pattern the hardware prefetcher
                 // follows poorly), the first tile the first kc lines, the second the next kc, ...
-                const float *pf = !rows_outer && j + NR < NC ? B + (size_t)p0 * ldb + j + NR : NULL;
+                if (!rows_outer && j + NR < NC) t.pf = B + (size_t)p0 * ldb + j + NR;
                 // With C read back (an accumulation, or a later block of the reduction), the tile
                 // fetches the lines of this thread's next tile of C, MR rows ldc apart.
-                const float *pc = NULL;
                 if (load && x + 1 < hi) {
                     int i2 = (int)(rows_outer ? (x + 1) / ct : (x + 1) % rt) * MR;
                     int j2 = (int)(rows_outer ? (x + 1) % ct : (x + 1) / rt) * NR;
-                    pc = C + (size_t)i2 * ldc + j2;
+                    t.pc = C + (size_t)i2 * ldc + j2;
                 }
-                fn(mr, kc, A + (size_t)i * lda + p0, lda, B + (size_t)p0 * ldb + j, ldb, C + (size_t)i * ldc + j,
-                   ldc, load, nr, pf, i / MR * kc, pc);
+                fn(R - i < MR ? R - i : MR, &t);
             }
         }
     }

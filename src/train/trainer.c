@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,17 @@ static void poison_grads(Trainer *t) {
 // Adds the step's profile to the sums, the process's first step left out
 // (its first touch of every buffer is not the steady state) unless it is
 // the only one.
+// Zeroes n floats, each thread its own contiguous share (one thread's
+// stores reach about half the memory bandwidth that two threads' do).
+static void zero_floats(float *x, size_t n) {
+    #pragma omp parallel
+    {
+        size_t k = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
+        size_t lo = n * k / nt, hi = n * (k + 1) / nt;
+        memset(x + lo, 0, (hi - lo) * sizeof(float));
+    }
+}
+
 static void profile_add(Trainer *t, double dt) {
     if (t->done == t->first_step && t->tc->steps - t->first_step > 1) return;
     prof_merge(t->prof_sum, t->prof);
@@ -186,7 +198,7 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     for (int k = 0; k < K; k++) loader_next(t->ld, t->inp + k * bt, t->tgt + k * bt);
     prof_end(p0, PROF_LOADER, 0, 0);
     p0 = prof_begin();
-    if (st->grads) memset(st->grads, 0, st->table.total * sizeof(float));
+    if (st->grads) zero_floats(st->grads, st->table.total);
     prof_end(p0, PROF_GRADS, 0, st->grads ? st->table.total * sizeof(float) : 0);
     // d(mean loss over the global batch)/d(loss sum), times fp16's loss scale
     double scale = t->fp16 ? t->sc.scale : 1.0;
