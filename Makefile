@@ -176,7 +176,7 @@ demo:
 	$(MAKE) tessera
 	bash scripts/demo.sh
 
-BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm $(BUILD)/bench/bench_tokenizer
+BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm $(BUILD)/bench/bench_tokenizer $(BUILD)/bench/bench_gemm
 ifneq ($(MPI_PC),)
   BENCH_BIN += $(BUILD)/bench/mpi_allreduce
 endif

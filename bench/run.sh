@@ -87,6 +87,9 @@ profrun() {   # label, threads of the ceiling, then tessera train flags; prints 
   PR_ALL=$best
   rm -f "$keep"
 }
+echo "The linear layers' products alone, 1 thread, operands evicted from cache (% of the ceiling; tessera: the own"
+echo "SGEMM at <= 256 rows, kernels/gemm):"
+$B/bench_gemm 1
 profrun "one process, B=4, $THREADS threads" "$THREADS" --batch 4 --threads "$THREADS"
 profrun "tp=2 (1 thread each), B=4: rank 0's halves of QKV, MLP and the vocabulary-parallel head" 1 --batch 4 --nproc 2 --tp 2
 tp_worst=$PR_WORST; tp_all=$PR_ALL

@@ -128,22 +128,24 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
         prof_gemm(t0, PROF_GEMM_DX, N, C, OC);
         t0 = prof_begin();
     }
-    float *s = own_rows(N) ? scratch((size_t)N * OWN_OC_BLOCK) : NULL;
-    if (s) {
-        // dweight (OC,C) += dout^T (OC,N) · inp (N,C), by blocks of output channels, each
-        // block of dout transposed first so that it is the broadcast operand.
-        for (int o0 = 0; o0 < OC; o0 += OWN_OC_BLOCK) {
-            int ob = OC - o0 < OWN_OC_BLOCK ? OC - o0 : OWN_OC_BLOCK;
-            transpose_add(s, N, dout + o0, OC, NULL, N, ob);
-            gemm_nn(ob, C, N, s, N, inp, C, dweight + (size_t)o0 * C, C, 1);
+    if (dweight) {
+        float *s = own_rows(N) ? scratch((size_t)N * OWN_OC_BLOCK) : NULL;
+        if (s) {
+            // dweight (OC,C) += dout^T (OC,N) · inp (N,C), by blocks of output channels, each
+            // block of dout transposed first so that it is the broadcast operand.
+            for (int o0 = 0; o0 < OC; o0 += OWN_OC_BLOCK) {
+                int ob = OC - o0 < OWN_OC_BLOCK ? OC - o0 : OWN_OC_BLOCK;
+                transpose_add(s, N, dout + o0, OC, NULL, N, ob);
+                gemm_nn(ob, C, N, s, N, inp, C, dweight + (size_t)o0 * C, C, 1);
+            }
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                        dweight, C);
         }
-    } else {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                    dweight, C);
-    }
-    prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
-    if (dbias) {
+        prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
         t0 = prof_begin();
+    }
+    if (dbias) {
         colsum_add(dbias, dout, N, OC);
         prof_end(t0, PROF_POINTWISE, 0, (double)N * OC * sizeof(float));
     }

@@ -27,7 +27,8 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
 
 // dinp (N,C) = dout (N,OC) · weight (OC,C), overwritten (accumulate=0) or added to;
 // dweight (OC,C) += dout^T · inp; dbias (OC) += column sums of dout (NULL skips it).
-// dinp may be NULL (first layer of a stage that needs no input gradient).
+// dinp may be NULL (first layer of a stage that needs no input gradient), and
+// dweight NULL (no weight gradient: a frozen weight, or timing dinp alone).
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC, int accumulate);
 
