@@ -208,6 +208,10 @@ static void test_linear_rows(void) {
                 ex = fmax(ex, fabs(dx[(size_t)n * C + c] - ref) / sqrt((double)OC));
             }
         EXPECT(ey < 1e-5 * sqrt((double)C) && ex < 1e-5, "linear N=%d: fwd err %.2e, dinp err %.2e", N, ey, ex);
+        float *dx2 = fbuf((size_t)N * C);   // no weight gradient asked for: the same input gradient
+        linear_backward(dx2, NULL, NULL, dy, x, w, N, C, OC, 0);
+        EXPECT(memcmp(dx, dx2, (size_t)N * C * sizeof(float)) == 0, "linear N=%d: dinp differs without dweight", N);
+        free(dx2);
         free(x); free(w); free(b); free(y); free(dy); free(dx); free(dw);
     }
 }
