@@ -157,11 +157,15 @@ static inline void transpose8(float *dst, int ldd, const float *src, int lds, __
 void transpose_add(float *dst, int ldd, const float *src, int lds, const float *bias, int R, int C) {
     int R8 = R & ~7, C8 = C & ~7;
     int nt = omp_in_parallel() || (double)R * C < 65536 ? 1 : kernels_threads();
+    // 8×8 blocks, columns of src outer, 16 at a time (a cache line of each src row), and its
+    // rows inner: each of dst's 16 rows is written front to back.
     #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int r = 0; r < R8; r += 8) {   // 8×8 blocks
-        __m256 b = bias ? _mm256_loadu_ps(bias + r) : _mm256_setzero_ps();
-        for (int c = 0; c < C8; c += 8)
+    for (int c = 0; c < C8; c += 16) {
+        for (int r = 0; r < R8; r += 8) {
+            __m256 b = bias ? _mm256_loadu_ps(bias + r) : _mm256_setzero_ps();
             transpose8(dst + (size_t)c * ldd + r, ldd, src + (size_t)r * lds + c, lds, b);
+            if (c + 8 < C8) transpose8(dst + (size_t)(c + 8) * ldd + r, ldd, src + (size_t)r * lds + c + 8, lds, b);
+        }
     }
     for (int r = 0; r < R; r++)   // the edges: the last C % 8 columns, and the last R % 8 rows
         for (int c = r < R8 ? C8 : 0; c < C; c++)
