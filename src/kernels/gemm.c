@@ -27,11 +27,13 @@ typedef struct Tile {
     const float *pf;   // the next panel of B to prefetch (NULL: none), from line pfl on
     int pfl;
     const float *pc;   // the next tile of C to prefetch (NULL: none)
+    const float *pa;   // the next row tile of A to prefetch (NULL: none), mr rows lda apart
 } Tile;
 
 #define GEMM_TILE(NV, MRMAX)                                                                                   \
     static inline __attribute__((always_inline)) void tile##NV(int mr, const Tile *t) {                        \
-        const float *A = t->A, *B = t->B, *pf = t->pf, *pc = t->pc;                                            \
+        const float *A = t->A, *B = t->B, *pf = t->pf, *pc = t->pc, *pa = t->pa;                               \
+        const int kl = (t->kc + 15) / 16; /* lines per row of A's tile */                                      \
         float *C = t->C;                                                                                       \
         const int lda = t->lda, ldb = t->ldb, ldc = t->ldc, kc = t->kc, pfl = t->pfl;                          \
         __m512 c[MRMAX][NV];                                                                                   \
@@ -45,6 +47,8 @@ typedef struct Tile {
             __m512 y[NV];                                                                                      \
             if (pc && k < mr * NV)                                                                             \
                 _mm_prefetch((const char *)(pc + (size_t)(k / NV) * ldc + 16 * (k % NV)), _MM_HINT_T0);        \
+            if (pa && k < mr * kl)                                                                             \
+                _mm_prefetch((const char *)(pa + (size_t)(k / kl) * lda + 16 * (k % kl)), _MM_HINT_T0);        \
             if (pf && pfl + k < NV * kc)                                                                       \
                 _mm_prefetch((const char *)(pf + (size_t)((pfl + k) / NV) * ldb + 16 * ((pfl + k) % NV)),       \
                              _MM_HINT_T1);                                                                     \
@@ -113,11 +117,13 @@ void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int 
             for (long x = lo; x < hi; x++) {
                 int i = (int)(rows_outer ? x / ct : x % rt) * MR, j = (int)(rows_outer ? x % ct : x / rt) * NR;
                 Tile t = {A + (size_t)i * lda + p0, B + (size_t)p0 * ldb + j, C + (size_t)i * ldc + j,
-                          lda, ldb, ldc, kc, NC - j < NR ? NC - j : NR, load, NULL, i / MR * kc, NULL};
+                          lda, ldb, ldc, kc, NC - j < NR ? NC - j : NR, load, NULL, i / MR * kc, NULL, NULL};
                 // Columns outer: the row tiles of a panel fetch, one cache line per k, the next panel
                 // of B (NV lines in each of kc rows ldb apart, a pattern the hardware prefetcher
                 // follows poorly), the first tile the first kc lines, the second the next kc, ...
                 if (!rows_outer && j + NR < NC) t.pf = B + (size_t)p0 * ldb + j + NR;
+                // Rows outer: the last panel of a row tile fetches the next row tile of A, a line per k.
+                if (rows_outer && j + NR >= NC && i + MR < R) t.pa = A + (size_t)(i + MR) * lda + p0;
                 // With C read back (an accumulation, or a later block of the reduction), the tile
                 // fetches the lines of this thread's next tile of C, MR rows ldc apart.
                 if (load && x + 1 < hi) {
