@@ -45,10 +45,11 @@ const char *kernels_blas_info(void) {
 }
 
 // Up to this many rows a linear layer runs on kernels/gemm rather than
-// OpenBLAS: measured at 64–256 rows, gemm's forward and input gradient
-// reach 90–110% of the 1-thread SGEMM ceiling where OpenBLAS's per-call
-// packing holds it to 57–100%, and its weight gradient matches OpenBLAS's;
-// at 512 rows and more OpenBLAS is as fast or faster.
+// OpenBLAS (bench_gemm): at 64 rows gemm's forward and input gradient reach
+// 87–106% of the 1-thread SGEMM ceiling where OpenBLAS's per-call packing
+// holds it to 64–81%; at 256 rows its input gradient is ahead, the forward
+// and the weight gradient even; at 512 rows and more OpenBLAS is as fast or
+// faster.
 enum { OWN_MAX_ROWS = 256, OWN_OC_BLOCK = 1536 };
 
 static int own_rows(int N) { return gemm_own() && N > 1 && N <= OWN_MAX_ROWS; }

@@ -158,9 +158,6 @@ static void poison_grads(Trainer *t) {
     }
 }
 
-// Adds the step's profile to the sums, the process's first step left out
-// (its first touch of every buffer is not the steady state) unless it is
-// the only one.
 // Zeroes n floats, each thread its own contiguous share (one thread's
 // stores reach about half the memory bandwidth that two threads' do).
 static void zero_floats(float *x, size_t n) {
@@ -172,6 +169,9 @@ static void zero_floats(float *x, size_t n) {
     }
 }
 
+// Adds the step's profile to the sums, the process's first step left out
+// (its first touch of every buffer is not the steady state) unless it is
+// the only one.
 static void profile_add(Trainer *t, double dt) {
     if (t->done == t->first_step && t->tc->steps - t->first_step > 1) return;
     prof_merge(t->prof_sum, t->prof);
