@@ -79,7 +79,7 @@ static void tiles3(int mr, const Tile *t) { switch (mr) { T(3, 8) T(3, 7) T(3, 6
 static void tiles4(int mr, const Tile *t) { switch (mr) { T(4, 6) T(4, 5) T(4, 4) T(4, 3) T(4, 2) T(4, 1) } }
 #undef T
 
-enum { GEMM_KC = 256 };   // reduction block when B is wide: a 256×48 panel of B is reused by every row tile
+enum { GEMM_KC = 256 };   // reduction block when B is wide: 256 rows of a panel of B, reused by every row tile
 
 void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
              int accumulate) {
@@ -116,12 +116,12 @@ void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int 
             long lo = tiles * th / n, hi = tiles * (th + 1) / n;   // a contiguous share of the tiles
             for (long x = lo; x < hi; x++) {
                 int i = (int)(rows_outer ? x / ct : x % rt) * MR, j = (int)(rows_outer ? x % ct : x / rt) * NR;
-                Tile t = {A + (size_t)i * lda + p0, B + (size_t)p0 * ldb + j, C + (size_t)i * ldc + j,
-                          lda, ldb, ldc, kc, NC - j < NR ? NC - j : NR, load, NULL, i / MR * kc, NULL, NULL};
+                Tile t = {.A = A + (size_t)i * lda + p0, .B = B + (size_t)p0 * ldb + j, .C = C + (size_t)i * ldc + j,
+                          .lda = lda, .ldb = ldb, .ldc = ldc, .kc = kc, .nr = NC - j < NR ? NC - j : NR, .load = load};
                 // Columns outer: the row tiles of a panel fetch, one cache line per k, the next panel
                 // of B (NV lines in each of kc rows ldb apart, a pattern the hardware prefetcher
                 // follows poorly), the first tile the first kc lines, the second the next kc, ...
-                if (!rows_outer && j + NR < NC) t.pf = B + (size_t)p0 * ldb + j + NR;
+                if (!rows_outer && j + NR < NC) t.pf = B + (size_t)p0 * ldb + j + NR, t.pfl = i / MR * kc;
                 // Rows outer: the last panel of a row tile fetches the next row tile of A, a line per k.
                 if (rows_outer && j + NR >= NC && i + MR < R) t.pa = A + (size_t)(i + MR) * lda + p0;
                 // With C read back (an accumulation, or a later block of the reduction), the tile
