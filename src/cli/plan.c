@@ -4,10 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/flags.h"
 #include "core/json.h"
+#include "kernels/peak.h"
 #include "model/arch.h"
 #include "plan/plan.h"
 
@@ -198,12 +200,31 @@ static int parse_why_not(const char *s, int *dp, int *tp, int *pp, int *zero, Er
     return 0;
 }
 
+// --local: this machine as the cluster, a device being one core's thread (as
+// `tessera train --nproc N` runs): devices and devices per node the online
+// cores, the memory the physical memory shared out, the peak the
+// register-only probe's for one thread at the precision (kernels/peak). A
+// flag given on the command line or in --config wins.
+static void local_cluster(Flag *f, int nf, Precision prec, int64_t *devices, int64_t *per_node, double *mem,
+                          double *tflops) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (!flags_find(f, nf, "devices")->seen) *devices = cores > 0 ? cores : 1;
+    if (!flags_find(f, nf, "devices-per-node")->seen) *per_node = *devices;
+    if (!flags_find(f, nf, "device-mem")->seen && pages > 0 && page > 0)
+        *mem = (double)pages * (double)page / GiB / (double)*devices;
+    if (!flags_find(f, nf, "device-tflops")->seen) {
+        Peaks p;
+        peak_probe(&p, 1);
+        if (peak_for(&p, prec) > 0) *tflops = peak_for(&p, prec) * 1e-3;
+    }
+}
+
 int cmd_plan(int argc, char **argv) {
     const char *model = "gpt2-124m", *schedule = "1f1b", *recompute = "none", *precision = "bf16", *reduce = "fp32",
                *attention = "fused", *why_not = NULL, *config = NULL;
     int64_t devices = 8, per_node = 8, seq = 0, gbatch = 512, mbatch = 1, vocab = 0;
     double mem = 80, tflops = 312, mfu = 0.5, bw_intra = 300, bw_inter = 25, alpha = 5, tokens = 0;
-    int dp = 0, tp = 0, pp = 0, zero = -1, sp = 0, json = 0, explain = 0, top = 5, tut = 0, vstages = 1;
+    int dp = 0, tp = 0, pp = 0, zero = -1, sp = 0, json = 0, explain = 0, top = 5, tut = 0, vstages = 1, local = 0;
     int layers = 0, d_model = 0, heads = 0, kv_heads = 0, d_ff = 0, positions = 0;
     const char *arch = NULL;
     Flag f[] = {
@@ -220,7 +241,8 @@ int cmd_plan(int argc, char **argv) {
         {"devices", FLAG_U64, &devices, 1, 1e7, "N", "devices in the cluster (default 8)", 0, NULL},
         {"devices-per-node", FLAG_U64, &per_node, 1, 1e4, "N", "devices per node (default 8)", 0, NULL},
         {"device-mem", FLAG_FLOAT, &mem, 1e-6, 1e7, "GiB", "memory per device (default 80)", 0, NULL},
-        {"device-tflops", FLAG_FLOAT, &tflops, 1e-6, 1e7, "X", "peak TFLOP/s per device at the training precision (default 312)", 0, NULL},
+        {"device-tflops", FLAG_FLOAT, &tflops, 1e-6, 1e7, "X", "peak TFLOP/s per device at the training precision (default 312; with --local this CPU's, measured)", 0, NULL},
+        {"local", FLAG_BOOL, &local, 0, 0, "", "this machine as the cluster: a device per core, its share of the memory, and the peak of one core's threads measured at --precision (register-only probes: fp32 FMA, or the bf16 dot product where the CPU has it); flags given win", 0, NULL},
         {"mfu", FLAG_FLOAT, &mfu, 1e-6, 1, "X", "fraction of peak the compute achieves (default 0.5)", 0, NULL},
         {"bw-intra", FLAG_FLOAT, &bw_intra, 1e-9, 1e9, "GB/s", "bandwidth per device inside a node (default 300)", 0, NULL},
         {"bw-inter", FLAG_FLOAT, &bw_inter, 1e-9, 1e9, "GB/s", "bandwidth per device between nodes (default 25)", 0, NULL},
@@ -290,7 +312,6 @@ int cmd_plan(int argc, char **argv) {
     }
     if (vocab) plan_model_set_vocab(&m, vocab);
     if (tut) { tutorial(&m); return 0; }
-    PlanCluster c = {devices, per_node, mem, tflops, mfu, bw_intra, bw_inter, alpha};
     PlanJob j = {seq ? seq : m.s, gbatch, mbatch, tokens};
     PlanLayout l = {0};
     int s_ = 0, r_ = 0, p_ = 0, red_ = 0, att_ = 0;
@@ -298,6 +319,8 @@ int cmd_plan(int argc, char **argv) {
         pick(precision, (const char *[]){"fp32", "bf16", "fp16"}, 3, "precision", &p_, &e) || pick(reduce, (const char *[]){"bf16", "fp32"}, 2, "reduce-dtype", &red_, &e) ||
         pick(attention, (const char *[]){"naive", "fused"}, 2, "attention", &att_, &e))
         return cli_fail("plan", &e);
+    if (local) local_cluster(f, nf, (Precision)p_, &devices, &per_node, &mem, &tflops);
+    PlanCluster c = {devices, per_node, mem, tflops, mfu, bw_intra, bw_inter, alpha};
     l.schedule = s_;
     l.recompute = r_;
     l.precision = p_;
@@ -363,7 +386,7 @@ int cmd_plan(int argc, char **argv) {
     if (json) { json_layout(&m, &c, &cand[0], &res[0]); return 0; }
     char pbuf[32];
     commas(plan_params(&m), pbuf, sizeof pbuf);
-    printf("%s (%s parameters) on %lld devices (%lld per node, %.0f GiB, %.0f TFLOP/s at MFU %.2f), %s, seq %lld, global batch %lld, micro-batch %lld\n",
+    printf("%s (%s parameters) on %lld devices (%lld per node, %.3g GiB, %.3g TFLOP/s at MFU %.2f), %s, seq %lld, global batch %lld, micro-batch %lld\n",
            m.name, pbuf, (long long)devices, (long long)per_node, mem, tflops, mfu, prec_name(l.precision), (long long)j.seq,
            (long long)gbatch, (long long)mbatch);
     printf("%4s %4s %4s %5s %-10s | %9s | %10s | %12s | %6s\n", "dp", "tp", "pp", "zero", "recompute", "GiB/dev", "step (s)",

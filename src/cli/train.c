@@ -302,7 +302,7 @@ int cmd_train(int argc, char **argv) {
         {"schedule", FLAG_STR, &pipe_sched, 0, 0, "S", "pipeline schedule: 1f1b (default; at most --pp micro-batches of activations per rank) or gpipe (all M)", 0, NULL},
         {"virtual-stages", FLAG_INT, &tc.virtual_stages, 1, 64, "V", "interleaved 1F1B: each rank holds V chunks of layers, P apart, and a micro-batch goes round the stages V times; the bubble shrinks V-fold (default 1; needs --micro-batches a multiple of --pp)", 0, NULL},
         {"recompute", FLAG_STR, &recompute, 0, 0, "R", "activation recomputation: none (default), selective (the attention core again in backward) or full (each block again; only block outputs kept); the same gradients, bit for bit", 0, NULL},
-        {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32 (default), bf16 or fp16: 16-bit weights (a copy of the fp32 masters) and activations, fp32 math; fp16 with a dynamic loss scale", 0, NULL},
+        {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32 (default), bf16 or fp16: 16-bit weights (a copy of the fp32 masters) and activations; bf16 multiplies on the CPU's bf16 units (AVX512_BF16) where it has them, fp32 elsewhere; fp16 has no arithmetic unit on CPUs: it stores in 16 bits and computes in fp32, with a dynamic loss scale", 0, NULL},
         {"reduce-dtype", FLAG_STR, &reduce, 0, 0, "T", "data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes, summed in fp32)", 0, NULL},
         {"loss-scale", FLAG_FLOAT, &sc.init, 1e-30, 1e30, "S", "fp16: the first loss scale (default 65536)", 0, NULL},
         {"loss-scale-window", FLAG_INT, &sc.window, 1, 1 << 30, "N", "fp16: steps without overflow before the scale doubles (default 2000)", 0, NULL},

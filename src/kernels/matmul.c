@@ -1,11 +1,13 @@
 #include "kernels/matmul.h"
 
 #include "kernels/gemm.h"
+#include "kernels/gemm_bf16.h"
 
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/alloc.h"
 #include "core/prof.h"
@@ -67,10 +69,83 @@ static float *scratch(size_t floats) {
     return g_scratch;
 }
 
+// ---- products on the bf16 units ----
+
+// Set around a bf16 stage's passes (matmul_set_bf16); the passes call the
+// linear layers from one thread.
+static _Thread_local int g_bf16;
+
+int matmul_set_bf16(int on) {
+    int prev = g_bf16;
+    g_bf16 = on && gemm_bf16_own();
+    return prev;
+}
+
+int matmul_bf16(void) { return g_bf16; }
+
+// Per-thread scratch for the packed bf16 operands, grown on demand and kept.
+static _Thread_local uint16_t *g_scratch16;
+static _Thread_local size_t g_scratch16_n;
+
+static uint16_t *scratch16(size_t n) {
+    if (n > g_scratch16_n) {
+        mem_free(g_scratch16);
+        g_scratch16 = mem_alloc(MEM_WORKSPACE, n * sizeof(uint16_t));
+        g_scratch16_n = g_scratch16 ? n : 0;
+    }
+    return g_scratch16;
+}
+
+static int pairs(int K) { return (K + 1) / 2; }
+
+// out (N,OC) = bf16(inp) (N,C) · bf16(weight)^T + bias: A the input's rows,
+// B the weight's rows as column pairs. 0, or -1 when the scratch is not to be had.
+static int forward_bf16(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC) {
+    int kp = pairs(C);
+    uint16_t *a = scratch16((size_t)N * 2 * kp + (size_t)kp * OC * 2), *b = a + (size_t)N * 2 * kp;
+    if (!a) return -1;
+    bf16_pack_rows(a, 2 * kp, inp, C, N, C);
+    bf16_pack_pairs_t(b, weight, C, C, OC);
+    if (bias) {
+        #pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof *out);
+    }
+    gemm_bf16(N, OC, kp, a, 2 * kp, b, OC, out, OC, bias != NULL);
+    return 0;
+}
+
+// dinp (N,C) (+)= bf16(dout) (N,OC) · bf16(weight) (OC,C).
+static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N, int C, int OC, int accumulate) {
+    int kp = pairs(OC);
+    uint16_t *a = scratch16((size_t)N * 2 * kp + (size_t)kp * C * 2), *b = a + (size_t)N * 2 * kp;
+    if (!a) return -1;
+    bf16_pack_rows(a, 2 * kp, dout, OC, N, OC);
+    bf16_pack_pairs(b, weight, C, OC, C);
+    gemm_bf16(N, C, kp, a, 2 * kp, b, C, dinp, C, accumulate);
+    return 0;
+}
+
+// dweight (OC,C) += bf16(dout)^T (OC,N) · bf16(inp) (N,C).
+static int dweight_bf16(float *dweight, const float *dout, const float *inp, int N, int C, int OC) {
+    int kp = pairs(N);
+    uint16_t *a = scratch16((size_t)OC * 2 * kp + (size_t)kp * C * 2), *b = a + (size_t)OC * 2 * kp;
+    if (!a) return -1;
+    bf16_pack_rows_t(a, 2 * kp, dout, OC, OC, N);
+    bf16_pack_pairs(b, inp, C, N, C);
+    gemm_bf16(OC, C, kp, a, 2 * kp, b, C, dweight, C, 1);
+    return 0;
+}
+
+// ---- the linear layers ----
+
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                     int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
     double t0 = prof_begin();
+    if (g_bf16 && N > 1 && !forward_bf16(out, inp, weight, bias, N, C, OC)) {
+        prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);
+        return;
+    }
     float *s = own_rows(N) ? scratch((size_t)N * C + (size_t)N * OWN_OC_BLOCK) : NULL;
     if (s) {
         // out^T (OC,N) = weight (OC,C) · inp^T (C,N), by blocks of output channels:
@@ -116,33 +191,43 @@ void colsum_add(float *colsum, const float *a, int N, int M) {
     }
 }
 
+// dinp (N,C) (+)= dout (N,OC) · weight (OC,C) in fp32.
+static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N, int C, int OC, int accumulate) {
+    if (own_rows(N))   // both operands read in place: the weight is the vector operand
+        gemm_nn(N, C, OC, dout, OC, weight, C, dinp, C, accumulate);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
+                    accumulate ? 1.0f : 0.0f, dinp, C);
+}
+
+// dweight (OC,C) += dout^T (OC,N) · inp (N,C) in fp32.
+static void dweight_fp32(float *dweight, const float *dout, const float *inp, int N, int C, int OC) {
+    float *s = own_rows(N) ? scratch((size_t)N * OWN_OC_BLOCK) : NULL;
+    if (!s) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+        return;
+    }
+    // by blocks of output channels, each block of dout transposed first so that it is the broadcast operand
+    for (int o0 = 0; o0 < OC; o0 += OWN_OC_BLOCK) {
+        int ob = OC - o0 < OWN_OC_BLOCK ? OC - o0 : OWN_OC_BLOCK;
+        transpose_add(s, N, dout + o0, OC, NULL, N, ob);
+        gemm_nn(ob, C, N, s, N, inp, C, dweight + (size_t)o0 * C, C, 1);
+    }
+}
+
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC, int accumulate) {
     if (N == 0) return;
     double t0 = prof_begin();
     if (dinp) {
-        if (own_rows(N))   // both operands read in place: the weight is the vector operand
-            gemm_nn(N, C, OC, dout, OC, weight, C, dinp, C, accumulate);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
-                        accumulate ? 1.0f : 0.0f, dinp, C);
+        if (!g_bf16 || dinp_bf16(dinp, dout, weight, N, C, OC, accumulate))
+            dinp_fp32(dinp, dout, weight, N, C, OC, accumulate);
         prof_gemm(t0, PROF_GEMM_DX, N, C, OC);
         t0 = prof_begin();
     }
     if (dweight) {
-        float *s = own_rows(N) ? scratch((size_t)N * OWN_OC_BLOCK) : NULL;
-        if (s) {
-            // dweight (OC,C) += dout^T (OC,N) · inp (N,C), by blocks of output channels, each
-            // block of dout transposed first so that it is the broadcast operand.
-            for (int o0 = 0; o0 < OC; o0 += OWN_OC_BLOCK) {
-                int ob = OC - o0 < OWN_OC_BLOCK ? OC - o0 : OWN_OC_BLOCK;
-                transpose_add(s, N, dout + o0, OC, NULL, N, ob);
-                gemm_nn(ob, C, N, s, N, inp, C, dweight + (size_t)o0 * C, C, 1);
-            }
-        } else {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                        dweight, C);
-        }
+        if (!g_bf16 || dweight_bf16(dweight, dout, inp, N, C, OC))
+            dweight_fp32(dweight, dout, inp, N, C, OC);
         prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
         t0 = prof_begin();
     }

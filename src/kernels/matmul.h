@@ -15,6 +15,14 @@ int kernels_threads(void);
 // Human-readable name of the linked BLAS and its threading ("OpenBLAS 0.3.21 (openmp)").
 const char *kernels_blas_info(void);
 
+// Under bf16 the linear layers multiply on the CPU's bf16 units
+// (kernels/gemm_bf16): operands rounded to bf16 as they are packed, products
+// summed in fp32, outputs and gradients fp32. matmul_set_bf16(1) turns it on
+// for the calling thread where the kernel is built in (and is a no-op
+// elsewhere); it returns the previous setting, to restore after a pass.
+int matmul_set_bf16(int on);
+int matmul_bf16(void);
+
 // Measured SGEMM throughput in GFLOP/s on n×n×n products with the current
 // threads (the best of `reps` timed calls after two warm-up calls, so a
 // busy moment does not lower it): the machine's practical ceiling that MFU

@@ -518,7 +518,7 @@ int stage_set_tp(Stage *s, Comm *c, Err *err) {
 
 int stage_tp_status(const Stage *s, Err *err) { return tp_status(s->acts->tp, err); }
 
-double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale) {
+static double forward_pass(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale) {
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     CHECKF(s->slice.tp_size == 1 || s->acts->tp, "a tensor-parallel stage runs after stage_set_tp");
     StageActs *a = s->acts;
@@ -606,7 +606,16 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     return sum;
 }
 
+// Under bf16 the passes' products run on the bf16 units where the CPU has them.
+double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale) {
+    int prev = matmul_set_bf16(s->acts->prec == PREC_BF16);
+    double loss = forward_pass(s, slot, tokens, targets, B, T, dscale);
+    matmul_set_bf16(prev);
+    return loss;
+}
+
 void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
+    int prev = matmul_set_bf16(s->acts->prec == PREC_BF16);
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     StageActs *a = s->acts;
     Slot *sl = slot_of(s, slot);
@@ -651,9 +660,11 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         seg_grads_done(s, se);
     }
     sl->rows = 0;
+    matmul_set_bf16(prev);
 }
 
 void stage_logits(Stage *s, int slot, int B, int T, int pos, float *logits) {
+    int prev = matmul_set_bf16(s->acts->prec == PREC_BF16);
     StageActs *a = s->acts;
     Slot *sl = slot_of(s, slot);
     CHECK(chunk_last(s, sl) && pos >= 0 && pos < T);
@@ -663,4 +674,5 @@ void stage_logits(Stage *s, int slot, int B, int T, int pos, float *logits) {
         linear_forward(logits + (size_t)b * a->dim.Vl, sl->fin[0] + ((size_t)b * T + pos) * C, head, NULL, 1, C,
                        a->dim.Vl);
     seg_params_done(s, sh);
+    matmul_set_bf16(prev);
 }

@@ -64,8 +64,8 @@ void report_step(Report *r, const StepMetrics *m) {
     printf("\n");
     if (m->mfu > 1 && !r->mfu_warned) {
         r->mfu_warned = 1;
-        printf("warning:   MFU above 100%%: the peak it is quoted against (the header's compute line) is below what "
-               "this run achieves; give the machine's real one with --peak-gflops\n");
+        printf("warning:   MFU above 100%%: the --peak-gflops it is quoted against is below what this run achieves "
+               "(without the flag MFU is quoted against the measured peak of the run's arithmetic)\n");
     }
     fflush(stdout);
     if (!r->log) return;
@@ -150,10 +150,10 @@ void report_profile(Report *r, const Profile *prof, int steps, double seconds, d
     Profile p = *prof;
     qsort(p.row, (size_t)p.n, sizeof p.row[0], row_order);
     double n = steps > 0 ? steps : 1, step_ms = seconds / n * 1e3, all = 0, gemm_s = 0, gemm_f = 0;
-    printf("profile:   %s, mean of %d step%s: %.1f ms/step; GFLOP/s against the SGEMM ceiling %.1f\n", title, steps,
+    printf("profile:   %s, mean of %d step%s: %.1f ms/step; GFLOP/s against the MFU peak, %.1f (the compute line)\n", title, steps,
            steps == 1 ? "" : "s", step_ms, peak);
     printf("  %-13s %-10s %-24s %7s %9s %6s %9s %8s %8s\n", "work", "layer", "shape (M×K · K×N)", "calls", "ms/step",
-           "share", "GFLOP/s", "ceiling", "GB/s");
+           "share", "GFLOP/s", "of peak", "GB/s");
     for (int i = 0; i < p.n; i++) {
         const ProfRow *w = &p.row[i];
         double ms = w->seconds / n * 1e3, gf = w->seconds > 0 ? w->flops / w->seconds * 1e-9 : 0;

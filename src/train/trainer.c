@@ -16,7 +16,9 @@
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "io/hf_gpt2.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/matmul.h"
+#include "kernels/peak.h"
 #include "parallel/dp.h"
 
 struct Trainer {
@@ -44,8 +46,9 @@ struct Trainer {
     Report *rep;
     int *inp, *tgt;            // the step's micro-batches (M,B,T)
     int done;                  // steps done
-    double tokens_per_step, flops_tok, peak;
+    double tokens_per_step, flops_tok, peak;   // peak: GFLOP/s of one rank's threads, MFU's denominator
     const char *peak_src;
+    Peaks peaks;                               // the machine's, measured at start
     uint64_t sent_mark;        // DP bytes sent up to the end of the last step's reductions
     double t_steps, pp_wait;   // seconds in steps, and of them waited on pipeline sends and receives
     uint64_t pp_sent;          // bytes sent to pipeline neighbours in steps
@@ -549,12 +552,25 @@ static void print_header(Trainer *t) {
            tc->lr.shape == LR_COSINE ? "cosine" : "constant", tc->lr.warmup, (float)tc->adamw.beta1,
            (float)tc->adamw.beta2, (float)tc->adamw.eps, (float)tc->adamw.weight_decay, (float)tc->clip);
     if (t->hosts[0]) printf("hosts:     %s\n", t->hosts);
-    printf("compute:   %d thread%s, %s; %.3g GFLOP per token; MFU against %.1f GFLOP/s (%s)\n", kernels_threads(),
-           kernels_threads() == 1 ? "" : "s", kernels_blas_info(), t->flops_tok * 1e-9, t->peak, t->peak_src);
+    const Peaks *pk = &t->peaks;
+    printf("cpu:       %s; peaks of %d thread%s (register-only probes): fp32 FMA %.0f (256-bit)", peak_isa(pk),
+           pk->threads, pk->threads == 1 ? "" : "s", pk->fp32_256);
+    if (pk->fp32_512 > 0) printf(", %.0f (512-bit)", pk->fp32_512);
+    if (pk->bf16 > 0) printf(", bf16 dot %.0f", pk->bf16);
+    printf(" GFLOP/s\n");
+    printf("compute:   %d thread%s, %s%s; %.3g GFLOP per token; MFU against %.1f GFLOP/s (%s)\n", kernels_threads(),
+           kernels_threads() == 1 ? "" : "s", kernels_blas_info(),
+           tc->precision == PREC_BF16 && gemm_bf16_own() ? "; bf16 products on the bf16 units" : "",
+           t->flops_tok * 1e-9, t->peak, t->peak_src);
     if (tc->precision != PREC_FP32)
         printf("precision: %s — the passes read a 16-bit copy of the fp32 weights (AdamW updates the fp32 masters) and "
                "store activations in 16 bits (norm statistics, softmax log-sum-exp and the residual stream in fp32); "
-               "every operation computes in fp32; gradients fp32\n", prec_name(tc->precision));
+               "%s; gradients fp32\n", prec_name(tc->precision),
+               tc->precision == PREC_BF16 && gemm_bf16_own()
+                   ? "the linear layers multiply bf16 pairs on the bf16 units (vdpbf16ps) into fp32 sums, the rest "
+                     "computes in fp32"
+                   : tc->precision == PREC_FP16 ? "every operation computes in fp32 (no fp16 arithmetic unit here)"
+                                                : "every operation computes in fp32");
     if (t->fp16)
         printf("scaler:    dynamic loss scale from %g: ×2 after %d steps without overflow, ×0.5 on overflow (hysteresis "
                "%d: the overflows before the first halving), the step skipped on every rank; the run stops below %g\n",
@@ -651,9 +667,14 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     if (!t->inp || !t->tgt) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
     t->tokens_per_step = (double)tc->batch * tc->seq * tc->accum * t->D;
     t->flops_tok = train_flops_per_token(&t->mc, tc->seq);
+    peak_probe(&t->peaks, kernels_threads());
     t->peak = tc->peak_gflops;
     t->peak_src = "--peak-gflops";
-    if (t->peak <= 0) { t->peak = kernels_sgemm_gflops(1024, 5); t->peak_src = "measured SGEMM 1024³"; }
+    if (t->peak <= 0) {   // the peak of the arithmetic the run's products use
+        t->peak = peak_for(&t->peaks, tc->precision);
+        t->peak_src = peak_for_name(&t->peaks, tc->precision);
+    }
+    if (t->peak <= 0) { t->peak = kernels_sgemm_gflops(1024, 5); t->peak_src = "SGEMM 1024³: no FMA unit to probe"; }
     print_header(t);
     t->sent_mark = bytes_sent(m->dpg);
     *out = t;

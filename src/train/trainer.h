@@ -50,7 +50,7 @@ typedef struct TrainConfig {
     LrSchedule lr;
     AdamWConfig adamw;
     double clip;               // max global gradient norm; 0 disables clipping
-    double peak_gflops;        // MFU denominator; 0 = measure SGEMM at start
+    double peak_gflops;        // MFU denominator; 0 = the measured peak of the run's arithmetic (kernels/peak)
     int progress;              // draw a progress bar (stdout is a terminal)
     double bucket_mb;          // ZeRO-0 gradient bucket size
     int zero;                  // ZeRO stage 0..3 over the DP group

@@ -26,6 +26,21 @@ a32=$(field "$TMP/long_fp32.jsonl" acts); ab=$(field "$TMP/long_bf16.jsonl" acts
 awk -v a="$a32" -v b="$ab" 'BEGIN { exit !(b < 0.8 * a) }' && ok "bf16 activations $ab bytes against fp32's $a32" ||
   bad "bf16 activations $ab bytes against fp32's $a32"
 
+# ---- MFU against the measured peak of the run's arithmetic: never above 100% ----
+mx=$(cat "$TMP"/long_*.jsonl | grep -o '"mfu":[0-9.e+-]*' | cut -d: -f2 | sort -g | tail -1)
+awk -v m="$mx" 'BEGIN { exit !(m > 0 && m <= 1) }' && grep -q "^cpu: .*peaks of .* thread.*(register-only probes): fp32 FMA" "$TMP/long_fp32.out" &&
+  grep -q "MFU against .* (fp32 FMA" "$TMP/long_fp32.out" && grep -q "MFU against .* (fp32 FMA" "$TMP/long_fp16.out" &&
+  ok "the header names the ISA and the probed peaks, MFU is quoted against the fp32 FMA peak (fp32, fp16) and never reads above 100% (highest $mx)" ||
+  bad "MFU: highest $mx" "$(grep -E '^(cpu|compute):' "$TMP/long_fp32.out")"
+if grep -q "bf16 products on the bf16 units" "$TMP/long_bf16.out"; then
+  grep -q "MFU against .* (bf16 dot product" "$TMP/long_bf16.out" && ok "bf16 on the bf16 units: MFU against the bf16 dot product's peak" ||
+    bad "bf16 MFU peak" "$(grep -E '^compute:' "$TMP/long_bf16.out")"
+elif grep -q avx512_bf16 /proc/cpuinfo; then   # the default build is -march=native
+  bad "this CPU has avx512_bf16 but the bf16 run multiplies in fp32" "$(grep -E '^compute:' "$TMP/long_bf16.out")"
+else
+  grep -q "MFU against .* (fp32 FMA" "$TMP/long_bf16.out" && ok "bf16 without the bf16 units: MFU against the fp32 FMA peak" || bad "bf16 MFU peak"
+fi
+
 # ---- an overflow on one rank: every rank skips exactly that step ----
 # the hook puts an inf into world rank 1's gradients at step 3: in dp=2
 # ZeRO-1 and in a pp=2 pipeline (rank 1: the last stage) the run must

@@ -1,0 +1,233 @@
+#include "kernels/gemm_bf16.h"
+
+#include <omp.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "core/half.h"
+#include "kernels/matmul.h"
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#include <immintrin.h>
+
+int gemm_bf16_own(void) { return 1; }
+
+static inline __mmask16 lane_mask(int n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+// One register tile: C (mr, nr) (+)= A (mr, 2·kp) · Bp (kp, nr, 2), nr <= 16·NV.
+// Per pair p: NV vectors of 16 column pairs of B, and for each of the mr rows
+// A's pair broadcast into NV dot products; mr·NV fp32 accumulators. Lanes
+// past nr are masked: read as 0, never written.
+typedef struct TileH {
+    const uint16_t *A, *B;
+    float *C;
+    int lda, ldb, ldc, kp, nr, load;
+} TileH;
+
+#define BF16_TILE(NV, MRMAX)                                                                                   \
+    static inline __attribute__((always_inline)) void tile##NV(int mr, const TileH *t) {                       \
+        const uint16_t *A = t->A, *B = t->B;                                                                   \
+        float *C = t->C;                                                                                       \
+        const int lda = t->lda, ldb2 = 2 * t->ldb, ldc = t->ldc, kp = t->kp;                                   \
+        __m512 c[MRMAX][NV];                                                                                   \
+        __mmask16 m[NV];                                                                                       \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) m[v] = lane_mask(t->nr - 16 * v);                \
+        _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[i][v] =                                     \
+                t->load ? _mm512_maskz_loadu_ps(m[v], C + (size_t)i * ldc + 16 * v) : _mm512_setzero_ps();     \
+        for (int p = 0; p < kp; p++) {                                                                         \
+            const uint16_t *b = B + (size_t)p * ldb2;                                                          \
+            __m512bh y[NV];                                                                                    \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) y[v] =                                        \
+                (__m512bh)_mm512_maskz_loadu_epi32(m[v], b + 32 * v);                                          \
+            _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {                                            \
+                int32_t a;                                                                                     \
+                memcpy(&a, A + (size_t)i * lda + 2 * p, sizeof a);                                             \
+                __m512bh x = (__m512bh)_mm512_set1_epi32(a);                                                   \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[i][v] = _mm512_dpbf16_ps(c[i][v], x, y[v]); \
+            }                                                                                                  \
+        }                                                                                                      \
+        _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                               \
+                _mm512_mask_storeu_ps(C + (size_t)i * ldc + 16 * v, m[v], c[i][v]);                            \
+    }
+
+BF16_TILE(2, 12)
+BF16_TILE(3, 8)
+BF16_TILE(4, 6)
+
+typedef void (*TileFn)(int mr, const TileH *t);
+
+// Each row count gets its own instance, so the accumulators stay in registers.
+#define T(NV, R) \
+    case R: tile##NV(R, t); break;
+static void tiles2(int mr, const TileH *t) {
+    switch (mr) { T(2, 12) T(2, 11) T(2, 10) T(2, 9) T(2, 8) T(2, 7) T(2, 6) T(2, 5) T(2, 4) T(2, 3) T(2, 2) T(2, 1) }
+}
+static void tiles3(int mr, const TileH *t) { switch (mr) { T(3, 8) T(3, 7) T(3, 6) T(3, 5) T(3, 4) T(3, 3) T(3, 2) T(3, 1) } }
+static void tiles4(int mr, const TileH *t) { switch (mr) { T(4, 6) T(4, 5) T(4, 4) T(4, 3) T(4, 2) T(4, 1) } }
+#undef T
+
+enum { BF16_KPC = 256 };   // reduction block (pairs) when B is wide: a panel's 256 pairs, reused by every row tile
+
+void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+               int accumulate) {
+    if (R <= 0 || NC <= 0) return;
+    if (KP <= 0) {   // an empty reduction: C = 0, or unchanged
+        if (!accumulate)
+            for (int i = 0; i < R; i++) memset(C + (size_t)i * ldc, 0, (size_t)NC * sizeof *C);
+        return;
+    }
+    // The tile width (32, 48 or 64 columns) that wastes the fewest lanes on NC, the widest on a tie.
+    int nv = 4, waste = 1 << 30;
+    for (int v = 4; v >= 2; v--) {
+        int w = (NC + 16 * v - 1) / (16 * v) * 16 * v - NC;
+        if (w < waste) waste = w, nv = v;
+    }
+    int NR = 16 * nv, MR = nv == 2 ? 12 : nv == 3 ? 8 : 6;
+    TileFn fn = nv == 2 ? tiles2 : nv == 3 ? tiles3 : tiles4;
+    // A packed B of at most 1 MiB stays in L2 whole: no reduction blocks, each tile of C written once.
+    int KPC = (double)KP * NC <= 262144 ? KP : BF16_KPC;
+    int rt = (R + MR - 1) / MR, ct = (NC + NR - 1) / NR;
+    long tiles = (long)rt * ct;
+    // The operand read from memory is walked once: row tiles outer when A is the larger, panels when B is.
+    int rows_outer = (double)R >= (double)NC;
+    int nt = omp_in_parallel() ? 1 : kernels_threads();
+    if ((double)R * NC * KP < 2e6) nt = 1;   // a small product is not worth waking threads
+    if (nt > tiles) nt = (int)tiles;
+    for (int p0 = 0; p0 < KP; p0 += KPC) {
+        int kp = KP - p0 < KPC ? KP - p0 : KPC, load = accumulate || p0 > 0;
+        #pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int th = omp_get_thread_num(), n = omp_get_num_threads();
+            long lo = tiles * th / n, hi = tiles * (th + 1) / n;   // a contiguous share of the tiles
+            for (long x = lo; x < hi; x++) {
+                int i = (int)(rows_outer ? x / ct : x % rt) * MR, j = (int)(rows_outer ? x % ct : x / rt) * NR;
+                TileH t = {.A = A + (size_t)i * lda + 2 * (size_t)p0, .B = Bp + 2 * ((size_t)p0 * ldb + j),
+                           .C = C + (size_t)i * ldc + j, .lda = lda, .ldb = ldb, .ldc = ldc, .kp = kp,
+                           .nr = NC - j < NR ? NC - j : NR, .load = load};
+                fn(R - i < MR ? R - i : MR, &t);
+            }
+        }
+    }
+}
+
+static int pack_threads(double elems) { return omp_in_parallel() || elems < 65536 ? 1 : kernels_threads(); }
+
+// 16 floats to 16 bf16, nearest even.
+static inline __m256i cvt16(const float *s) { return (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s)); }
+
+void bf16_pack_rows(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
+    int nt = pack_threads((double)R * K), K16 = K & ~15;
+    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int r = 0; r < R; r++) {
+        uint16_t *d = dst + (size_t)r * ldd;
+        const float *s = src + (size_t)r * lds;
+        for (int k = 0; k < K16; k += 16) _mm256_storeu_si256((__m256i *)(d + k), cvt16(s + k));
+        for (int k = K16; k < K; k++) d[k] = f32_to_bf16(s[k]);
+        if (K & 1) d[K] = 0;
+    }
+}
+
+void bf16_pack_rows_t(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
+    // 16×16 blocks: 16 rows of src (16 k) converted, then written as 16 rows of dst (16 r).
+    int nt = pack_threads((double)R * K), R16 = R & ~15, K16 = K & ~15;
+    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int r0 = 0; r0 < R16; r0 += 16) {
+        uint16_t blk[16][16];
+        for (int k0 = 0; k0 < K16; k0 += 16) {
+            for (int k = 0; k < 16; k++) _mm256_storeu_si256((__m256i *)blk[k], cvt16(src + (size_t)(k0 + k) * lds + r0));
+            for (int r = 0; r < 16; r++) {
+                uint16_t *d = dst + (size_t)(r0 + r) * ldd + k0;
+                for (int k = 0; k < 16; k++) d[k] = blk[k][r];
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {   // the edges: the last K % 16 columns of every row, the last R % 16 rows
+        uint16_t *d = dst + (size_t)r * ldd;
+        for (int k = r < R16 ? K16 : 0; k < K; k++) d[k] = f32_to_bf16(src[(size_t)k * lds + r]);
+        if (K & 1) d[K] = 0;
+    }
+}
+
+void bf16_pack_pairs(uint16_t *dst, const float *src, int lds, int K, int NC) {
+    int KP = (K + 1) / 2, nt = pack_threads((double)NC * K), N16 = NC & ~15;
+    // element 2j of a pair vector is row 2p's column j, element 2j+1 row 2p+1's
+    __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                   20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int p = 0; p < KP; p++) {
+        const float *e = src + (size_t)(2 * p) * lds, *o = 2 * p + 1 < K ? e + lds : NULL;
+        uint16_t *d = dst + (size_t)p * NC * 2;
+        for (int n = 0; n < N16; n += 16) {
+            __m512 ve = _mm512_loadu_ps(e + n), vo = o ? _mm512_loadu_ps(o + n) : _mm512_setzero_ps();
+            __m512i both = (__m512i)_mm512_cvtne2ps_pbh(vo, ve);   // lanes 0-15 row 2p, 16-31 row 2p+1
+            _mm512_storeu_si512(d + 2 * n, _mm512_permutexvar_epi16(idx, both));
+        }
+        for (int n = N16; n < NC; n++) {
+            d[2 * n] = f32_to_bf16(e[n]);
+            d[2 * n + 1] = o ? f32_to_bf16(o[n]) : 0;
+        }
+    }
+}
+
+void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC) {
+    // 16×16 blocks of pairs: 16 rows of src (16 n, 32 k each) converted, then written as 16 rows of dst (16 p).
+    int KP = (K + 1) / 2, K32 = K & ~31, N16 = NC & ~15, nt = pack_threads((double)NC * K);
+    uint32_t *d32 = (uint32_t *)dst;
+    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int n0 = 0; n0 < N16; n0 += 16) {
+        uint32_t blk[16][16];
+        for (int k0 = 0; k0 < K32; k0 += 32) {
+            for (int n = 0; n < 16; n++) {
+                const float *s = src + (size_t)(n0 + n) * lds + k0;
+                __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 16), _mm512_loadu_ps(s));
+                _mm512_storeu_si512(blk[n], v);   // 16 pairs (k, k+1) in order
+            }
+            for (int p = 0; p < 16; p++) {
+                uint32_t *d = d32 + (size_t)(k0 / 2 + p) * NC + n0;
+                for (int n = 0; n < 16; n++) d[n] = blk[n][p];
+            }
+        }
+    }
+    for (int n = 0; n < NC; n++)   // the edges: pairs past K32 for every column, every pair of the last NC % 16
+        for (int p = n < N16 ? K32 / 2 : 0; p < KP; p++) {
+            const float *s = src + (size_t)n * lds;
+            uint16_t *d = dst + 2 * ((size_t)p * NC + n);
+            d[0] = f32_to_bf16(s[2 * p]);
+            d[1] = 2 * p + 1 < K ? f32_to_bf16(s[2 * p + 1]) : 0;
+        }
+}
+
+#else   // no AVX512_BF16: callers ask gemm_bf16_own() first
+
+#include "core/check.h"
+
+int gemm_bf16_own(void) { return 0; }
+
+#define NOT_BUILT CHECKF(0, "the bf16 kernel is not built in (no AVX512_BF16): ask gemm_bf16_own() first")
+void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+               int accumulate) {
+    (void)R, (void)NC, (void)KP, (void)A, (void)lda, (void)Bp, (void)ldb, (void)C, (void)ldc, (void)accumulate;
+    NOT_BUILT;
+}
+void bf16_pack_rows(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
+    (void)dst, (void)ldd, (void)src, (void)lds, (void)R, (void)K;
+    NOT_BUILT;
+}
+void bf16_pack_rows_t(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
+    (void)dst, (void)ldd, (void)src, (void)lds, (void)R, (void)K;
+    NOT_BUILT;
+}
+void bf16_pack_pairs(uint16_t *dst, const float *src, int lds, int K, int NC) {
+    (void)dst, (void)src, (void)lds, (void)K, (void)NC;
+    NOT_BUILT;
+}
+void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC) {
+    (void)dst, (void)src, (void)lds, (void)K, (void)NC;
+    NOT_BUILT;
+}
+
+#endif

@@ -1,0 +1,45 @@
+// kernels/gemm_bf16 — products on the CPU's bf16 units (AVX512_BF16).
+//
+// vdpbf16ps multiplies 16 pairs of bf16 values by 16 pairs and adds each
+// pair's two products to an fp32 lane: twice the multiply-adds of an fp32
+// FMA per instruction. Its operands come in k-pairs, so the reduction runs
+// two k at a time and the operands are laid out for it:
+//
+//   A (R, 2·KP) bf16 row-major, lda ≥ 2·KP: row i's pair p is the 32 bits
+//     at A + i·lda + 2p, broadcast to every lane (rows of a bf16 row-major
+//     matrix are already in this layout);
+//   B packed (KP, NC, 2) bf16, ldb ≥ NC pairs: Bp[p][n] = (B[2p][n], B[2p+1][n]),
+//     16 columns' pairs in one 512-bit load.
+//
+// An odd K is padded with a zero pair half on both sides by the packers.
+// Shapes: C (R,NC) fp32 (+)= A (R,K) · B (K,NC); every element of C is the
+// pairs' sums added in ascending p, in blocks whose size does not depend on
+// the thread count, so results do not depend on it. Compiled when the
+// compiler targets AVX512_BF16 (-march=native on such a CPU); elsewhere
+// gemm_bf16_own() is 0 and linear layers multiply in fp32 as before.
+#ifndef TSR_KERNELS_GEMM_BF16_H
+#define TSR_KERNELS_GEMM_BF16_H
+
+#include <stdint.h>
+
+// 1 when the bf16 kernel is compiled in, 0 otherwise (nothing below may be called then).
+int gemm_bf16_own(void);
+
+// C (R,NC) = A (R,2·KP) · Bp (KP,NC,2), + C when accumulate; lda in bf16
+// values, ldb in pairs, ldc in floats. Threads split the tiles of C.
+void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+               int accumulate);
+
+// The packers, each rounding fp32 to bf16 (nearest even) and writing a zero
+// into the pad of an odd K. kp(K) = (K+1)/2 pairs.
+//
+// dst (R, 2·kp(K)) = src (R,K), rows ld apart: an A operand from row-major fp32.
+void bf16_pack_rows(uint16_t *dst, int ldd, const float *src, int lds, int R, int K);
+// dst (R, 2·kp(K)) = src^T where src is (K,R): an A operand from the transpose.
+void bf16_pack_rows_t(uint16_t *dst, int ldd, const float *src, int lds, int R, int K);
+// dst (kp(K), NC, 2) pairs = src (K,NC): a B operand from row-major fp32 (rows 2p, 2p+1 interleaved).
+void bf16_pack_pairs(uint16_t *dst, const float *src, int lds, int K, int NC);
+// dst (kp(K), NC, 2) pairs = src^T where src is (NC,K): a B operand from the transpose.
+void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC);
+
+#endif

@@ -1,0 +1,219 @@
+// The bf16 products (kernels/gemm_bf16) against float64 products of the same
+// bf16-rounded operands, on every tile edge, stride, odd reduction and
+// blocked reduction; the packers exactly; the linear layers under bf16; and
+// the arithmetic peak probe (kernels/peak) for sanity.
+#include <string.h>
+
+#include "core/half.h"
+#include "core/rng.h"
+#include "kernels/gemm_bf16.h"
+#include "kernels/matmul.h"
+#include "kernels/peak.h"
+#include "test.h"
+
+static uint64_t draw_stream = 1;
+
+static float *randn(size_t n, float std) {
+    float *x = calloc(n + 1, sizeof *x);
+    uint64_t s = draw_stream++;
+    for (size_t i = 0; i < n; i++) x[i] = (float)(std * rng_normal(11, s, i));
+    return x;
+}
+
+static double b16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+// ---- the packers: each element where the layout says, rounded, the odd K's pad zero ----
+static void test_pack(void) {
+    int R = 19, K = 37, lds = 41;   // R, K past 16-blocks and odd
+    float *src = randn((size_t)(K > R ? K : R) * lds, 1);
+    int kp = (K + 1) / 2, ldd = 2 * kp + 3;
+    uint16_t *d = calloc((size_t)R * ldd + 2 * (size_t)kp * (R > K ? R : K) * 2 + 64, sizeof *d);
+    int ok = 1;
+    bf16_pack_rows(d, ldd, src, lds, R, K);   // (R,K) rows
+    for (int r = 0; r < R; r++) {
+        for (int k = 0; k < K; k++) ok &= d[(size_t)r * ldd + k] == f32_to_bf16(src[(size_t)r * lds + k]);
+        ok &= d[(size_t)r * ldd + K] == 0;
+    }
+    EXPECT(ok, "bf16_pack_rows");
+    ok = 1;
+    bf16_pack_rows_t(d, ldd, src, lds, R, K);   // src (K,R): dst[r][k] = src[k][r]
+    for (int r = 0; r < R; r++) {
+        for (int k = 0; k < K; k++) ok &= d[(size_t)r * ldd + k] == f32_to_bf16(src[(size_t)k * lds + r]);
+        ok &= d[(size_t)r * ldd + K] == 0;
+    }
+    EXPECT(ok, "bf16_pack_rows_t");
+    for (int t = 0; t < 2; t++) {   // pairs from (K,NC) rows, and from the transpose (NC,K)
+        int NC = 35, Ks[] = {37, 64};
+        for (int ki = 0; ki < 2; ki++) {
+            int KK = Ks[ki], kp2 = (KK + 1) / 2;
+            float *s = randn((size_t)(KK > NC ? KK : NC) * 70, 1);
+            uint16_t *p = calloc((size_t)kp2 * NC * 2 + 1, sizeof *p);
+            if (t) bf16_pack_pairs_t(p, s, 70, KK, NC);
+            else bf16_pack_pairs(p, s, 70, KK, NC);
+            ok = 1;
+            for (int q = 0; q < kp2; q++)
+                for (int n = 0; n < NC; n++)
+                    for (int j = 0; j < 2; j++) {
+                        int k = 2 * q + j;
+                        float v = k < KK ? (t ? s[(size_t)n * 70 + k] : s[(size_t)k * 70 + n]) : 0.0f;
+                        ok &= p[2 * ((size_t)q * NC + n) + j] == (k < KK ? f32_to_bf16(v) : 0);
+                    }
+            EXPECT(ok, "bf16_pack_pairs%s K=%d NC=%d", t ? "_t" : "", KK, NC);
+            free(s); free(p);
+        }
+    }
+    free(src); free(d);
+}
+
+// C (R,NC) = A (R,K) · B (K,NC) [+ C], A and B packed from fp32 with row strides past the widths.
+static void check_gemm(int R, int NC, int K, int accumulate) {
+    int kp = (K + 1) / 2, lda = 2 * kp + 6, ldb = NC + 3, ldc = NC + 2;
+    float *A = randn((size_t)R * K, 1), *B = randn((size_t)K * NC, 1), *C0 = randn((size_t)R * ldc, 1);
+    float *C = calloc((size_t)R * ldc + 1, sizeof *C);
+    uint16_t *a = calloc((size_t)R * lda + 1, sizeof *a), *b = calloc((size_t)kp * ldb * 2 + 1, sizeof *b);
+    bf16_pack_rows(a, lda, A, K, R, K);
+    // B packed with ldb > NC: pack each pair row into its strided place
+    uint16_t *tmp = calloc((size_t)kp * NC * 2 + 1, sizeof *tmp);
+    bf16_pack_pairs(tmp, B, NC, K, NC);
+    for (int q = 0; q < kp; q++) memcpy(b + 2 * (size_t)q * ldb, tmp + 2 * (size_t)q * NC, (size_t)NC * 4);
+    memcpy(C, C0, (size_t)R * ldc * sizeof *C);
+    gemm_bf16(R, NC, kp, a, lda, b, ldb, C, ldc, accumulate);
+    double worst = 0;
+    int pad_ok = 1;
+    for (int i = 0; i < R; i++) {
+        for (int j = 0; j < NC; j++) {
+            double ref = accumulate ? C0[(size_t)i * ldc + j] : 0, mag = fabs(ref);
+            for (int k = 0; k < K; k++) {
+                double p = b16(A[(size_t)i * K + k]) * b16(B[(size_t)k * NC + j]);
+                ref += p, mag += fabs(p);
+            }
+            double e = fabs(C[(size_t)i * ldc + j] - ref) / (mag + 1e-30);
+            if (e > worst) worst = e;
+        }
+        for (int j = NC; j < ldc; j++) pad_ok &= C[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j];
+    }
+    // fp32 sums of exact products: each partial sum rounded once, a few ulps of the magnitude
+    EXPECT(worst < 1e-6 * (1 + K / 64.0), "gemm_bf16 R=%d NC=%d K=%d acc=%d err %.2e (relative to sum |a·b|)", R, NC,
+           K, accumulate, worst);
+    EXPECT(pad_ok, "gemm_bf16 R=%d NC=%d K=%d wrote past the row's NC columns", R, NC, K);
+    free(A); free(B); free(C0); free(C); free(a); free(b); free(tmp);
+}
+
+static void test_gemm_bf16(void) {
+    for (int R = 1; R <= 13; R++) check_gemm(R, 37, 19, R & 1);   // partial row tiles, odd K, 48-column tile
+    int widths[] = {1, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 96, 100, 129, 200};
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) check_gemm(25, widths[w], 40, 0);
+    check_gemm(30, 70, 0, 0);     // an empty reduction: C = 0
+    check_gemm(30, 70, 0, 1);     // ... or unchanged
+    check_gemm(9, 1100, 601, 1);  // the reduction in blocks (packed B over 1 MiB), its tail, odd K
+    check_gemm(70, 64, 5001, 0);  // a narrow B, a long whole reduction
+    check_gemm(300, 260, 96, 1);  // more rows than columns: row tiles outer
+    // threads: tiles split differently, the same sums
+    int R = 100, NC = 300, K = 400, kp = K / 2;
+    float *A = randn((size_t)R * K, 1), *B = randn((size_t)K * NC, 1);
+    float *c1 = calloc((size_t)R * NC, sizeof *c1), *c2 = calloc((size_t)R * NC, sizeof *c2);
+    uint16_t *a = calloc((size_t)R * K, sizeof *a), *b = calloc((size_t)K * NC, sizeof *b);
+    bf16_pack_rows(a, K, A, K, R, K);
+    bf16_pack_pairs(b, B, NC, K, NC);
+    int saved = kernels_threads();
+    kernels_set_threads(1);
+    gemm_bf16(R, NC, kp, a, K, b, NC, c1, NC, 0);
+    kernels_set_threads(2);
+    gemm_bf16(R, NC, kp, a, K, b, NC, c2, NC, 0);
+    kernels_set_threads(saved);
+    EXPECT(memcmp(c1, c2, (size_t)R * NC * sizeof(float)) == 0, "gemm_bf16 differs between 1 and 2 threads");
+    free(A); free(B); free(c1); free(c2); free(a); free(b);
+}
+
+// The linear layers under matmul_set_bf16: forward, input and weight gradients
+// against float64 products of the bf16-rounded operands, at row counts from 2
+// to past the fp32 dispatch's 256, with an odd C and an odd N; the fp32
+// setting restored afterwards.
+static void test_linear_bf16(void) {
+    int rows[] = {2, 7, 64, 257, 300}, C = 41, OC = 130;
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        int N = rows[r];
+        float *x = randn((size_t)N * C, 1), *w = randn((size_t)OC * C, 1), *bias = randn(OC, 1);
+        float *dy = randn((size_t)N * OC, 1), *y = calloc((size_t)N * OC, sizeof *y);
+        float *dx = calloc((size_t)N * C, sizeof *dx), *dw = calloc((size_t)OC * C, sizeof *dw);
+        for (size_t i = 0; i < (size_t)OC * C; i++) dw[i] = 0.5f;   // the weight gradient accumulates
+        int prev = matmul_set_bf16(1);
+        EXPECT(matmul_bf16() == 1, "matmul_set_bf16(1) took");
+        linear_forward(y, x, w, bias, N, C, OC);
+        linear_backward(dx, dw, NULL, dy, x, w, N, C, OC, 0);
+        matmul_set_bf16(prev);
+        EXPECT(matmul_bf16() == prev, "matmul_set_bf16 restored");
+        double ey = 0, ex = 0, ew = 0;
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                double ref = bias[o], mag = fabs(ref);
+                for (int c = 0; c < C; c++) {
+                    double p = b16(x[(size_t)n * C + c]) * b16(w[(size_t)o * C + c]);
+                    ref += p, mag += fabs(p);
+                }
+                ey = fmax(ey, fabs(y[(size_t)n * OC + o] - ref) / mag);
+            }
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < C; c++) {
+                double ref = 0, mag = 1e-30;
+                for (int o = 0; o < OC; o++) {
+                    double p = b16(dy[(size_t)n * OC + o]) * b16(w[(size_t)o * C + c]);
+                    ref += p, mag += fabs(p);
+                }
+                ex = fmax(ex, fabs(dx[(size_t)n * C + c] - ref) / mag);
+            }
+        for (int o = 0; o < OC; o++)
+            for (int c = 0; c < C; c++) {
+                double ref = 0.5, mag = 0.5;
+                for (int n = 0; n < N; n++) {
+                    double p = b16(dy[(size_t)n * OC + o]) * b16(x[(size_t)n * C + c]);
+                    ref += p, mag += fabs(p);
+                }
+                ew = fmax(ew, fabs(dw[(size_t)o * C + c] - ref) / mag);
+            }
+        EXPECT(ey < 1e-6 && ex < 1e-6 && ew < 1e-6, "linear bf16 N=%d: fwd %.2e, dinp %.2e, dweight %.2e", N, ey, ex,
+               ew);
+        free(x); free(w); free(bias); free(dy); free(y); free(dx); free(dw);
+    }
+}
+
+// The peaks: positive where the CPU has the unit, ordered, and for the threads asked.
+static void test_peak(void) {
+    Peaks p;
+    peak_probe(&p, 2);
+    EXPECT(p.threads == 2, "peak threads %d", p.threads);
+    EXPECT(!p.has_fma || p.fp32_256 > 1, "fp32 256-bit peak %.1f", p.fp32_256);
+    EXPECT(!p.has_avx512 || p.fp32_512 > 1, "fp32 512-bit peak %.1f", p.fp32_512);
+    EXPECT(!p.has_bf16 || p.bf16 > 1, "bf16 peak %.1f", p.bf16);
+    EXPECT(p.has_avx512 || p.fp32_512 == 0, "a 512-bit peak without AVX-512");
+    // a wider vector does no fewer FLOPs per instruction, and the bf16 dot does twice an FMA's:
+    // allow the noise of a shared machine
+    EXPECT(!p.has_avx512 || p.fp32_512 >= 0.8 * p.fp32_256, "fp32 512-bit %.1f below 256-bit %.1f", p.fp32_512,
+           p.fp32_256);
+    EXPECT(!p.has_bf16 || p.bf16 >= 0.8 * p.fp32_512, "bf16 %.1f below fp32 %.1f", p.bf16, p.fp32_512);
+    EXPECT(peak_fp32(&p) >= p.fp32_256 && peak_fp32(&p) >= p.fp32_512, "peak_fp32 is the widest");
+    EXPECT(peak_for(&p, PREC_FP32) == peak_fp32(&p) && peak_for(&p, PREC_FP16) == peak_fp32(&p),
+           "fp32 and fp16 quote the fp32 peak");
+    EXPECT(peak_for(&p, PREC_BF16) == (gemm_bf16_own() && p.has_bf16 ? p.bf16 : peak_fp32(&p)),
+           "bf16 quotes the bf16 peak exactly when its products run on it");
+    printf("     %s; 2 threads: fp32 256-bit %.0f, 512-bit %.0f, bf16 %.0f GFLOP/s\n", peak_isa(&p), p.fp32_256,
+           p.fp32_512, p.bf16);
+}
+
+static void test_no_kernel(void) {
+    EXPECT(matmul_set_bf16(1) == 0 && matmul_bf16() == 0, "matmul_set_bf16 is a no-op without the kernel");
+}
+
+int main(void) {
+    kernels_set_threads(2);
+    RUN(test_peak);
+    if (!gemm_bf16_own()) {
+        printf("     the bf16 kernel is not built in (no AVX512_BF16): linear layers multiply in fp32\n");
+        RUN(test_no_kernel);
+        return test_finish();
+    }
+    RUN(test_pack);
+    RUN(test_gemm_bf16);
+    RUN(test_linear_bf16);
+    return test_finish();
+}
