@@ -88,7 +88,7 @@ endif
 TEST_BIN := $(filter-out $(BUILD)/tests/comm/test_comm_mpi,$(TEST_SRC:%.c=$(BUILD)/%))
 TEST_BUILD := $(TEST_SRC:%.c=$(BUILD)/%)
 
-.PHONY: all test test-run demo bench clean features check-asan fuzz
+.PHONY: all test test-run test-portable demo bench clean features check-asan fuzz
 all: features tessera
 
 features:
@@ -148,6 +148,15 @@ test:
 test-run: tessera $(TEST_BUILD) $(ASAN_BIN)
 	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_pp.sh tests/cli/test_precision.sh tests/cli/test_llama.sh tests/cli/test_hardening.sh tests/cli/test_profile.sh tests/cli/test_plot.sh tests/cli/test_corpora.sh tests/cli/test_restart.sh tests/cli/test_sample.sh tests/cli/test_same_model.sh $(ASAN_BIN) $(MPI_TESTS)
 
+# The portable build: -march=x86-64-v3 (AVX2/FMA, no AVX-512), where linear
+# layers run on OpenBLAS and bf16 multiplies in fp32, built apart in
+# $(BUILD)/x86-64-v3 and its kernel and model tests run (CI runs it).
+PORT_DIR   := $(BUILD)/x86-64-v3
+PORT_TESTS := tests/kernels/test_kernels tests/kernels/test_gemm_bf16 tests/model/test_model tests/train/test_train
+test-portable:
+	@$(MAKE) --no-print-directory BUILD=$(PORT_DIR) ARCH=-march=x86-64-v3 $(PORT_TESTS:%=$(PORT_DIR)/%)
+	@bash tests/run.sh $(PORT_TESTS:%=$(PORT_DIR)/%)
+
 # libFuzzer targets for the safetensors and meta.json readers (clang), each
 # run for FUZZ_SECONDS from the seed corpus in fuzz/corpus.
 FUZZ_SECONDS ?= 20
@@ -176,7 +185,7 @@ demo:
 	$(MAKE) tessera
 	bash scripts/demo.sh
 
-BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm $(BUILD)/bench/bench_tokenizer $(BUILD)/bench/bench_gemm
+BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm $(BUILD)/bench/peaks $(BUILD)/bench/bench_bf16 $(BUILD)/bench/bench_tokenizer $(BUILD)/bench/bench_gemm
 ifneq ($(MPI_PC),)
   BENCH_BIN += $(BUILD)/bench/mpi_allreduce
 endif

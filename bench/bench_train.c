@@ -2,12 +2,14 @@
 // gradient norm, AdamW) of a preset model at B×T on random tokens, with
 // tokens/s, MFU and peak memory. One configuration per process, so the
 // peak memory is that configuration's.
-//   bench_train PRESET B T VOCAB STEPS THREADS SGEMM_GFLOPS
+//   bench_train PRESET B T VOCAB STEPS THREADS SGEMM_GFLOPS [fp32|bf16]
 // SGEMM_GFLOPS 0 measures the ceiling again after every step (the best of
 // two 2048³ products) and quotes each step against the ceiling measured
 // next to it: MFU/sg is then the median of those ratios, which a busy
 // moment of this shared machine moves far less than a ratio of two
-// figures taken minutes apart.
+// figures taken minutes apart. MFU/pk is against the peak of the arithmetic
+// the step's products use, measured by kernels/peak's register-only probes
+// (fp32 FMA at the widest vector, or the bf16 dot product under bf16).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include "core/rng.h"
 #include "core/timer.h"
 #include "kernels/matmul.h"
+#include "kernels/peak.h"
 #include "model/stage.h"
 #include "optim/adamw.h"
 #include "train/trainer.h"
@@ -37,8 +40,9 @@ static long rss_peak_kib(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 8) {
-        fprintf(stderr, "usage: bench_train PRESET B T VOCAB STEPS THREADS SGEMM_GFLOPS\n");
+    Precision prec = PREC_FP32;
+    if ((argc != 8 && argc != 9) || (argc == 9 && prec_parse(argv[8], &prec))) {
+        fprintf(stderr, "usage: bench_train PRESET B T VOCAB STEPS THREADS SGEMM_GFLOPS [fp32|bf16|fp16]\n");
         return 2;
     }
     int B = atoi(argv[2]), T = atoi(argv[3]), V = atoi(argv[4]), steps = atoi(argv[5]), threads = atoi(argv[6]);
@@ -48,10 +52,12 @@ int main(int argc, char **argv) {
     if (config_preset(&c, argv[1], &e)) { fprintf(stderr, "%s\n", e.msg); return 2; }
     config_set_vocab(&c, V);
     kernels_set_threads(threads);
+    Peaks pk;
+    peak_probe(&pk, threads);
     Stage st;
     ModelSlice s = slice_whole(&c);
     AdamW opt;
-    if (stage_init(&st, &c, &s, B, T, 1, 0, &e) || adamw_init(&opt, st.table.total, &e)) {
+    if (stage_init(&st, &c, &s, B, T, 1, stage_prec_flag(prec), &e) || adamw_init(&opt, st.table.total, &e)) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
@@ -72,6 +78,7 @@ int main(int argc, char **argv) {
         stage_backward(&st, 0, tok, B, T);
         double norm = sqrt(sum_squares(st.grads, st.table.total));
         adamw_step(&opt, &st.table, st.params, st.grads, lr, &oc, norm > 1 ? (float)(1 / norm) : 1.0f);
+        stage_params_changed(&st);   // (bf16/fp16: the 16-bit copy is made again)
         if (i >= 0) t[i] = timer_now() - t0;
         if (i >= 0 && ceiling <= 0) {
             ceil_at[i] = kernels_sgemm_gflops(2048, 2);
@@ -87,8 +94,10 @@ int main(int argc, char **argv) {
     }
     qsort(t, (size_t)steps, sizeof *t, cmp);
     double med = t[steps / 2], tps = B * T / med, flops = train_flops_per_token(&c, T) * tps * 1e-9;
-    printf("%-16s %3d %4d %6d | %9.1f | %8.0f | %6.1f | %5.1f%% | %5.1f%% | %7.0f | %7.0f\n", argv[1], B, T, V, med * 1e3,
-           tps, flops, 100 * (mfu_sg >= 0 ? mfu_sg : flops / ceiling), 100 * flops / 204.8, mem_peak_total() / 1048576.0,
-           rss_peak_kib() / 1024.0);
+    char name[40];
+    snprintf(name, sizeof name, "%s %s", argv[1], prec_name(prec));
+    printf("%-16s %3d %4d %6d | %9.1f | %8.0f | %6.1f | %5.1f%% | %5.1f%% | %7.0f | %7.0f\n", name, B, T, V, med * 1e3,
+           tps, flops, 100 * (mfu_sg >= 0 ? mfu_sg : flops / ceiling), 100 * flops / peak_for(&pk, prec),
+           mem_peak_total() / 1048576.0, rss_peak_kib() / 1024.0);
     return 0;
 }

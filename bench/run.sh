@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 THREADS=${THREADS:-2}
 B=build/bench
 TEXT=${TSR_DATA:-../shared/data}/tinyshakespeare.txt
+# the machine's peaks, and fp32 against bf16 with OPENBLAS_CORETYPE set and unset (bench/machine.sh)
+bash bench/machine.sh "$THREADS"
+echo
 ceiling=$($B/sgemm "$THREADS")
 echo "SGEMM ceiling (2048³, $THREADS threads): $ceiling GFLOP/s; FMA peak 204.8 GFLOP/s (3.2 GHz × 32 flop × 2 cores)"
 echo
@@ -90,6 +93,9 @@ profrun() {   # label, threads of the ceiling, then tessera train flags; prints 
 echo "The linear layers' products alone, 1 thread, operands evicted from cache (% of the ceiling; tessera: the own"
 echo "SGEMM at <= 256 rows, kernels/gemm):"
 $B/bench_gemm 1
+echo "The same products in fp32 and on the bf16 units (bench_bf16: operands packed per call), 1 thread, each against"
+echo "the register-only peak of its arithmetic:"
+$B/bench_bf16 1 64 256 2048
 profrun "one process, B=4, $THREADS threads" "$THREADS" --batch 4 --threads "$THREADS"
 profrun "tp=2 (1 thread each), B=4: rank 0's halves of QKV, MLP and the vocabulary-parallel head" 1 --batch 4 --nproc 2 --tp 2
 tp_worst=$PR_WORST; tp_all=$PR_ALL

@@ -1,9 +1,12 @@
 """PyTorch reference of tessera's training step: the same GPT-2 (learned
 positions, LayerNorm, tanh GELU, tied embeddings, padded vocabulary), fp32,
 AdamW (foreach), global-norm clipping. Prints the same row as bench_train.
+With bf16, the forward and backward run under torch.autocast("cpu",
+bfloat16) (oneDNN's bf16 products), the masters and AdamW in fp32.
 
-    python3 torch_ref.py PRESET B T VOCAB STEPS THREADS SGEMM_GFLOPS
+    python3 torch_ref.py PRESET B T VOCAB STEPS THREADS SGEMM_GFLOPS [fp32|bf16 [PEAK_GFLOPS]]
 """
+import contextlib
 import math
 import resource
 import sys
@@ -57,6 +60,9 @@ class GPT(nn.Module):
 
 def main():
     preset, B, T, V, steps, threads, ceiling = sys.argv[1], *map(int, sys.argv[2:7]), float(sys.argv[7])
+    prec = sys.argv[8] if len(sys.argv) > 8 else "fp32"
+    peak = float(sys.argv[9]) if len(sys.argv) > 9 else 204.8
+    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if prec == "bf16" else contextlib.nullcontext
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     L, NH, C, maxT = PRESETS[preset]
@@ -68,7 +74,9 @@ def main():
         idx, tgt = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        m(idx, tgt, V).backward()
+        with amp():
+            loss = m(idx, tgt, V)
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
         if i:
@@ -78,8 +86,8 @@ def main():
     tps = B * T / med
     gf = (6 * n + 12 * L * T * C) * tps * 1e-9
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{'torch ' + preset:<16} {B:3d} {T:4d} {V:6d} | {med * 1e3:9.1f} | {tps:8.0f} | {gf:6.1f} | "
-          f"{100 * gf / ceiling:5.1f}% | {100 * gf / 204.8:5.1f}% |       - | {rss:7.0f}")
+    print(f"{'torch ' + preset + ' ' + prec:<16} {B:3d} {T:4d} {V:6d} | {med * 1e3:9.1f} | {tps:8.0f} | {gf:6.1f} | "
+          f"{100 * gf / ceiling:5.1f}% | {100 * gf / peak:5.1f}% |       - | {rss:7.0f}")
 
 
 main()

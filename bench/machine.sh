@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# make bench, the whole machine: the register-only peaks of the machine in
+# hand (kernels/peak), then the training step in fp32 and bf16 against them,
+# each row twice — with OPENBLAS_CORETYPE as the environment sets it and with
+# it unset (what a user gets: OpenBLAS then picks its AVX-512 kernels) — and
+# PyTorch's fp32 and bf16 autocast beside them, with the goals.
+#   bench/machine.sh [THREADS]
+set -u
+cd "$(dirname "$0")/.."
+THREADS=${1:-${THREADS:-2}}
+B=build/bench
+TEXT=${TSR_DATA:-../shared/data}/tinyshakespeare.txt
+PY=${PYTHON:-/usr/bin/python3}; [ -x "$PY" ] || PY=python3
+have_torch=0
+OMP_WAIT_POLICY=PASSIVE $PY -c "import torch" 2>/dev/null && have_torch=1
+ma=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+TORCH_ENV=(OMP_WAIT_POLICY=PASSIVE)
+[ -f /usr/lib/$ma/libtcmalloc_minimal.so.4 ] && TORCH_ENV+=(LD_PRELOAD=/usr/lib/$ma/libtcmalloc_minimal.so.4)
+
+IFS='|' read -r isa p256 p512 pbf <<<"$($B/peaks "$THREADS")"
+fp32peak=$(awk -v a="$p256" -v b="$p512" 'BEGIN { print (b > a ? b : a) }')
+bfpeak=$(awk -v a="$fp32peak" -v b="$pbf" 'BEGIN { print (b > 0 ? b : a) }')
+echo "The whole machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), $isa"
+echo "  register-only peaks, $THREADS threads: fp32 FMA $p256 GFLOP/s (256-bit), $p512 (512-bit); bf16 dot product $pbf"
+echo "  MFU/pk: fp32 rows against $fp32peak, bf16 rows against $bfpeak (the peak of the arithmetic the products use)"
+echo
+
+# ms of a row printed by bench_train or torch_ref.py (field 2)
+ms_of() { awk -F'|' '{ print $2 + 0 }' <<<"$1"; }
+row() {   # env-mode preset B T precision; prints the row, sets ROW_MS
+  local mode=$1; shift
+  local out
+  if [ "$mode" = set ]; then out=$($B/bench_train "$1" "$2" "$3" 50257 3 "$THREADS" 1 "$4")
+  else out=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $B/bench_train "$1" "$2" "$3" 50257 3 "$THREADS" 1 "$4"); fi
+  echo "  $out"
+  ROW_MS=$(ms_of "$out")
+}
+trow() {   # env-mode B T precision; prints PyTorch's row, sets ROW_MS (0 without torch)
+  ROW_MS=0
+  [ "$have_torch" = 1 ] || return 0
+  local mode=$1 pk out; shift
+  pk=$([ "$4" = bf16 ] && echo "$bfpeak" || echo "$fp32peak")
+  if [ "$mode" = set ]; then out=$(env "${TORCH_ENV[@]}" $PY bench/torch_ref.py gpt2-124m "$1" "$2" 50257 3 "$THREADS" 1 "$3" "$pk" 2>/dev/null)
+  else out=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "${TORCH_ENV[@]}" $PY bench/torch_ref.py gpt2-124m "$1" "$2" 50257 3 "$THREADS" 1 "$3" "$pk" 2>/dev/null); fi
+  [ -n "$out" ] && echo "  $out" && ROW_MS=$(ms_of "$out")
+}
+for mode in set unset; do
+  if [ "$mode" = set ]; then echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)} (as the environment sets it):"
+  else echo "OPENBLAS_CORETYPE unset (env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE: what a user gets):"; fi
+  printf '  %-16s %3s %4s %6s | %9s | %8s | %6s | %6s | %6s | %7s | %7s\n' model B T vocab "ms/step" "tok/s" GFLOP/s \
+    "" "MFU/pk" "tagMiB" "RSS MiB"
+  for shape in "4 64" "8 256"; do
+    read -r bb tt <<<"$shape"
+    row $mode gpt2-124m $bb $tt fp32; f=$ROW_MS
+    row $mode gpt2-124m $bb $tt bf16; h=$ROW_MS
+    trow $mode $bb $tt fp32; tf=$ROW_MS
+    trow $mode $bb $tt bf16; th=$ROW_MS
+    row $mode llama-120m $bb $tt fp32; lf=$ROW_MS
+    row $mode llama-120m $bb $tt bf16; lh=$ROW_MS
+    goal=$([ "$bb" = 8 ] && echo 0.55 || echo 0.65)
+    awk -v f="$f" -v h="$h" -v tf="$tf" -v th="$th" -v lf="$lf" -v lh="$lh" -v g="$goal" -v b="$bb" -v t="$tt" 'BEGIN {
+      printf "    B=%d T=%d: bf16/fp32 %.2f (goal <= %s), llama-120m %.2f", b, t, h / f, g, lh / lf
+      if (tf > 0) {
+        best = tf < th || th == 0 ? tf : th
+        printf "; PyTorch fastest / tessera bf16 %.2fx (goal >= 2), PyTorch fp32 / tessera fp32 %.2fx (goal >= %s)",
+               best / h, tf / f, b == 8 ? "1.5" : "2"
+      }
+      printf "\n" }'
+  done
+done
+echo "  MFU/pk: each row's median step against the peak above; the fifth column is left empty (no SGEMM ceiling here)."
+echo
+
+# The products' share and their speed against the peak: --profile at B=8 T=256, and the tp=2 and pp=2 per-rank shapes.
+echo "GEMMs against the peak of their arithmetic (tessera train --profile, steps 2-4; OPENBLAS_CORETYPE as set):"
+prof() {   # label, then flags
+  local label=$1 log; shift
+  log=$(mktemp)
+  ./tessera train --model gpt2-124m --data "$TEXT" --steps 4 "$@" --profile >"$log" 2>&1
+  printf '  %-44s %s\n' "$label" "$(grep -m1 '^  all GEMMs' "$log" | sed 's/^ *//')"
+  rm -f "$log"
+}
+for p in fp32 bf16; do
+  prof "$p B=8 T=256, $THREADS threads" --batch 8 --seq 256 --threads "$THREADS" --precision $p
+  prof "$p tp=2 B=4 T=64 (rank 0, 1 thread)" --batch 4 --seq 64 --nproc 2 --tp 2 --precision $p
+  prof "$p pp=2 B=1 T=64 x8 (stage 0, 1 thread)" --batch 1 --seq 64 --nproc 2 --pp 2 --micro-batches 8 --precision $p
+done
+echo "  goals: fp32 GEMMs >= 85% of the fp32 peak; bf16 GEMMs >= 65% of the bf16 peak"
