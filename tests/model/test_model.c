@@ -147,11 +147,12 @@ static void check_model_grad(ModelConfig c, int B, int T) {
     for (int k = -1; k < st.table.n; k++) {
         size_t lo = k < 0 ? 0 : st.table.p[k].offset, hi = k < 0 ? n : lo + st.table.p[k].numel;
         memset(u, 0, n * sizeof *u);
-        double gu = 0, un = 0;
+        double gu = 0, un = 0, terms = 0;   // terms: the size of the sum's terms, sqrt(sum (g_i u_i)^2)
         for (size_t i = lo; i < hi; i++) {
             u[i] = rng_normal(13, (uint64_t)(k + 1), i);
             gu += (double)st.grads[i] * u[i];
             un += u[i] * u[i];
+            terms += ((double)st.grads[i] * u[i]) * ((double)st.grads[i] * u[i]);
         }
         double h = 1e-5 / sqrt(un);
         for (size_t i = lo; i < hi; i++) P[i] = st.params[i] + h * u[i];
@@ -160,9 +161,12 @@ static void check_model_grad(ModelConfig c, int B, int T) {
         double lm = ref_loss_of(&c, P, tok, tgt, B, T);
         for (size_t i = lo; i < hi; i++) P[i] = st.params[i];
         double fd = (lp - lm) / (2 * h);
-        double err = fabs(fd - gu) / (fabs(fd) + 1e-4);
+        // relative to the derivative, or to its terms where they cancel (a random direction can
+        // give a sum far below its terms, which fp32 gradients only hold to their own rounding)
+        double err = fabs(fd - gu) / (fabs(fd) + 1e-2 * sqrt(terms) + 1e-4);
         if (getenv("GRAD_DEBUG"))
-            fprintf(stderr, "%-28s g.u %+.8e fd %+.8e err %.2e\n", k < 0 ? "(all)" : st.table.p[k].name, gu, fd, err);
+            fprintf(stderr, "%-28s g.u %+.8e fd %+.8e terms %.2e err %.2e\n", k < 0 ? "(all)" : st.table.p[k].name,
+                    gu, fd, sqrt(terms), err);
         if (err > worst) { worst = err; worst_name = k < 0 ? "(all)" : st.table.p[k].name; }
     }
     EXPECT(worst < 1e-4, "L=%d NH=%d C=%d F=%d T=%d V=%d: worst directional derivative rel err %.2e in %s",
