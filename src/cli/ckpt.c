@@ -10,6 +10,7 @@
 #include "io/checkpoint.h"
 #include "io/hf_gpt2.h"
 #include "io/hf_llama.h"
+#include "io/weights.h"
 #include "core/alloc.h"
 #include "data/tokenizer.h"
 #include "model/params.h"
@@ -58,8 +59,10 @@ int cmd_export(int argc, char **argv) {
     if (ckpt_open(&ck, ckpt, &e) || ckpt_config(ck, &mc, &e) || load_whole(ck, &mc, &t, &params, &e)) goto done;
     if (hf_dir ? (mc.arch == ARCH_LLAMA ? hf_llama_export(&mc, &t, params, hf_dir, dt, &e)
                                         : hf_export_dir(&mc, &t, params, hf_dir, dt, &e))
-               : hf_export(&mc, &t, params, out, dt, &e))
+               : hf_export(&mc, &t, params, out, dt, &e)) {
+        if (!hf_dir) err_prefix(&e, "--out");
         goto done;
+    }
     printf("exported %s (step %lld, %zu parameters) to %s (%s)\n", ckpt_dir(ck), (long long)ckpt_step(ck), t.total,
            hf_dir ? hf_dir : out, dtype);
     rc = 0;
@@ -85,7 +88,8 @@ int cmd_import(int argc, char **argv) {
     if (help) {
         printf("usage: tessera import --in DIR | FILE.safetensors --out DIR [--model PRESET] [--tokenizer T]\n\n"
                "Makes a step-0 checkpoint (parameters only) from Hugging Face GPT-2 or LLaMA weights, to sample,\n"
-               "evaluate or fine-tune from (tessera train --init-from FILE also reads a GPT-2 file directly).\n\n");
+               "evaluate or fine-tune from (tessera train --init-from also reads the directory or file directly).\n"
+               "Every config.json key must be one tessera implements, and every tensor one the model reads.\n\n");
         flags_print(f, nf);
         return 0;
     }
@@ -94,35 +98,30 @@ int cmd_import(int argc, char **argv) {
         err_set(&e, ERR_USAGE, "--tokenizer: expected gpt2, llama or byte, got '%s'", tokenizer);
         return cli_fail("import", &e);
     }
-    StFile sf = {0};
-    HfDir hd = {0}, gd = {0};
-    int is_dir = hf_is_dir(in), heads = 0;
-    ModelConfig mc = {0};
+    Weights w;
+    ModelConfig hint = {0}, mc;
     ParamTable t = {0};
     float *params = NULL;
-    ModelSlice sl;
-    if (model) {
-        ModelConfig pc;
-        if (config_preset(&pc, model, &e)) { err_prefix(&e, "--model"); return cli_fail("import", &e); }
-        mc.n_head = pc.n_head;
+    if (model) {   // only its head count: a GPT-2 file states none
+        if (config_preset(&hint, model, &e)) { err_prefix(&e, "--model"); return cli_fail("import", &e); }
+        hint.d_model = 0;
     }
-    if (is_dir && (heads = hf_config_heads(in, NULL)) < 0) {   // not GPT-2's: LLaMA's (errors name config.json)
-        if (hf_llama_open(&hd, in, &mc, &e)) goto fail;
-    } else {   // GPT-2: a file, or a directory's model.safetensors or shards
-        if (heads > 0) mc.n_head = heads;
-        if (is_dir ? hf_open_weights(&gd, in, &e) : st_open(&sf, in, &e)) goto fail;
-        if (hf_read_config(is_dir ? gd.f : &sf, is_dir ? gd.n : 1, &mc, &e)) { err_prefix(&e, in); goto fail; }
+    int is_dir = hf_is_dir(in);
+    if (weights_open(&w, in, model ? &hint : NULL, &e)) goto fail;
+    if (w.kind == WEIGHTS_CKPT) {
+        err_set(&e, ERR_USAGE, "--in %s: a tessera checkpoint, not Hugging Face weights (train --init-from reads it)", in);
+        goto fail;
     }
+    mc = w.mc;
     if (mc.vocab != tokenizer_vocab_of(tokenizer)) {
         err_set(&e, ERR_USAGE, "%s: its vocabulary has %d tokens, --tokenizer %s has %d", in, mc.vocab, tokenizer,
                 tokenizer_vocab_of(tokenizer));
         goto fail;
     }
-    sl = slice_whole(&mc);
+    ModelSlice sl = slice_whole(&mc);
     if (ptable_build(&t, &mc, &sl, &e)) goto fail;
     if (!(params = mem_alloc(MEM_PARAMS, t.total * sizeof(float)))) { err_set(&e, ERR_RUN, "out of memory"); goto fail; }
-    if (hd.n ? hf_llama_load(&hd, &mc, &t, params, &e)
-             : hf_load(is_dir ? gd.f : &sf, is_dir ? gd.n : 1, &mc, &t, params, &e)) {
+    if (weights_load(&w, &mc, &t, params, &e)) {
         err_prefix(&e, in);
         goto fail;
     }
@@ -142,16 +141,12 @@ int cmd_import(int argc, char **argv) {
            mc.d_ff, mc.max_seq, mc.vocab, out);
     mem_free(params);
     ptable_free(&t);
-    st_close(&sf);
-    hf_dir_close(&hd);
-    hf_dir_close(&gd);
+    weights_close(&w);
     return 0;
 fail:
     mem_free(params);
     ptable_free(&t);
-    st_close(&sf);
-    hf_dir_close(&hd);
-    hf_dir_close(&gd);
+    weights_close(&w);
     return cli_fail("import", &e);
 }
 

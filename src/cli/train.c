@@ -291,7 +291,7 @@ int cmd_train(int argc, char **argv) {
         {"exit-after", FLAG_INT, &tc.exit_after, 0, 1 << 30, "N", "stop after step N with a checkpoint, as if interrupted; the LR schedule still spans --steps", 0, NULL},
         {"keep", FLAG_INT, &tc.keep, 0, 1 << 30, "K", "keep the newest K checkpoints (default 0: all)", 0, NULL},
         {"resume", FLAG_STR, &tc.resume, 0, 0, "[PATH]", "continue from a checkpoint or run directory (alone: --ckpt-dir's latest)", 0, "@latest"},
-        {"init-from", FLAG_STR, &tc.init_from, 0, 0, "FILE", "start from a safetensors file with Hugging Face GPT-2 names", 0, NULL},
+        {"init-from", FLAG_STR, &tc.init_from, 0, 0, "PATH", "start (step 0, a fresh optimizer) from these weights: a Hugging Face model directory (GPT-2 or LLaMA), a GPT-2 safetensors file, or a tessera checkpoint or run directory; --model, if given, must be their model", 0, NULL},
         {"threads", FLAG_INT, &tc.threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores; with --nproc or mpirun, cores / ranks on this machine)", 0, NULL},
         {"dp", FLAG_INT, &dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default: ranks / --tp)", 0, NULL},
         {"tp", FLAG_INT, &tp, 1, 256, "N", "tensor-parallel ranks: each layer's heads, FFN columns and vocabulary split over N neighbouring ranks (default 1)", 0, NULL},

@@ -2,10 +2,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int file_open_regular(const char *path, Err *err) {
@@ -61,18 +63,64 @@ int file_read(const char *path, char **out, size_t *len, size_t max, Err *err) {
     return 0;
 }
 
+int file_temp_create(const char *path, char *tmp, size_t cap, Err *err) {
+    static unsigned counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 20 ^ (uint64_t)getpid() << 32;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull + counter++;   // a fresh suffix each try
+        char suf[7];
+        for (int i = 0; i < 6; i++) suf[i] = "abcdefghijklmnopqrstuvwxyz0123456789"[(x >> (6 * i + 16)) % 36];
+        suf[6] = 0;
+        if (snprintf(tmp, cap, "%s.tmp.%s", path, suf) >= (int)cap) return err_set(err, ERR_RUN, "%s: path too long", path);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) return fd;
+        if (errno != EEXIST) return err_set(err, ERR_RUN, "%s: %s", tmp, strerror(errno));
+    }
+    return err_set(err, ERR_RUN, "%s: no free temporary name beside it", path);
+}
+
+// fsyncs the directory that holds path (its entry made by a rename).
+static int sync_parent(const char *path) {
+    char dir[4300];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+int file_temp_commit(int fd, const char *tmp, const char *path, Err *err) {
+    int e = fsync(fd) ? errno : 0;
+    if (close(fd) && !e) e = errno;
+    if (!e && rename(tmp, path)) e = errno;
+    if (e) {
+        unlink(tmp);
+        return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(e));
+    }
+    if (sync_parent(path)) return err_set(err, ERR_RUN, "%s: fsync of its directory failed: %s", path, strerror(errno));
+    return 0;
+}
+
 int file_write_whole(const char *path, const char *s, size_t n, Err *err) {
     char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = file_create_new(tmp, err);
+    int fd = file_temp_create(path, tmp, sizeof tmp, err);
     if (fd < 0) return -1;
-    int bad = write(fd, s, n) != (ssize_t)n;
-    int e = errno;
-    bad = close(fd) || bad;
-    if (bad || rename(tmp, path)) {
-        if (!bad) e = errno;
-        unlink(tmp);
-        return err_set(err, ERR_USAGE, "%s: %s", path, strerror(e));
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(fd, s + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            close(fd);
+            unlink(tmp);
+            return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(e));
+        }
+        done += (size_t)w;
     }
-    return 0;
+    return file_temp_commit(fd, tmp, path, err);
 }

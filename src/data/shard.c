@@ -61,9 +61,8 @@ int shard_write(const char *path, const int *ids, int64_t n, int vocab, Err *err
     if (n > INT32_MAX) return err_set(err, ERR_USAGE, "%s: %lld tokens do not fit one shard", path, (long long)n);
     int version = vocab <= 65536 ? 1 : 2;
     size_t w = version == 1 ? 2 : 4;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = file_create_new(tmp, err);
+    char tmp[4300];
+    int fd = file_temp_create(path, tmp, sizeof tmp, err);
     if (fd < 0) return -1;
     FILE *f = fdopen(fd, "wb");
     if (!f) { close(fd); unlink(tmp); return err_set(err, ERR_RUN, "%s: %s", tmp, strerror(errno)); }
@@ -81,11 +80,14 @@ int shard_write(const char *path, const int *ids, int64_t n, int vocab, Err *err
         bad = fwrite(buf, w, (size_t)m, f) != (size_t)m;
     }
     free(buf);
-    bad = bad || fflush(f) || fsync(fileno(f));
-    bad = fclose(f) || bad;
-    if (bad || rename(tmp, path)) {
+    int e = bad || fflush(f) ? (errno ? errno : EIO) : 0;
+    int fd2 = dup(fileno(f));   // the descriptor file_temp_commit syncs and closes
+    if (fclose(f) && !e) e = errno;
+    if (e || fd2 < 0) {
+        if (!e) e = errno;
+        if (fd2 >= 0) close(fd2);
         unlink(tmp);
-        return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(errno));
+        return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(e));
     }
-    return 0;
+    return file_temp_commit(fd2, tmp, path, err);
 }

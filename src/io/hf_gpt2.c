@@ -3,9 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <errno.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/fileio.h"
 #include "core/json.h"
@@ -51,7 +49,8 @@ static void global_of(const ParamInfo *p, size_t i, int64_t *g) {
 // This mapping is GPT2LMHeadModel's.
 static int check_arch(const ModelConfig *c, Err *err) {
     if (c->arch != ARCH_GPT2)
-        return err_set(err, ERR_USAGE, "the Hugging Face mapping here is GPT-2's; the model is %s", config_arch_name(c->arch));
+        return err_set(err, ERR_USAGE, "a single safetensors file holds GPT-2 (GPT2LMHeadModel names), not %s: write a "
+                       "model directory with --hf-dir", config_arch_name(c->arch));
     return 0;
 }
 
@@ -93,20 +92,13 @@ done:
     return rc;
 }
 
-// The file's tensor for tessera name `name` (with or without "transformer.").
-// Searches the n files (a model directory's shards) and says in *which.
-static const StTensor *find(const StFile *f, int n, const char *name, const StFile **which) {
+// The files' tensor for tessera name `name` (with or without
+// "transformer."), and in *which the file that holds it.
+static const StTensor *find(const HfDir *d, const char *name, const StFile **which) {
     char full[128];
     snprintf(full, sizeof full, "transformer.%s", name);
-    for (int k = 0; k < n; k++) {
-        const StTensor *t = st_find(&f[k], full);
-        if (!t) t = st_find(&f[k], name);
-        if (t) {
-            if (which) *which = &f[k];
-            return t;
-        }
-    }
-    return NULL;
+    const StTensor *t = hf_dir_find(d, full, which);
+    return t ? t : hf_dir_find(d, name, which);
 }
 
 // The name of GPT-2's tensor with this role (in the block: the first whose
@@ -124,12 +116,35 @@ static const char *gpt2_name(Part part, Role role, int has_dim0, Dim dim0, int l
     return NULL;
 }
 
-int hf_read_config(const StFile *f, int nfiles, ModelConfig *cfg, Err *err) {
+// Whether the GPT-2 model c reads tensor h: a parameter (with or without
+// "transformer.", not both), an attention-mask buffer of one of its layers,
+// or an lm_head of wte's shape (the tied head).
+typedef struct { const HfDir *d; const ParamTable *t; const ModelConfig *c; } Reads;
+static int gpt2_reads(const StTensor *h, void *ctx) {
+    const Reads *r = ctx;
+    const char *n = h->name;
+    int prefixed = !strncmp(n, "transformer.", 12);
+    if (prefixed) n += 12;
+    else {   // a bare name beside the prefixed one: only one of them is read
+        char full[200];
+        snprintf(full, sizeof full, "transformer.%s", n);
+        if (hf_dir_find(r->d, full, NULL)) return 0;
+    }
+    for (int i = 0; i < r->t->n; i++)
+        if (!strcmp(r->t->p[i].name, n)) return 1;
+    if (!prefixed && !strcmp(n, "lm_head.weight"))
+        return h->ndim == 2 && h->shape[0] == r->c->vocab && h->shape[1] == r->c->d_model;
+    int layer, end = 0;
+    return (sscanf(n, "h.%d.attn.bias%n", &layer, &end) == 1 || sscanf(n, "h.%d.attn.masked_bias%n", &layer, &end) == 1) &&
+           end && !n[end] && layer >= 0 && layer < r->c->n_layer;
+}
+
+int hf_read_config(const HfDir *d, ModelConfig *cfg, Err *err) {
     char nt[64], np[64], nf[64], nl[64];
     gpt2_name(PART_EMBED, ROLE_TOK_EMB, 0, 0, 0, nt, sizeof nt);
     gpt2_name(PART_EMBED, ROLE_POS_EMB, 0, 0, 0, np, sizeof np);
     gpt2_name(PART_BLOCK, ROLE_LINEAR, 1, DIM_F, 0, nf, sizeof nf);   // the MLP's first linear: (F, C)
-    const StTensor *wte = find(f, nfiles, nt, NULL), *wpe = find(f, nfiles, np, NULL), *fc = find(f, nfiles, nf, NULL);
+    const StTensor *wte = find(d, nt, NULL), *wpe = find(d, np, NULL), *fc = find(d, nf, NULL);
     if (!wte || wte->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d %s: not a GPT-2 model", nt);
     if (!wpe || wpe->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d %s: not a GPT-2 model", np);
     if (!fc || fc->ndim != 2) return err_set(err, ERR_USAGE, "no 2-d %s: not a GPT-2 model", nf);
@@ -137,7 +152,7 @@ int hf_read_config(const StFile *f, int nfiles, ModelConfig *cfg, Err *err) {
     for (;; L++) {   // layers: as many as have the block's first tensor
         int k = snprintf(nl, sizeof nl, arch_gpt2.block_prefix, L);
         snprintf(nl + k, sizeof nl - (size_t)k, "%s", arch_gpt2.part[PART_BLOCK][0].name);
-        if (!find(f, nfiles, nl, NULL)) break;
+        if (!find(d, nl, NULL)) break;
     }
     int heads = cfg->n_head;
     memset(cfg, 0, sizeof *cfg);
@@ -149,20 +164,28 @@ int hf_read_config(const StFile *f, int nfiles, ModelConfig *cfg, Err *err) {
     cfg->max_seq = (int)wpe->shape[0];
     cfg->n_head = heads > 0 ? heads : cfg->d_model / 64 > 0 ? cfg->d_model / 64 : 1;
     config_set_vocab(cfg, (int)wte->shape[0]);
-    return config_validate(cfg, err);
+    if (config_validate(cfg, err)) return -1;
+    ModelSlice sl = slice_whole(cfg);
+    ParamTable t = {0};
+    char what[64];
+    snprintf(what, sizeof what, "a %d-layer GPT-2", L);
+    Reads r = {d, &t, cfg};
+    int rc = ptable_build(&t, cfg, &sl, err) || hf_dir_check_read(d, gpt2_reads, &r, what, err) ? -1 : 0;
+    ptable_free(&t);
+    return rc;
 }
 
-int hf_load(const StFile *files, int nfiles, const ModelConfig *c, const ParamTable *t, float *params, Err *err) {
+int hf_load(const HfDir *d, const ModelConfig *c, const ParamTable *t, float *params, Err *err) {
     if (check_arch(c, err)) return -1;
     for (int i = 0; i < t->n; i++) {
         const ParamInfo *p = &t->p[i];
         const StFile *f = NULL;
-        const StTensor *h = find(files, nfiles, p->name, &f);
+        const StTensor *h = find(d, p->name, &f);
         if (!h) return err_set(err, ERR_USAGE, "tensor transformer.%s is missing", p->name);
         int64_t shape[PARAM_MAX_DIM];
         int tr, nd = hf_shape(p, c, shape, &tr);
         int ok = h->ndim == nd && (h->dtype == ST_F32 || h->dtype == ST_F16 || h->dtype == ST_BF16);
-        for (int d = 0; ok && d < nd; d++) ok = h->shape[d] == shape[d];
+        for (int k = 0; ok && k < nd; k++) ok = h->shape[k] == shape[k];
         if (!ok)
             return err_set(err, ERR_USAGE, "tensor %s: shape or dtype does not fit this model (want %d-d float)", h->name, nd);
         float *dst = params + p->offset;
@@ -182,7 +205,7 @@ int hf_load(const StFile *files, int nfiles, const ModelConfig *c, const ParamTa
 int hf_export_dir(const ModelConfig *c, const ParamTable *t, const float *params, const char *dir, StDtype dtype,
                   Err *err) {
     if (check_arch(c, err)) return -1;
-    if (mkdir(dir, 0755) && errno != EEXIST) return err_set(err, ERR_USAGE, "--hf-dir %s: %s", dir, strerror(errno));
+    if (hf_dir_prepare(dir, err)) return -1;
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (hf_export(c, t, params, path, dtype, err)) return -1;
@@ -210,22 +233,62 @@ int hf_export_dir(const ModelConfig *c, const ParamTable *t, const float *params
     return rc;
 }
 
-int hf_config_heads(const char *dir, Err *err) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text;
-    size_t len;
-    if (file_read(path, &text, &len, 1 << 20, err)) return -1;
-    Json *j = json_parse(text, len, err);
-    free(text);
-    if (!j) { err_prefix(err, path); return -1; }
-    const Json *mt = json_get(j, "model_type");
-    int64_t h = 0;
-    int rc = 0;
+// config.json's keys: the sizes read, the features fixed at what tessera's
+// GPT-2 computes, and bookkeeping (dropout only regularizes training).
+static const HfKey gpt2_keys[] = {
+    {"n_embd", HF_KEY_READ, NULL},                  {"n_head", HF_KEY_READ, NULL},
+    {"n_layer", HF_KEY_READ, NULL},                 {"n_inner", HF_KEY_READ, NULL},
+    {"n_positions", HF_KEY_READ, NULL},             {"n_ctx", HF_KEY_READ, NULL},
+    {"vocab_size", HF_KEY_READ, NULL},              {"model_type", HF_KEY_FIXED, "\"gpt2\""},
+    {"activation_function", HF_KEY_FIXED, "\"gelu_new\"|\"gelu_pytorch_tanh\""},
+    {"layer_norm_epsilon", HF_KEY_FIXED, "1e-5"},   {"tie_word_embeddings", HF_KEY_FIXED, "true"},
+    {"scale_attn_weights", HF_KEY_FIXED, "true"},   {"scale_attn_by_inverse_layer_idx", HF_KEY_FIXED, "false"},
+    {"reorder_and_upcast_attn", HF_KEY_FIXED, "false"}, {"add_cross_attention", HF_KEY_FIXED, "false"},
+    {"architectures", HF_KEY_IGNORED, NULL},        {"torch_dtype", HF_KEY_IGNORED, NULL},
+    {"transformers_version", HF_KEY_IGNORED, NULL}, {"_name_or_path", HF_KEY_IGNORED, NULL},
+    {"bos_token_id", HF_KEY_IGNORED, NULL},         {"eos_token_id", HF_KEY_IGNORED, NULL},
+    {"pad_token_id", HF_KEY_IGNORED, NULL},         {"initializer_range", HF_KEY_IGNORED, NULL},
+    {"use_cache", HF_KEY_IGNORED, NULL},            {"resid_pdrop", HF_KEY_IGNORED, NULL},
+    {"embd_pdrop", HF_KEY_IGNORED, NULL},           {"attn_pdrop", HF_KEY_IGNORED, NULL},
+    {"summary_type", HF_KEY_IGNORED, NULL},         {"summary_use_proj", HF_KEY_IGNORED, NULL},   // summary_*: the
+    {"summary_activation", HF_KEY_IGNORED, NULL},   {"summary_proj_to_labels", HF_KEY_IGNORED, NULL},   // double-heads
+    {"summary_first_dropout", HF_KEY_IGNORED, NULL}, {"task_specific_params", HF_KEY_IGNORED, NULL},  // model's
+};
+
+int hf_gpt2_config(const Json *cfg, const char *path, int *heads, Err *err) {
+    *heads = 0;
+    const Json *mt = json_get(cfg, "model_type");
     if (!mt || mt->type != JSON_STR || strcmp(mt->text, "gpt2"))
-        rc = err_set(err, ERR_USAGE, "%s: model_type is neither \"gpt2\" nor \"llama\"", path);
-    else if (json_get(j, "n_head") && (json_int64(json_get(j, "n_head"), &h) || h < 1 || h > 65536))
-        rc = err_set(err, ERR_USAGE, "%s: field 'n_head' is not a positive integer", path);
-    json_free(j);
-    return rc ? -1 : (int)h;
+        return err_set(err, ERR_USAGE, "%s: model_type is neither \"gpt2\" nor \"llama\"", path);
+    int x = 0;
+    if (hf_config_check(cfg, gpt2_keys, (int)(sizeof gpt2_keys / sizeof gpt2_keys[0]), path, err) ||
+        hf_config_int(cfg, "n_head", 0, 1, 65536, heads, path, err))
+        return -1;
+    for (int k = 0; k < (int)(sizeof gpt2_keys / sizeof gpt2_keys[0]); k++) {   // every size an integer (n_inner: or null)
+        const Json *v = json_get(cfg, gpt2_keys[k].name);
+        if (gpt2_keys[k].kind == HF_KEY_READ && v && !(v->type == JSON_NULL && !strcmp(v->key, "n_inner")) &&
+            hf_config_int(cfg, gpt2_keys[k].name, 1, 1, 1 << 24, &x, path, err))
+            return -1;
+    }
+    return 0;
+}
+
+int hf_gpt2_config_match(const Json *cfg, const char *path, const ModelConfig *c, Err *err) {
+    const struct { const char *key; int have; } sz[] = {
+        {"n_layer", c->n_layer}, {"n_embd", c->d_model}, {"n_inner", c->d_ff}, {"n_positions", c->max_seq},
+        {"n_ctx", c->max_seq},   {"vocab_size", c->vocab}, {"n_head", c->n_head},
+    };
+    for (size_t k = 0; k < sizeof sz / sizeof sz[0]; k++) {
+        const Json *v = json_get(cfg, sz[k].key);
+        int64_t x;
+        if (!v) continue;
+        if (v->type == JSON_NULL) {   // n_inner null: 4·n_embd
+            if (c->d_ff != 4 * c->d_model)
+                return err_set(err, ERR_USAGE, "%s: n_inner is null (4·n_embd) but the weights hold %d", path, c->d_ff);
+            continue;
+        }
+        if (json_int64(v, &x) || x != sz[k].have)
+            return err_set(err, ERR_USAGE, "%s: %s is %s but the weights hold %d", path, sz[k].key, v->text, sz[k].have);
+    }
+    return 0;
 }

@@ -13,29 +13,37 @@
 #define TSR_IO_HF_GPT2_H
 
 #include "core/check.h"
-#include "io/safetensors.h"
+#include "core/json.h"
+#include "io/hf_dir.h"
 #include "model/params.h"
 
 // Writes the whole-model parameters (the table of a whole GPT-2 model) to path.
 int hf_export(const ModelConfig *c, const ParamTable *t, const float *params, const char *path, StDtype dtype, Err *err);
 
 // The same as dir/model.safetensors with dir/config.json (GPT2LMHeadModel's
-// fields) beside it; dir is made if it does not exist.
+// fields) beside it; dir is made if it does not exist, and must hold no
+// other safetensors weights (hf_dir_prepare).
 int hf_export_dir(const ModelConfig *c, const ParamTable *t, const float *params, const char *dir, StDtype dtype,
                   Err *err);
-// n_head of a GPT-2 model directory's config.json (0 when it has none).
-int hf_config_heads(const char *dir, Err *err);
+// The keys of a GPT2LMHeadModel config.json (cfg, read from path): each
+// one tessera knows, a feature's value the one it implements (gelu_new, a
+// tied head, ...); n_head into *heads (0 when absent). Sizes must be
+// integers. Errors name the file and the key.
+int hf_gpt2_config(const Json *cfg, const char *path, int *heads, Err *err);
+// The sizes config.json states (n_layer, n_embd, n_inner, n_positions,
+// vocab_size) are those of c, the weights' model.
+int hf_gpt2_config_match(const Json *cfg, const char *path, const ModelConfig *c, Err *err);
 
-// (The reader takes the nfiles files of a model directory, its shards; a
-// tensor is looked up in each.)
-// Infers a model config from the file's shapes: layers, d_model, d_ff,
-// max_seq, vocab; n_head from cfg->n_head when it is set, else d_model/64
-// (the GPT-2 family's head size).
-int hf_read_config(const StFile *f, int nfiles, ModelConfig *cfg, Err *err);
+// Infers a model config from the files' shapes (one file, or a directory's
+// shards): layers, d_model, d_ff, max_seq, vocab; n_head from cfg->n_head
+// when it is set, else d_model/64 (the GPT-2 family's head size). Every
+// tensor must be one the model reads (or an attention-mask buffer, or an
+// lm_head equal in shape to wte).
+int hf_read_config(const HfDir *d, ModelConfig *cfg, Err *err);
 
 // Fills params (the flat buffer of table t: any slice of the model) from
-// the file; padded vocabulary rows become zero. Errors name the missing or
-// misshapen tensor.
-int hf_load(const StFile *f, int nfiles, const ModelConfig *c, const ParamTable *t, float *params, Err *err);
+// the files; padded vocabulary rows become zero. Errors name the missing
+// or misshapen tensor.
+int hf_load(const HfDir *d, const ModelConfig *c, const ParamTable *t, float *params, Err *err);
 
 #endif

@@ -1,21 +1,12 @@
 #include "io/hf_llama.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/fileio.h"
 #include "core/json.h"
-
-int hf_is_dir(const char *path) {
-    char p[4200];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/config.json", path);
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && stat(p, &st) == 0;
-}
 
 // Hugging Face's name of tessera's tensor.
 static void hf_name(const ParamInfo *p, char *buf, size_t cap) {
@@ -29,84 +20,79 @@ static int64_t hf_rows(const ParamInfo *p, const ModelConfig *c) {
 
 static int get_num(const Json *j, const char *key, double lo, double hi, double *out, const char *path, Err *err) {
     const Json *v = json_get(j, key);
-    if (!v || v->type != JSON_NUM || !(v->num >= lo && v->num <= hi))
-        return err_set(err, ERR_USAGE, "%s: field '%s' is missing or not a number in [%g, %g]", path, key, lo, hi);
+    if (!v) return 0;
+    if (v->type != JSON_NUM || !(v->num >= lo && v->num <= hi))
+        return err_set(err, ERR_USAGE, "%s: field '%s' is not a number in [%g, %g]", path, key, lo, hi);
     *out = v->num;
     return 0;
 }
 
+// config.json's keys: the sizes read, the features fixed at what tessera's
+// LLaMA computes, and bookkeeping.
+static const HfKey llama_keys[] = {
+    {"hidden_size", HF_KEY_READ, NULL},           {"intermediate_size", HF_KEY_READ, NULL},
+    {"num_attention_heads", HF_KEY_READ, NULL},   {"num_hidden_layers", HF_KEY_READ, NULL},
+    {"num_key_value_heads", HF_KEY_READ, NULL},   {"max_position_embeddings", HF_KEY_READ, NULL},
+    {"vocab_size", HF_KEY_READ, NULL},            {"rms_norm_eps", HF_KEY_READ, NULL},
+    {"rope_theta", HF_KEY_READ, NULL},            {"head_dim", HF_KEY_READ, NULL},
+    {"model_type", HF_KEY_FIXED, "\"llama\""},    {"hidden_act", HF_KEY_FIXED, "\"silu\""},
+    {"rope_scaling", HF_KEY_FIXED, "null"},       {"attention_bias", HF_KEY_FIXED, "false"},
+    {"mlp_bias", HF_KEY_FIXED, "false"},          {"tie_word_embeddings", HF_KEY_FIXED, "false"},
+    {"architectures", HF_KEY_IGNORED, NULL},      {"torch_dtype", HF_KEY_IGNORED, NULL},
+    {"transformers_version", HF_KEY_IGNORED, NULL}, {"_name_or_path", HF_KEY_IGNORED, NULL},
+    {"bos_token_id", HF_KEY_IGNORED, NULL},       {"eos_token_id", HF_KEY_IGNORED, NULL},
+    {"pad_token_id", HF_KEY_IGNORED, NULL},       {"initializer_range", HF_KEY_IGNORED, NULL},
+    {"use_cache", HF_KEY_IGNORED, NULL},          {"pretraining_tp", HF_KEY_IGNORED, NULL},   // splits matmuls, same sums
+    {"attention_dropout", HF_KEY_IGNORED, NULL},   // training-time only
+};
+
 static int read_config(const char *dir, ModelConfig *cfg, Err *err) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text;
-    size_t len;
-    if (file_read(path, &text, &len, 1 << 20, err)) return -1;
-    Json *j = json_parse(text, len, err);
-    free(text);
-    if (!j) { err_prefix(err, path); return -1; }
+    Json *j = hf_config_read(dir, path, sizeof path, err);
+    if (!j) return -1;
+    int L = 0, C = 0, NH = 0, F = 0, S = 0, V = 0, KV = 0, HS = 0;
+    double eps = 1e-6, theta = 10000;
+    const Json *mt = json_get(j, "model_type");
     int rc = 0;
-    const Json *mt = json_get(j, "model_type"), *tie = json_get(j, "tie_word_embeddings");
-    double L = 0, C = 0, NH = 0, F = 0, S = 0, V = 0, KV = 0, eps = 1e-6, theta = 10000;
     if (!mt || mt->type != JSON_STR || strcmp(mt->text, "llama"))
         rc = err_set(err, ERR_USAGE, "%s: model_type is not \"llama\" (tessera reads LlamaForCausalLM directories)", path);
-    else if (tie && tie->type == JSON_BOOL && tie->boolean)
-        rc = err_set(err, ERR_USAGE, "%s: tie_word_embeddings is true; tessera's LLaMA has an untied head", path);
-    else if (get_num(j, "num_hidden_layers", 1, 4096, &L, path, err) || get_num(j, "hidden_size", 1, 65536, &C, path, err) ||
-             get_num(j, "num_attention_heads", 1, 65536, &NH, path, err) ||
-             get_num(j, "intermediate_size", 1, 1 << 20, &F, path, err) ||
-             get_num(j, "max_position_embeddings", 1, 1 << 20, &S, path, err) ||
-             get_num(j, "vocab_size", 2, 1 << 24, &V, path, err) ||
-             (json_get(j, "num_key_value_heads") && get_num(j, "num_key_value_heads", 1, 65536, &KV, path, err)) ||
-             (json_get(j, "rms_norm_eps") && get_num(j, "rms_norm_eps", 1e-12, 1, &eps, path, err)) ||
-             (json_get(j, "rope_theta") && get_num(j, "rope_theta", 1, 1e12, &theta, path, err)))
+    else if (hf_config_check(j, llama_keys, (int)(sizeof llama_keys / sizeof llama_keys[0]), path, err) ||
+             hf_config_int(j, "num_hidden_layers", 1, 1, 4096, &L, path, err) ||
+             hf_config_int(j, "hidden_size", 1, 1, 65536, &C, path, err) ||
+             hf_config_int(j, "num_attention_heads", 1, 1, 65536, &NH, path, err) ||
+             hf_config_int(j, "intermediate_size", 1, 1, 1 << 20, &F, path, err) ||
+             hf_config_int(j, "max_position_embeddings", 1, 1, 1 << 20, &S, path, err) ||
+             hf_config_int(j, "vocab_size", 1, 2, 1 << 24, &V, path, err) ||
+             hf_config_int(j, "num_key_value_heads", 0, 1, 65536, &KV, path, err) ||
+             hf_config_int(j, "head_dim", 0, 1, 65536, &HS, path, err) ||
+             get_num(j, "rms_norm_eps", 1e-12, 1, &eps, path, err) || get_num(j, "rope_theta", 1, 1e12, &theta, path, err))
         rc = -1;
+    else if (HS && (int64_t)HS * NH != C)
+        rc = err_set(err, ERR_USAGE, "%s: head_dim %d is not hidden_size / num_attention_heads (%d / %d): tessera's heads "
+                     "split hidden_size", path, HS, C, NH);
     json_free(j);
     if (rc) return -1;
-    *cfg = (ModelConfig){.arch = ARCH_LLAMA, .n_layer = (int)L, .n_head = (int)NH, .n_kv_head = (int)KV,
-                         .d_model = (int)C, .d_ff = (int)F, .max_seq = (int)S, .rope_theta = (float)theta,
-                         .norm_eps = (float)eps};
+    *cfg = (ModelConfig){.arch = ARCH_LLAMA, .n_layer = L, .n_head = NH, .n_kv_head = KV, .d_model = C, .d_ff = F,
+                         .max_seq = S, .rope_theta = (float)theta, .norm_eps = (float)eps};
     snprintf(cfg->name, sizeof cfg->name, "imported");
-    config_set_vocab(cfg, (int)V);
+    config_set_vocab(cfg, V);
     if (config_validate(cfg, err)) { err_prefix(err, path); return -1; }
     return 0;
 }
 
-int hf_open_weights(HfDir *d, const char *dir, Err *err) {
-    memset(d, 0, sizeof *d);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    struct stat st;
-    if (stat(path, &st)) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        if (st_open(&d->f[0], path, err)) return -1;
-        d->n = 1;
-        return 0;
+// Whether the model c reads tensor t: one of its parameters, or the rotary
+// inverse frequencies older exports keep as a buffer of each layer.
+typedef struct { const ParamTable *t; const ModelConfig *c; } Reads;
+static int llama_reads(const StTensor *h, void *ctx) {
+    const Reads *r = ctx;
+    char name[160];
+    for (int i = 0; i < r->t->n; i++) {
+        hf_name(&r->t->p[i], name, sizeof name);
+        if (!strcmp(name, h->name)) return 1;
     }
-    char *text;
-    size_t len;
-    if (file_read(path, &text, &len, 64 << 20, err)) return -1;
-    Json *j = json_parse(text, len, err);
-    free(text);
-    if (!j) { err_prefix(err, path); return -1; }
-    const Json *wm = json_get(j, "weight_map");
-    int rc = !wm || wm->type != JSON_OBJ ? err_set(err, ERR_USAGE, "%s: no object 'weight_map'", path) : 0;
-    const char *seen[HF_MAX_SHARDS];
-    for (const Json *m = wm ? wm->child : NULL; !rc && m; m = m->next) {
-        if (m->type != JSON_STR || strchr(m->text, '/')) {
-            rc = err_set(err, ERR_USAGE, "%s: weight_map['%s'] is not a file name in the directory", path, m->key);
-            break;
-        }
-        int known = 0;
-        for (int i = 0; i < d->n; i++) known |= !strcmp(seen[i], m->text);
-        if (known) continue;
-        if (d->n == HF_MAX_SHARDS) { rc = err_set(err, ERR_USAGE, "%s: more than %d shards", path, HF_MAX_SHARDS); break; }
-        char shard[4400];
-        snprintf(shard, sizeof shard, "%s/%s", dir, m->text);
-        if (st_open(&d->f[d->n], shard, err)) { rc = -1; break; }
-        seen[d->n++] = m->text;
-    }
-    json_free(j);
-    return rc;
+    int layer, end = 0;
+    return sscanf(h->name, "model.layers.%d.self_attn.rotary_emb.inv_freq%n", &layer, &end) == 1 && !h->name[end] &&
+           layer >= 0 && layer < r->c->n_layer;
 }
 
 int hf_llama_open(HfDir *d, const char *dir, ModelConfig *cfg, Err *err) {
@@ -115,12 +101,18 @@ int hf_llama_open(HfDir *d, const char *dir, ModelConfig *cfg, Err *err) {
         hf_dir_close(d);
         return -1;
     }
-    return 0;
-}
-
-void hf_dir_close(HfDir *d) {
-    for (int i = 0; i < d->n; i++) st_close(&d->f[i]);
-    d->n = 0;
+    ModelSlice sl = slice_whole(cfg);
+    ParamTable t = {0};
+    char what[64];
+    snprintf(what, sizeof what, "a %d-layer LLaMA", cfg->n_layer);
+    Reads r = {&t, cfg};
+    int rc = ptable_build(&t, cfg, &sl, err) || hf_dir_check_read(d, llama_reads, &r, what, err) ? -1 : 0;
+    ptable_free(&t);
+    if (rc) {
+        err_prefix(err, dir);
+        hf_dir_close(d);
+    }
+    return rc;
 }
 
 int hf_llama_load(const HfDir *d, const ModelConfig *c, const ParamTable *t, float *params, Err *err) {
@@ -131,8 +123,7 @@ int hf_llama_load(const HfDir *d, const ModelConfig *c, const ParamTable *t, flo
         char name[160];
         hf_name(p, name, sizeof name);
         const StFile *f = NULL;
-        const StTensor *h = NULL;
-        for (int k = 0; k < d->n && !h; k++) h = st_find(f = &d->f[k], name);
+        const StTensor *h = hf_dir_find(d, name, &f);
         if (!h) return err_set(err, ERR_USAGE, "tensor %s is missing", name);
         int ok = h->ndim == p->ndim && (h->dtype == ST_F32 || h->dtype == ST_F16 || h->dtype == ST_BF16) &&
                  h->shape[0] == hf_rows(p, c);
@@ -162,7 +153,7 @@ int hf_llama_load(const HfDir *d, const ModelConfig *c, const ParamTable *t, flo
 int hf_llama_export(const ModelConfig *c, const ParamTable *t, const float *params, const char *dir, StDtype dtype,
                     Err *err) {
     if (c->arch != ARCH_LLAMA) return err_set(err, ERR_USAGE, "--hf-dir writes LLaMA models here, not %s", config_arch_name(c->arch));
-    if (mkdir(dir, 0755) && errno != EEXIST) return err_set(err, ERR_USAGE, "--hf-dir %s: %s", dir, strerror(errno));
+    if (hf_dir_prepare(dir, err)) return -1;
     StWrite *w = calloc((size_t)t->n + 1, sizeof *w);
     char (*names)[160] = calloc((size_t)t->n + 1, sizeof *names);
     if (!w || !names) { free(w); free(names); return err_set(err, ERR_RUN, "out of memory"); }

@@ -11,27 +11,16 @@
 #define TSR_IO_HF_LLAMA_H
 
 #include "core/check.h"
-#include "io/safetensors.h"
+#include "io/hf_dir.h"
 #include "model/params.h"
 
-enum { HF_MAX_SHARDS = 64 };
-
-typedef struct HfDir {
-    StFile f[HF_MAX_SHARDS];
-    int n;
-} HfDir;
-
-// Whether path is a model directory (it holds config.json).
-int hf_is_dir(const char *path);
-// Opens a model directory's weights: the shards model.safetensors.index.json
-// lists, or model.safetensors (any architecture).
-int hf_open_weights(HfDir *d, const char *dir, Err *err);
 // Reads dir/config.json into cfg (LlamaForCausalLM: the architecture,
-// sizes, key/value heads, rms_norm_eps, rope_theta; an untied head) and
-// opens its safetensors. Errors name the file and field.
+// sizes, key/value heads, rms_norm_eps, rope_theta) and opens its weights.
+// A key whose feature tessera lacks (hidden_act other than silu,
+// rope_scaling, attention or MLP biases, a tied head) is refused by name,
+// sizes must be integers, and every tensor must be one the model reads.
+// Errors name the file and field.
 int hf_llama_open(HfDir *d, const char *dir, ModelConfig *cfg, Err *err);
-// Closes the directory's files (of hf_llama_open or hf_open_weights).
-void hf_dir_close(HfDir *d);
 // Fills params (the flat buffer of table t: any slice of the model).
 int hf_llama_load(const HfDir *d, const ModelConfig *c, const ParamTable *t, float *params, Err *err);
 // Writes the whole model as dir/config.json and dir/model.safetensors (dir

@@ -206,14 +206,13 @@ int st_write(const char *path, const StWrite *t, int n, Err *err) {
     }
     jb_obj_end(&h);
     while (h.len % 8) jb_raw(&h, " ");   // data starts 8-byte aligned
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = file_create_new(tmp, err);
+    char tmp[4300];
+    int fd = file_temp_create(path, tmp, sizeof tmp, err);
     FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!fp) {
         if (fd >= 0) { close(fd); unlink(tmp); }
         jb_free(&h);
-        return err_set(err, ERR_USAGE, "--out %s: %s", path, strerror(errno));
+        return fd >= 0 ? err_set(err, ERR_RUN, "%s: %s", path, strerror(errno)) : -1;
     }
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
@@ -232,15 +231,15 @@ int st_write(const char *path, const StWrite *t, int n, Err *err) {
             bad = fwrite(buf, 2, k, fp) != k;
         }
     }
-    bad = bad || fflush(fp) || fsync(fileno(fp));
-    int e = errno;
-    bad = fclose(fp) || bad;
-    if (!e) e = errno;
+    int e = bad || fflush(fp) ? (errno ? errno : EIO) : 0;
+    int fd2 = dup(fileno(fp));   // the descriptor file_temp_commit syncs and closes
+    if (fclose(fp) && !e) e = errno;
     jb_free(&h);
-    if (bad || rename(tmp, path)) {
-        if (!bad) e = errno;
+    if (e || fd2 < 0) {
+        if (!e) e = errno;
+        if (fd2 >= 0) close(fd2);
         unlink(tmp);
         return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(e));
     }
-    return 0;
+    return file_temp_commit(fd2, tmp, path, err);
 }

@@ -52,7 +52,8 @@ typedef struct StWrite {
     StDtype dtype;           // written as F32 (the default), BF16 or F16 (rounded to nearest even)
 } StWrite;
 
-// Writes tensors in the given order (temporary name, fsync, rename).
+// Writes tensors in the given order (a temporary of its own, fsync,
+// rename; core/fileio). Errors name path.
 int st_write(const char *path, const StWrite *t, int n, Err *err);
 
 #endif

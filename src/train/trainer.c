@@ -15,7 +15,7 @@
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
-#include "io/hf_gpt2.h"
+#include "io/weights.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/matmul.h"
 #include "kernels/peak.h"
@@ -32,7 +32,7 @@ struct Trainer {
     Tokenizer tok;
     ModelConfig mc;
     Ckpt *ck;                  // the checkpoint resumed from (NULL: none); the header names it
-    StFile sf;
+    Weights init;              // --init-from's weights (their files stay open until trainer_close; none: zeroed)
     Loader *ld, *val;
     Stage st;
     Dp *dp;
@@ -267,7 +267,21 @@ int trainer_steps_done(const Trainer *t) { return t->done; }
 
 // ---- setting up ----
 
-// The model's config and, on resume, the checkpoint to continue from.
+// A --model given on the command line is the model of the checkpoint or
+// file the run starts from (flag names it).
+static int same_model(const char *flag, const char *src, const TrainConfig *tc, const ModelConfig *mc, Err *err) {
+    const ModelConfig *g = &tc->model;
+    if (!tc->model_given || (g->arch == mc->arch && g->n_layer == mc->n_layer && g->n_head == mc->n_head &&
+                             config_kv_heads(g) == config_kv_heads(mc) && g->d_model == mc->d_model &&
+                             g->d_ff == mc->d_ff && g->max_seq == mc->max_seq))
+        return 0;
+    return err_set(err, ERR_USAGE, "--model %s: %s %s holds another model (%s, %d layers, %d heads, d_model %d, d_ff %d, "
+                   "max_seq %d); leave --model out to %s it", g->name, flag, src, config_arch_name(mc->arch), mc->n_layer,
+                   mc->n_head, mc->d_model, mc->d_ff, mc->max_seq, flag[2] == 'r' ? "continue" : "start from");
+}
+
+// The model's config and, on resume, the checkpoint to continue from (on
+// --init-from, the weights to start from).
 static int choose_model(Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
     ModelConfig *mc = &t->mc;
@@ -275,27 +289,15 @@ static int choose_model(Trainer *t, Err *err) {
     config_set_vocab(mc, t->tok.vocab);
     if (tc->resume) {
         if (ckpt_open(&t->ck, tc->resume, err)) { err_prefix(err, "--resume"); return -1; }
-        if (ckpt_config(t->ck, mc, err)) return -1;
-        const ModelConfig *g = &tc->model;
-        if (tc->model_given && (g->arch != mc->arch || g->n_layer != mc->n_layer || g->n_head != mc->n_head ||
-                                g->d_model != mc->d_model || g->d_ff != mc->d_ff || g->max_seq != mc->max_seq))
-            return err_set(err, ERR_USAGE, "--model %s: --resume %s holds another model (%d layers, %d heads, d_model %d, "
-                           "d_ff %d, max_seq %d); leave --model out to continue it", g->name, ckpt_dir(t->ck), mc->n_layer,
-                           mc->n_head, mc->d_model, mc->d_ff, mc->max_seq);
+        if (ckpt_config(t->ck, mc, err) || same_model("--resume", ckpt_dir(t->ck), tc, mc, err)) return -1;
         const Json *tn = json_get(json_get(ckpt_meta(t->ck), "train"), "tokenizer");
         if (tn && tn->type == JSON_STR && strcmp(tn->text, t->tok.name))
             return err_set(err, ERR_USAGE, "--resume %s: the run used --tokenizer %s, not %s", ckpt_dir(t->ck), tn->text,
                            t->tok.name);
-    } else if (tc->init_from) {
-        if (st_open(&t->sf, tc->init_from, err)) { err_prefix(err, "--init-from"); return -1; }
-        ModelConfig fc = {0};
-        fc.n_head = tc->model.n_head;
-        if (hf_read_config(&t->sf, 1, &fc, err)) { err_prefix(err, "--init-from"); return -1; }
-        if (fc.d_model != tc->model.d_model) {   // the preset does not describe this file: infer the heads too
-            fc.n_head = 0;
-            if (hf_read_config(&t->sf, 1, &fc, err)) { err_prefix(err, "--init-from"); return -1; }
-        }
-        *mc = fc;
+    } else if (tc->init_from) {   // a GPT-2 file states no head count: the preset's when its width is the file's
+        if (weights_open(&t->init, tc->init_from, &tc->model, err)) { err_prefix(err, "--init-from"); return -1; }
+        *mc = t->init.mc;
+        if (same_model("--init-from", tc->init_from, tc, mc, err)) return -1;
     }
     if (mc->vocab != t->tok.vocab)
         return err_set(err, ERR_USAGE, "the model's vocabulary (%d) does not match --tokenizer %s (%d)", mc->vocab,
@@ -370,7 +372,8 @@ static int init_state(Trainer *t, uint32_t *crc, Err *err) {
     int rc = 0;
     if (tc->init_from) {   // the file is read whole once, into the parameters or (ZeRO-3) a scratch buffer
         whole = t->st.params ? t->st.params : mem_alloc(MEM_WORKSPACE, tb->total * sizeof(float));
-        rc = !whole ? err_set(err, ERR_RUN, "out of memory reading --init-from") : hf_load(&t->sf, 1, &t->mc, tb, whole, err);
+        rc = !whole ? err_set(err, ERR_RUN, "out of memory reading --init-from")
+                    : weights_load(&t->init, &t->mc, tb, whole, err);
         if (rc) err_prefix(err, tc->init_from);
         fl.full = whole;
     }
@@ -702,7 +705,7 @@ void trainer_close(Trainer *t) {
     loader_free(t->ld);
     loader_free(t->val);
     ckpt_close(t->ck);
-    st_close(&t->sf);
+    weights_close(&t->init);
     tokenizer_close(&t->tok);
     free(t);
 }

@@ -100,9 +100,12 @@ static void test_gpt2_roundtrip(void) {
     EXPECT(qkv && st_get(&f, qkv, 7 * 384 + 128 + 5) == a.params[pq->offset + (1 * 128 + 5) * 128 + 7], "c_attn transpose");
     ModelConfig c2 = {0};
     c2.n_head = 4;
-    EXPECT(hf_read_config(&f, 1, &c2, &e) == 0 && c2.n_layer == 2 && c2.vocab == 300 && c2.d_ff == 512 && c2.max_seq == 64,
+    HfDir hd;
+    EXPECT(hf_open_file(&hd, p1, &e) == 0, "%s", e.msg);
+    EXPECT(hf_read_config(&hd, &c2, &e) == 0 && c2.n_layer == 2 && c2.vocab == 300 && c2.d_ff == 512 && c2.max_seq == 64,
            "inferred config: %s", e.msg);
-    EXPECT(hf_load(&f, 1, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
+    EXPECT(hf_load(&hd, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
+    hf_dir_close(&hd);
     EXPECT(memcmp(a.params, b.params, a.table.total * 4) == 0, "import differs from the exported model");
     EXPECT(hf_export(&b.cfg, &b.table, b.params, p2, ST_F32, &e) == 0, "%s", e.msg);
     char cmd[200];
@@ -199,12 +202,15 @@ static void test_llama_directories(void) {
     EXPECT(hf_llama_load(&d, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
     EXPECT(!memcmp(a.params, b.params, a.table.total * 4), "the shards load back differently");
     hf_dir_close(&d);
-    // a tensor missing: the second shard holds only the rest but one
+    // an export over the shards is refused (the index would be read instead)
+    EXPECT(hf_llama_export(&a.cfg, &a.table, a.params, dir, ST_F32, &e) == -1 && strstr(e.msg, "--hf-dir") &&
+           strstr(e.msg, "model.safetensors.index.json"), "export over shards: %s", e.msg);
+    snprintf(cmd, sizeof cmd, "rm %s/model-0000?-of-00002.safetensors %s/model.safetensors.index.json", dir, dir);
+    EXPECT(system(cmd) == 0, "removing the shards");
+    // a tensor the index lists missing from its shard: the second holds only the rest but one
     EXPECT(hf_llama_export(&a.cfg, &a.table, a.params, dir, ST_F32, &e) == 0, "%s", e.msg);
     split_dir(dir, 1);
-    EXPECT(hf_llama_open(&d, dir, &c2, &e) == 0 && hf_llama_load(&d, &b.cfg, &b.table, b.params, &e) == -1 &&
-           strstr(e.msg, "is missing"), "missing tensor: %s", e.msg);
-    hf_dir_close(&d);
+    EXPECT(hf_llama_open(&d, dir, &c2, &e) == -1 && strstr(e.msg, "which does not hold it"), "missing tensor: %s", e.msg);
     // a GPT-2 directory is not a LLaMA one
     snprintf(path, sizeof path, "%s/config.json", dir);
     const char *gpt2 = "{\"model_type\": \"gpt2\"}";
@@ -235,13 +241,16 @@ static void test_gpt2_directory(void) {
     split_dir(dir, 0);
     HfDir d;
     ModelConfig c2 = {0};
-    int heads = hf_config_heads(dir, &e);
-    EXPECT(heads == 4, "config.json's heads: %d", heads);
+    char cpath[600];
+    int heads = 0;
+    Json *cfg = hf_config_read(dir, cpath, sizeof cpath, &e);
+    EXPECT(cfg && hf_gpt2_config(cfg, cpath, &heads, &e) == 0 && heads == 4, "config.json's heads: %d (%s)", heads, e.msg);
+    json_free(cfg);
     c2.n_head = heads;
     EXPECT(hf_open_weights(&d, dir, &e) == 0 && d.n == 2, "shards: %s", e.msg);
-    EXPECT(hf_read_config(d.f, d.n, &c2, &e) == 0 && c2.n_layer == 2 && c2.n_head == 4 && c2.vocab == 300, "config: %s",
+    EXPECT(hf_read_config(&d, &c2, &e) == 0 && c2.n_layer == 2 && c2.n_head == 4 && c2.vocab == 300, "config: %s",
            e.msg);
-    EXPECT(hf_load(d.f, d.n, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
+    EXPECT(hf_load(&d, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
     EXPECT(!memcmp(a.params, b.params, a.table.total * 4), "the shards load back differently");
     hf_dir_close(&d);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
