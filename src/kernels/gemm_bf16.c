@@ -131,18 +131,42 @@ void bf16_pack_rows(uint16_t *dst, int ldd, const float *src, int lds, int R, in
     }
 }
 
+// r[0..16) = the 16×16 matrix of 32-bit elements in r transposed: pairs of
+// rows interleaved by 32 and 64 bits, then the 128-bit lanes gathered.
+static inline void transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {   // u[g+j], lane l: column 4l+j of rows g..g+3
+        u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int j = 0; j < 4; j++) {   // row 4l+j of the result: lane l of u[j], u[4+j], u[8+j], u[12+j]
+        __m512i x0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), x1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+        __m512i y0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), y1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+        r[j] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+        r[4 + j] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+        r[8 + j] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+        r[12 + j] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+    }
+}
+
 void bf16_pack_rows_t(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
-    // 16×16 blocks: 16 rows of src (16 k) converted, then written as 16 rows of dst (16 r).
+    // 16×16 blocks: 16 rows of src (16 k) transposed in registers, then each converted into a row of dst (16 r).
     int nt = pack_threads((double)R * K), R16 = R & ~15, K16 = K & ~15;
     #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int r0 = 0; r0 < R16; r0 += 16) {
-        uint16_t blk[16][16];
         for (int k0 = 0; k0 < K16; k0 += 16) {
-            for (int k = 0; k < 16; k++) _mm256_storeu_si256((__m256i *)blk[k], cvt16(src + (size_t)(k0 + k) * lds + r0));
-            for (int r = 0; r < 16; r++) {
-                uint16_t *d = dst + (size_t)(r0 + r) * ldd + k0;
-                for (int k = 0; k < 16; k++) d[k] = blk[k][r];
-            }
+            __m512i v[16];
+            for (int k = 0; k < 16; k++) v[k] = _mm512_castps_si512(_mm512_loadu_ps(src + (size_t)(k0 + k) * lds + r0));
+            transpose16(v);
+            for (int r = 0; r < 16; r++)
+                _mm256_storeu_si256((__m256i *)(dst + (size_t)(r0 + r) * ldd + k0),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(v[r])));
         }
     }
     for (int r = 0; r < R; r++) {   // the edges: the last K % 16 columns of every row, the last R % 16 rows
@@ -174,22 +198,19 @@ void bf16_pack_pairs(uint16_t *dst, const float *src, int lds, int K, int NC) {
 }
 
 void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC) {
-    // 16×16 blocks of pairs: 16 rows of src (16 n, 32 k each) converted, then written as 16 rows of dst (16 p).
+    // 16×16 blocks of pairs: 16 rows of src (16 n, 32 k each) converted into 16 pairs each, transposed in
+    // registers, then written as 16 rows of dst (16 p).
     int KP = (K + 1) / 2, K32 = K & ~31, N16 = NC & ~15, nt = pack_threads((double)NC * K);
-    uint32_t *d32 = (uint32_t *)dst;
     #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int n0 = 0; n0 < N16; n0 += 16) {
-        uint32_t blk[16][16];
         for (int k0 = 0; k0 < K32; k0 += 32) {
+            __m512i v[16];
             for (int n = 0; n < 16; n++) {
                 const float *s = src + (size_t)(n0 + n) * lds + k0;
-                __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 16), _mm512_loadu_ps(s));
-                _mm512_storeu_si512(blk[n], v);   // 16 pairs (k, k+1) in order
+                v[n] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 16), _mm512_loadu_ps(s));   // pairs (k, k+1)
             }
-            for (int p = 0; p < 16; p++) {
-                uint32_t *d = d32 + (size_t)(k0 / 2 + p) * NC + n0;
-                for (int n = 0; n < 16; n++) d[n] = blk[n][p];
-            }
+            transpose16(v);
+            for (int p = 0; p < 16; p++) _mm512_storeu_si512(dst + 2 * ((size_t)(k0 / 2 + p) * NC + n0), v[p]);
         }
     }
     for (int n = 0; n < NC; n++)   // the edges: pairs past K32 for every column, every pair of the last NC % 16
