@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/alloc.h"
 #include "core/prof.h"
@@ -18,6 +19,7 @@
 #ifdef TSR_OPENBLAS
 void openblas_set_num_threads(int num_threads);
 char *openblas_get_config(void);
+char *openblas_get_corename(void);
 int openblas_get_parallel(void);
 #endif
 
@@ -50,11 +52,33 @@ const char *kernels_blas_info(void) {
 // OpenBLAS (bench_gemm): at 64 rows gemm's forward and input gradient reach
 // 87–106% of the 1-thread SGEMM ceiling where OpenBLAS's per-call packing
 // holds it to 64–81%; at 256 rows its input gradient is ahead, the forward
-// and the weight gradient even; at 512 rows and more OpenBLAS is as fast or
-// faster.
+// and the weight gradient even; at 512 rows and more OpenBLAS's AVX-512
+// kernels are as fast or faster, but its Haswell kernels (what
+// OPENBLAS_CORETYPE=Haswell picks) reach half the own kernel's rate there.
 enum { OWN_MAX_ROWS = 256, OWN_OC_BLOCK = 1536 };
 
-static int own_rows(int N) { return gemm_own() && N > 1 && N <= OWN_MAX_ROWS; }
+// Whether the linked BLAS runs 512-bit kernels. OpenBLAS says which core's
+// kernels it chose: a CPU with AVX-512 held to its Haswell kernels (as
+// OPENBLAS_CORETYPE=Haswell does) multiplies at half the rate the own
+// kernel reaches, at every shape. Another CBLAS is taken at its word.
+static int blas_512(void) {
+    static int known = -1;
+    if (known < 0) {
+#ifdef TSR_OPENBLAS
+        static const char *wide[] = {"skylakex", "cooperlake", "sapphirerapids"};
+        const char *core = openblas_get_corename();
+        known = 0;
+        for (size_t i = 0; core && i < sizeof wide / sizeof *wide; i++) known |= strcasecmp(core, wide[i]) == 0;
+#else
+        known = 1;
+#endif
+    }
+    return known;
+}
+
+// The own kernel: at most OWN_MAX_ROWS rows, or every product of two rows
+// or more when the BLAS runs narrower vectors than the own kernel.
+static int own_rows(int N) { return gemm_own() && N > 1 && (N <= OWN_MAX_ROWS || !blas_512()); }
 
 // Per-thread scratch for the transposed operands, grown on demand and kept.
 static _Thread_local float *g_scratch;
