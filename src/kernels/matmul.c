@@ -122,14 +122,65 @@ static uint16_t *scratch16(size_t n) {
 
 static int pairs(int K) { return (K + 1) / 2; }
 
+// A weight held across calls (matmul_hold): its two packed forms, made at
+// their first use while it is held and reused by later calls.
+typedef struct Held {
+    const float *w;         // the held weight, NULL when none
+    int OC, C;              // its shape when packed
+    uint16_t *fwd, *dinp;   // (kp(C), OC, 2) and (kp(OC), C, 2), or NULL
+    size_t nfwd, ndinp;     // their allocated lengths
+    int have_fwd, have_dinp;
+} Held;
+static _Thread_local Held g_held;
+
+void matmul_hold(const float *weight) {
+    g_held.w = weight;
+    g_held.have_fwd = g_held.have_dinp = 0;
+}
+
+void matmul_release(void) { g_held.w = NULL; }
+
+// buf grown to n values (kept across holds); NULL when it cannot be had.
+static uint16_t *held_buf(uint16_t **buf, size_t *have, size_t n) {
+    if (n > *have) {
+        mem_free(*buf);
+        *buf = mem_alloc(MEM_WORKSPACE, n * sizeof(uint16_t));
+        *have = *buf ? n : 0;
+    }
+    return *buf;
+}
+
+// The weight's forward B operand (kp(C), OC, 2): the held one, packed once, or packed into dst.
+static const uint16_t *weight_fwd(const float *weight, int C, int OC, uint16_t *dst) {
+    if (weight == g_held.w && (g_held.OC != OC || g_held.C != C)) g_held.have_fwd = g_held.have_dinp = 0;
+    if (weight == g_held.w && g_held.have_fwd) return g_held.fwd;
+    size_t n = (size_t)pairs(C) * OC * 2;
+    uint16_t *h = weight == g_held.w ? held_buf(&g_held.fwd, &g_held.nfwd, n) : NULL;
+    bf16_pack_pairs_t(h ? h : dst, weight, C, C, OC);
+    if (h) g_held.have_fwd = 1, g_held.OC = OC, g_held.C = C;
+    return h ? h : dst;
+}
+
+// The weight's input-gradient B operand (kp(OC), C, 2), likewise.
+static const uint16_t *weight_dinp(const float *weight, int C, int OC, uint16_t *dst) {
+    if (weight == g_held.w && (g_held.OC != OC || g_held.C != C)) g_held.have_fwd = g_held.have_dinp = 0;
+    if (weight == g_held.w && g_held.have_dinp) return g_held.dinp;
+    size_t n = (size_t)pairs(OC) * C * 2;
+    uint16_t *h = weight == g_held.w ? held_buf(&g_held.dinp, &g_held.ndinp, n) : NULL;
+    bf16_pack_pairs(h ? h : dst, weight, C, OC, C);
+    if (h) g_held.have_dinp = 1, g_held.OC = OC, g_held.C = C;
+    return h ? h : dst;
+}
+
 // out (N,OC) = bf16(inp) (N,C) · bf16(weight)^T + bias: A the input's rows,
 // B the weight's rows as column pairs. 0, or -1 when the scratch is not to be had.
 static int forward_bf16(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC) {
     int kp = pairs(C);
-    uint16_t *a = scratch16((size_t)N * 2 * kp + (size_t)kp * OC * 2), *b = a + (size_t)N * 2 * kp;
+    int held = weight == g_held.w;
+    uint16_t *a = scratch16((size_t)N * 2 * kp + (held ? 0 : (size_t)kp * OC * 2));
     if (!a) return -1;
     bf16_pack_rows(a, 2 * kp, inp, C, N, C);
-    bf16_pack_pairs_t(b, weight, C, C, OC);
+    const uint16_t *b = weight_fwd(weight, C, OC, a + (size_t)N * 2 * kp);
     if (bias) {
         #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof *out);
@@ -141,10 +192,11 @@ static int forward_bf16(float *out, const float *inp, const float *weight, const
 // dinp (N,C) (+)= bf16(dout) (N,OC) · bf16(weight) (OC,C).
 static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N, int C, int OC, int accumulate) {
     int kp = pairs(OC);
-    uint16_t *a = scratch16((size_t)N * 2 * kp + (size_t)kp * C * 2), *b = a + (size_t)N * 2 * kp;
+    int held = weight == g_held.w;
+    uint16_t *a = scratch16((size_t)N * 2 * kp + (held ? 0 : (size_t)kp * C * 2));
     if (!a) return -1;
     bf16_pack_rows(a, 2 * kp, dout, OC, N, OC);
-    bf16_pack_pairs(b, weight, C, OC, C);
+    const uint16_t *b = weight_dinp(weight, C, OC, a + (size_t)N * 2 * kp);
     gemm_bf16(N, C, kp, a, 2 * kp, b, C, dinp, C, accumulate);
     return 0;
 }

@@ -23,6 +23,12 @@ const char *kernels_blas_info(void);
 int matmul_set_bf16(int on);
 int matmul_bf16(void);
 
+// Between matmul_hold(weight) and matmul_release(), calls that pass this
+// weight (unchanged meanwhile) pack it for the bf16 products once, not once
+// a call: the output head, run in chunks of rows, holds its weight.
+void matmul_hold(const float *weight);
+void matmul_release(void);
+
 // Measured SGEMM throughput in GFLOP/s on n×n×n products with the current
 // threads (the best of `reps` timed calls after two warm-up calls, so a
 // busy moment does not lower it): the machine's practical ceiling that MFU

@@ -581,6 +581,7 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
     // The chunks are as even as the logits buffer allows (2048 rows in 7
     // chunks of 293 or fewer, not 6 of 333 and a GEMM of 50 rows).
     int nchunk = (N + a->head_rows - 1) / a->head_rows, per = (N + nchunk - 1) / nchunk;
+    matmul_hold(head);   // every chunk multiplies by the same weight
     for (int r0 = 0; r0 < N; r0 += per) {
         int nr = N - r0 < per ? N - r0 : per;
         linear_forward(a->logits, lnf + (size_t)r0 * C, head, NULL, nr, C, Vl);
@@ -588,6 +589,7 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
         if (dscale != 0.0f)
             linear_backward(a->tmp + (size_t)r0 * C, dhead, NULL, a->logits, lnf + (size_t)r0 * C, head, nr, C, Vl, 0);
     }
+    matmul_release();
     if (tied) seg_params_done(s, se);
     // a tied head on a pipeline's last stage, or a deferred lookup: the
     // embeddings' gradient here is complete

@@ -177,6 +177,33 @@ static void test_linear_bf16(void) {
     }
 }
 
+// matmul_hold: a held weight's packed forms serve chunks of rows with the
+// same bits as unheld calls, and a new hold after the weight changed packs
+// it again.
+static void test_hold(void) {
+    int N = 70, C = 41, OC = 130, h = 33;
+    float *x = randn((size_t)N * C, 1), *w = randn((size_t)OC * C, 1), *dy = randn((size_t)N * OC, 1);
+    float *y1 = calloc((size_t)N * OC, sizeof *y1), *y2 = calloc((size_t)N * OC, sizeof *y2);
+    float *d1 = calloc((size_t)N * C, sizeof *d1), *d2 = calloc((size_t)N * C, sizeof *d2);
+    int prev = matmul_set_bf16(1);
+    for (int round = 0; round < 2; round++) {
+        linear_forward(y1, x, w, NULL, N, C, OC);
+        linear_backward(d1, NULL, NULL, dy, x, w, N, C, OC, 0);
+        matmul_hold(w);
+        for (int r0 = 0; r0 < N; r0 += h) {   // chunks of rows, as the head runs
+            int nr = N - r0 < h ? N - r0 : h;
+            linear_forward(y2 + (size_t)r0 * OC, x + (size_t)r0 * C, w, NULL, nr, C, OC);
+            linear_backward(d2 + (size_t)r0 * C, NULL, NULL, dy + (size_t)r0 * OC, x + (size_t)r0 * C, w, nr, C, OC, 0);
+        }
+        matmul_release();
+        EXPECT(!memcmp(y1, y2, (size_t)N * OC * sizeof *y1) && !memcmp(d1, d2, (size_t)N * C * sizeof *d1),
+               "held weight, round %d: chunks differ from whole calls", round);
+        for (size_t i = 0; i < (size_t)OC * C; i++) w[i] *= -0.5f;   // the next round: new values, same pointer
+    }
+    matmul_set_bf16(prev);
+    free(x); free(w); free(dy); free(y1); free(y2); free(d1); free(d2);
+}
+
 // The peaks: positive where the CPU has the unit, ordered, and for the threads asked.
 static void test_peak(void) {
     Peaks p;
@@ -215,5 +242,6 @@ int main(void) {
     RUN(test_pack);
     RUN(test_gemm_bf16);
     RUN(test_linear_bf16);
+    RUN(test_hold);
     return test_finish();
 }
