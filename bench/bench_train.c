@@ -3,7 +3,7 @@
 // tokens/s, MFU and peak memory. One configuration per process, so the
 // peak memory is that configuration's.
 //   bench_train PRESET B T VOCAB STEPS THREADS SGEMM_GFLOPS [fp32|bf16]
-// SGEMM_GFLOPS 0 measures the ceiling again after every step (the best of
+// SGEMM_GFLOPS -1 leaves the MFU/sg column out ("-"); 0 measures the ceiling again after every step (the best of
 // two 2048³ products) and quotes each step against the ceiling measured
 // next to it: MFU/sg is then the median of those ratios, which a busy
 // moment of this shared machine moves far less than a ratio of two
@@ -96,8 +96,9 @@ int main(int argc, char **argv) {
     double med = t[steps / 2], tps = B * T / med, flops = train_flops_per_token(&c, T) * tps * 1e-9;
     char name[40];
     snprintf(name, sizeof name, "%s %s", argv[1], prec_name(prec));
-    printf("%-16s %3d %4d %6d | %9.1f | %8.0f | %6.1f | %5.1f%% | %5.1f%% | %7.0f | %7.0f\n", name, B, T, V, med * 1e3,
-           tps, flops, 100 * (mfu_sg >= 0 ? mfu_sg : flops / ceiling), 100 * flops / peak_for(&pk, prec),
-           mem_peak_total() / 1048576.0, rss_peak_kib() / 1024.0);
+    char sg[16] = "     -";
+    if (ceiling > 0 || mfu_sg >= 0) snprintf(sg, sizeof sg, "%5.1f%%", 100 * (mfu_sg >= 0 ? mfu_sg : flops / ceiling));
+    printf("%-16s %3d %4d %6d | %9.1f | %8.0f | %6.1f | %s | %5.1f%% | %7.0f | %7.0f\n", name, B, T, V, med * 1e3, tps,
+           flops, sg, 100 * flops / peak_for(&pk, prec), mem_peak_total() / 1048576.0, rss_peak_kib() / 1024.0);
     return 0;
 }

@@ -30,8 +30,8 @@ ms_of() { awk -F'|' '{ print $2 + 0 }' <<<"$1"; }
 row() {   # env-mode preset B T precision; prints the row, sets ROW_MS
   local mode=$1; shift
   local out
-  if [ "$mode" = set ]; then out=$($B/bench_train "$1" "$2" "$3" 50257 3 "$THREADS" 1 "$4")
-  else out=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $B/bench_train "$1" "$2" "$3" 50257 3 "$THREADS" 1 "$4"); fi
+  if [ "$mode" = set ]; then out=$($B/bench_train "$1" "$2" "$3" 50257 3 "$THREADS" -1 "$4")
+  else out=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $B/bench_train "$1" "$2" "$3" 50257 3 "$THREADS" -1 "$4"); fi
   echo "  $out"
   ROW_MS=$(ms_of "$out")
 }
@@ -40,15 +40,15 @@ trow() {   # env-mode B T precision; prints PyTorch's row, sets ROW_MS (0 withou
   [ "$have_torch" = 1 ] || return 0
   local mode=$1 pk out; shift
   pk=$([ "$4" = bf16 ] && echo "$bfpeak" || echo "$fp32peak")
-  if [ "$mode" = set ]; then out=$(env "${TORCH_ENV[@]}" $PY bench/torch_ref.py gpt2-124m "$1" "$2" 50257 3 "$THREADS" 1 "$3" "$pk" 2>/dev/null)
-  else out=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "${TORCH_ENV[@]}" $PY bench/torch_ref.py gpt2-124m "$1" "$2" 50257 3 "$THREADS" 1 "$3" "$pk" 2>/dev/null); fi
+  if [ "$mode" = set ]; then out=$(env "${TORCH_ENV[@]}" $PY bench/torch_ref.py gpt2-124m "$1" "$2" 50257 3 "$THREADS" -1 "$3" "$pk" 2>/dev/null)
+  else out=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "${TORCH_ENV[@]}" $PY bench/torch_ref.py gpt2-124m "$1" "$2" 50257 3 "$THREADS" -1 "$3" "$pk" 2>/dev/null); fi
   [ -n "$out" ] && echo "  $out" && ROW_MS=$(ms_of "$out")
 }
 for mode in set unset; do
   if [ "$mode" = set ]; then echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)} (as the environment sets it):"
   else echo "OPENBLAS_CORETYPE unset (env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE: what a user gets):"; fi
   printf '  %-16s %3s %4s %6s | %9s | %8s | %6s | %6s | %6s | %7s | %7s\n' model B T vocab "ms/step" "tok/s" GFLOP/s \
-    "" "MFU/pk" "tagMiB" "RSS MiB"
+    "MFU/sg" "MFU/pk" "tagMiB" "RSS MiB"
   for shape in "4 64" "8 256"; do
     read -r bb tt <<<"$shape"
     row $mode gpt2-124m $bb $tt fp32; f=$ROW_MS
@@ -68,7 +68,7 @@ for mode in set unset; do
       printf "\n" }'
   done
 done
-echo "  MFU/pk: each row's median step against the peak above; the fifth column is left empty (no SGEMM ceiling here)."
+echo "  MFU/pk: each row's median step against the peak above (no SGEMM ceiling here: the MFU/sg column is \"-\")."
 echo
 
 # The products' share and their speed against the peak: --profile at B=8 T=256, and the tp=2 and pp=2 per-rank shapes.

@@ -87,7 +87,7 @@ def main():
     gf = (6 * n + 12 * L * T * C) * tps * 1e-9
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{'torch ' + preset + ' ' + prec:<16} {B:3d} {T:4d} {V:6d} | {med * 1e3:9.1f} | {tps:8.0f} | {gf:6.1f} | "
-          f"{100 * gf / ceiling:5.1f}% | {100 * gf / peak:5.1f}% |       - | {rss:7.0f}")
+          f"{(f'{100 * gf / ceiling:5.1f}%' if ceiling > 0 else '     -')} | {100 * gf / peak:5.1f}% |       - | {rss:7.0f}")
 
 
 main()
