@@ -80,13 +80,13 @@ int main(int argc, char **argv) {
         adamw_step(&opt, &st.table, st.params, st.grads, lr, &oc, norm > 1 ? (float)(1 / norm) : 1.0f);
         stage_params_changed(&st);   // (bf16/fp16: the 16-bit copy is made again)
         if (i >= 0) t[i] = timer_now() - t0;
-        if (i >= 0 && ceiling <= 0) {
+        if (i >= 0 && ceiling == 0) {
             ceil_at[i] = kernels_sgemm_gflops(2048, 2);
             ratio[i] = fpt / t[i] / ceil_at[i];
         }
     }
     double mfu_sg = -1;
-    if (ceiling <= 0) {   // the medians of the interleaved ceilings and of the ratios
+    if (ceiling == 0) {   // the medians of the interleaved ceilings and of the ratios
         qsort(ceil_at, (size_t)steps, sizeof *ceil_at, cmp);
         qsort(ratio, (size_t)steps, sizeof *ratio, cmp);
         ceiling = ceil_at[steps / 2];
