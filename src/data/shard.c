@@ -57,35 +57,70 @@ void shard_close(Shard *s) {
     memset(s, 0, sizeof *s);
 }
 
-int shard_write(const char *path, const int *ids, int64_t n, int vocab, Err *err) {
-    if (n > INT32_MAX) return err_set(err, ERR_USAGE, "%s: %lld tokens do not fit one shard", path, (long long)n);
-    int version = vocab <= 65536 ? 1 : 2;
-    size_t w = version == 1 ? 2 : 4;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = file_create_new(tmp, err);
+int shard_writer_open(ShardWriter *w, const char *path, int vocab, Err *err) {
+    memset(w, 0, sizeof *w);
+    w->version = vocab <= 65536 ? 1 : 2;
+    snprintf(w->path, sizeof w->path, "%s", path);
+    snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path);
+    int fd = file_create_new(w->tmp, err);
     if (fd < 0) return -1;
-    FILE *f = fdopen(fd, "wb");
-    if (!f) { close(fd); unlink(tmp); return err_set(err, ERR_RUN, "%s: %s", tmp, strerror(errno)); }
-    int32_t h[256] = {SHARD_MAGIC, version, (int32_t)n};
-    int bad = fwrite(h, sizeof h, 1, f) != 1;
-    enum { CHUNK = 1 << 16 };
-    unsigned char *buf = malloc(CHUNK * 4);
-    for (int64_t i = 0; !bad && i < n; i += CHUNK) {
-        int64_t m = n - i < CHUNK ? n - i : CHUNK;
-        for (int64_t k = 0; k < m; k++) {
-            uint32_t v = (uint32_t)ids[i + k];
-            if (version == 1) { uint16_t x = (uint16_t)v; memcpy(buf + 2 * k, &x, 2); }
-            else memcpy(buf + 4 * k, &v, 4);
-        }
-        bad = fwrite(buf, w, (size_t)m, f) != (size_t)m;
+    if (!(w->f = fdopen(fd, "wb"))) {
+        close(fd);
+        unlink(w->tmp);
+        return err_set(err, ERR_RUN, "%s: %s", w->tmp, strerror(errno));
     }
-    free(buf);
-    bad = bad || fflush(f) || fsync(fileno(f));
-    bad = fclose(f) || bad;
-    if (bad || rename(tmp, path)) {
-        unlink(tmp);
+    int32_t h[256] = {SHARD_MAGIC, w->version, 0};   // the count is written at the end
+    if (fwrite(h, sizeof h, 1, w->f) != 1) {
+        shard_writer_abort(w);
         return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(errno));
     }
     return 0;
+}
+
+int shard_writer_append(ShardWriter *w, const int *ids, int64_t n, Err *err) {
+    if (n > INT32_MAX - w->n) return err_set(err, ERR_USAGE, "%s: more tokens than one shard holds", w->path);
+    enum { CHUNK = 1 << 14 };
+    unsigned char buf[CHUNK * 4];
+    size_t width = w->version == 1 ? 2 : 4;
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        int64_t m = n - i < CHUNK ? n - i : CHUNK;
+        for (int64_t k = 0; k < m; k++) {
+            uint32_t v = (uint32_t)ids[i + k];
+            if (w->version == 1) { uint16_t x = (uint16_t)v; memcpy(buf + 2 * k, &x, 2); }
+            else memcpy(buf + 4 * k, &v, 4);
+        }
+        if (fwrite(buf, width, (size_t)m, w->f) != (size_t)m)
+            return err_set(err, ERR_RUN, "%s: write failed: %s", w->path, strerror(errno));
+    }
+    w->n += n;
+    return 0;
+}
+
+int shard_writer_close(ShardWriter *w, Err *err) {
+    int32_t count = (int32_t)w->n;
+    int bad = fflush(w->f) || pwrite(fileno(w->f), &count, sizeof count, 2 * sizeof(int32_t)) != sizeof count ||
+              fsync(fileno(w->f));
+    bad = fclose(w->f) || bad;
+    w->f = NULL;
+    if (bad || rename(w->tmp, w->path)) {
+        int e = errno;
+        unlink(w->tmp);
+        return err_set(err, ERR_RUN, "%s: write failed: %s", w->path, strerror(e));
+    }
+    return 0;
+}
+
+void shard_writer_abort(ShardWriter *w) {
+    if (!w->f) return;
+    fclose(w->f);
+    w->f = NULL;
+    unlink(w->tmp);
+}
+
+int shard_write(const char *path, const int *ids, int64_t n, int vocab, Err *err) {
+    if (n > INT32_MAX) return err_set(err, ERR_USAGE, "%s: %lld tokens do not fit one shard", path, (long long)n);
+    ShardWriter w;
+    if (shard_writer_open(&w, path, vocab, err)) return -1;
+    if (shard_writer_append(&w, ids, n, err)) { shard_writer_abort(&w); return -1; }
+    return shard_writer_close(&w, err);
 }
