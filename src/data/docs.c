@@ -21,8 +21,9 @@ struct Docs {
     int started;                // text: the document has begun
     int64_t cut_at;             // text: a piece ends at the first cut point from this offset on (-1: none)
     int64_t line, skipped, first_bad, ndocs;
-    char *doc;                  // JSONL: the current document's text, [doc_pos, doc_len) not yet returned
-    size_t doc_cap, doc_len, doc_pos;
+    Json *json;                 // JSONL: the current line, parsed
+    const char *doc;            // JSONL: the current document's text (in json), [doc_pos, doc_len) not yet returned
+    size_t doc_len, doc_pos;
 };
 
 static int ends_with(const char *s, size_t n, const char *suffix) {
@@ -52,7 +53,7 @@ void docs_close(Docs *d) {
     if (!d) return;
     zread_close(d->z);
     free(d->buf);
-    free(d->doc);
+    json_free(d->json);
     free(d);
 }
 
@@ -166,17 +167,12 @@ static int next_jsonl(Docs *d, const char **text, size_t *n, int *doc_start, Err
             json_free(j);
             continue;
         }
-        if (f->len + 1 > d->doc_cap) {
-            char *nd = realloc(d->doc, f->len + 1);
-            if (!nd) { json_free(j); return err_set(err, ERR_RUN, "out of memory"); }
-            d->doc = nd;
-            d->doc_cap = f->len + 1;
-        }
-        memcpy(d->doc, f->text, f->len);
+        json_free(d->json);   // the previous document's
+        d->json = j;
+        d->doc = f->text;
         d->doc_len = f->len;
         d->doc_pos = 0;
         d->ndocs++;
-        json_free(j);
         doc_piece(d, text, n, doc_start);
         return 1;
     }
