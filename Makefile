@@ -55,20 +55,22 @@ endif
 # (NO_ZLIB=1 / NO_ZSTD=1 build without them).
 ifndef NO_ZLIB
   ifeq ($(shell pkg-config --exists zlib 2>/dev/null && echo y),y)
-    CFLAGS += $(shell pkg-config --cflags zlib) -DTSR_ZLIB=1
-    LDLIBS += $(shell pkg-config --libs zlib)
+    Z_CFLAGS += $(shell pkg-config --cflags zlib) -DTSR_ZLIB=1
+    Z_LIBS   += $(shell pkg-config --libs zlib)
     Z_MSG := zlib ✓
   endif
 endif
 ifndef NO_ZSTD
   ifeq ($(shell pkg-config --exists libzstd 2>/dev/null && echo y),y)
-    CFLAGS += $(shell pkg-config --cflags libzstd) -DTSR_ZSTD=1
-    LDLIBS += $(shell pkg-config --libs libzstd)
+    Z_CFLAGS += $(shell pkg-config --cflags libzstd) -DTSR_ZSTD=1
+    Z_LIBS   += $(shell pkg-config --libs libzstd)
     ZSTD_MSG := zstd ✓
   endif
 endif
 Z_MSG    ?= zlib ✗
 ZSTD_MSG ?= zstd ✗
+CFLAGS += $(Z_CFLAGS)
+LDLIBS += $(Z_LIBS)
 
 SRC_DIRS := core kernels model optim train data io comm parallel plan
 LIB_SRC  := $(foreach d,$(SRC_DIRS),$(wildcard src/$(d)/*.c))
@@ -146,7 +148,7 @@ test:
 	@$(MAKE) --no-print-directory test-run
 
 test-run: tessera $(TEST_BUILD) $(ASAN_BIN)
-	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_pp.sh tests/cli/test_precision.sh tests/cli/test_llama.sh tests/cli/test_hardening.sh tests/cli/test_hardening_hf.sh tests/cli/test_profile.sh tests/cli/test_plot.sh tests/cli/test_corpora.sh tests/cli/test_restart.sh tests/cli/test_sample.sh tests/cli/test_same_model.sh $(ASAN_BIN) $(MPI_TESTS)
+	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_pp.sh tests/cli/test_precision.sh tests/cli/test_llama.sh tests/cli/test_hardening.sh tests/cli/test_hardening_hf.sh tests/cli/test_profile.sh tests/cli/test_plot.sh tests/cli/test_corpora.sh tests/cli/test_hardening_corpora.sh tests/cli/test_restart.sh tests/cli/test_sample.sh tests/cli/test_same_model.sh $(ASAN_BIN) $(MPI_TESTS)
 
 # The portable build: -march=x86-64-v3 (AVX2/FMA, no AVX-512), where linear
 # layers run on OpenBLAS and bf16 multiplies in fp32, built apart in
@@ -158,14 +160,15 @@ test-portable:
 	@bash tests/run.sh $(PORT_TESTS:%=$(PORT_DIR)/%)
 
 # libFuzzer targets for the safetensors, meta.json, checkpoint, shard,
-# --config and Hugging Face model directory readers (clang), each
-# run for FUZZ_SECONDS from the seed corpus in fuzz/corpus.
+# --config and Hugging Face model directory readers and prepare's
+# decompressing reader (clang), each run for FUZZ_SECONDS from the seed
+# corpus in fuzz/corpus, with zlib and libzstd when the build found them.
 FUZZ_SECONDS ?= 20
 FUZZ_CC      ?= clang
 FUZZ_SRC     := src/core/check.c src/core/half.c src/core/prof.c src/core/timer.c src/core/json.c src/core/fileio.c src/core/checksum.c src/io/safetensors.c \
                 src/io/checkpoint.c src/data/shard.c src/cli/flags.c src/io/meta.c src/model/config.c \
-                src/io/hf_dir.c src/io/hf_gpt2.c src/io/hf_llama.c src/io/weights.c src/model/params.c src/model/arch.c
-FUZZ_TARGETS := safetensors meta ckpt shard config hfdir
+                src/io/hf_dir.c src/io/hf_gpt2.c src/io/hf_llama.c src/io/weights.c src/model/params.c src/model/arch.c src/data/zread.c
+FUZZ_TARGETS := safetensors meta ckpt shard config hfdir zread
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD)/fuzz/corpus_$$t; \
@@ -183,8 +186,8 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 $(BUILD)/fuzz/%: fuzz/%.c fuzz/fuzz_file.c $(FUZZ_SRC) $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  FUZZ  $<"
-	$(Q)$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Isrc -o $@ $< fuzz/fuzz_file.c $(FUZZ_SRC) \
-	  $(LIB) -fopenmp $(LDLIBS)
+	$(Q)$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Isrc $(Z_CFLAGS) -o $@ $< fuzz/fuzz_file.c \
+	  $(FUZZ_SRC) $(LIB) -fopenmp $(LDLIBS)
 
 demo:
 	bash scripts/deps.sh

@@ -66,8 +66,11 @@ size_t bpe_piece_end(const unsigned char *s, size_t n, size_t i) {
 static int printable(unsigned char c) { return c > 0x20 && c < 0x7F; }
 
 size_t bpe_split_point(const unsigned char *t, size_t from, size_t limit) {
-    for (size_t p = from < 2 ? 2 : from; p < limit; p++)
-        if (t[p - 1] == '\n' && printable(t[p]) && printable(t[p - 2])) return p;
+    for (size_t p = from < 2 ? 2 : from; p < limit; p++) {
+        unsigned char a = t[p - 2], b = t[p - 1], c = t[p];
+        if ((b == '\n' || b == '\r') && printable(a) && printable(c)) return p;   // x\n|y, x\r|y
+        if (b == '\r' && c == '\n' && printable(a) && p + 1 < limit && printable(t[p + 1])) return p;   // x\r|\ny
+    }
     return limit;
 }
 

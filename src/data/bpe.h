@@ -37,9 +37,10 @@ size_t bpe_encode(BpeState *s, const char *text, size_t len, int *ids, size_t ca
 const unsigned char *bpe_token(const Bpe *b, int id, size_t *len);
 
 // A place at or after `from` (and before `limit`) where text can be cut and
-// its halves encoded separately with the same result: after a newline that
-// sits between two printable ASCII characters (the pattern always ends a
-// piece there). Returns limit when there is none.
+// its halves encoded separately with the same result: after a line end (LF
+// or CR) that sits between two printable ASCII characters, or between the
+// CR and LF of a CRLF so placed (the pattern makes "\r" and "\n" pieces of
+// their own there). Returns limit when there is none.
 size_t bpe_split_point(const unsigned char *text, size_t from, size_t limit);
 
 // End of the pre-tokenizer piece that starts at text[i] (i < len).

@@ -57,37 +57,71 @@ void shard_close(Shard *s) {
     memset(s, 0, sizeof *s);
 }
 
-int shard_write(const char *path, const int *ids, int64_t n, int vocab, Err *err) {
-    if (n > INT32_MAX) return err_set(err, ERR_USAGE, "%s: %lld tokens do not fit one shard", path, (long long)n);
-    int version = vocab <= 65536 ? 1 : 2;
-    size_t w = version == 1 ? 2 : 4;
-    char tmp[4300];
-    int fd = file_temp_create(path, tmp, sizeof tmp, err);
+int shard_writer_open(ShardWriter *w, const char *path, int vocab, Err *err) {
+    memset(w, 0, sizeof *w);
+    w->version = vocab <= 65536 ? 1 : 2;
+    snprintf(w->path, sizeof w->path, "%s", path);
+    int fd = file_temp_create(path, w->tmp, sizeof w->tmp, err);   // path.tmp.XXXXXX, this process's own
     if (fd < 0) return -1;
-    FILE *f = fdopen(fd, "wb");
-    if (!f) { close(fd); unlink(tmp); return err_set(err, ERR_RUN, "%s: %s", tmp, strerror(errno)); }
-    int32_t h[256] = {SHARD_MAGIC, version, (int32_t)n};
-    int bad = fwrite(h, sizeof h, 1, f) != 1;
-    enum { CHUNK = 1 << 16 };
-    unsigned char *buf = malloc(CHUNK * 4);
-    for (int64_t i = 0; !bad && i < n; i += CHUNK) {
+    if (!(w->f = fdopen(fd, "wb"))) {
+        close(fd);
+        unlink(w->tmp);
+        return err_set(err, ERR_RUN, "%s: %s", w->tmp, strerror(errno));
+    }
+    int32_t h[256] = {SHARD_MAGIC, w->version, 0};   // the count is written at the end
+    if (fwrite(h, sizeof h, 1, w->f) != 1) {
+        shard_writer_abort(w);
+        return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+int shard_writer_append(ShardWriter *w, const int *ids, int64_t n, Err *err) {
+    if (n > INT32_MAX - w->n) return err_set(err, ERR_USAGE, "%s: more tokens than one shard holds", w->path);
+    enum { CHUNK = 1 << 14 };
+    unsigned char buf[CHUNK * 4];
+    size_t width = w->version == 1 ? 2 : 4;
+    for (int64_t i = 0; i < n; i += CHUNK) {
         int64_t m = n - i < CHUNK ? n - i : CHUNK;
         for (int64_t k = 0; k < m; k++) {
             uint32_t v = (uint32_t)ids[i + k];
-            if (version == 1) { uint16_t x = (uint16_t)v; memcpy(buf + 2 * k, &x, 2); }
+            if (w->version == 1) { uint16_t x = (uint16_t)v; memcpy(buf + 2 * k, &x, 2); }
             else memcpy(buf + 4 * k, &v, 4);
         }
-        bad = fwrite(buf, w, (size_t)m, f) != (size_t)m;
+        if (fwrite(buf, width, (size_t)m, w->f) != (size_t)m)
+            return err_set(err, ERR_RUN, "%s: write failed: %s", w->path, strerror(errno));
     }
-    free(buf);
-    int e = bad || fflush(f) ? (errno ? errno : EIO) : 0;
-    int fd2 = dup(fileno(f));   // the descriptor file_temp_commit syncs and closes
-    if (fclose(f) && !e) e = errno;
-    if (e || fd2 < 0) {
+    w->n += n;
+    return 0;
+}
+
+int shard_writer_close(ShardWriter *w, Err *err) {
+    int32_t count = (int32_t)w->n;
+    int bad = fflush(w->f) || pwrite(fileno(w->f), &count, sizeof count, 2 * sizeof(int32_t)) != sizeof count;
+    int e = bad ? (errno ? errno : EIO) : 0;
+    int fd = dup(fileno(w->f));   // the descriptor file_temp_commit syncs and closes
+    if (fclose(w->f) && !e) e = errno;
+    w->f = NULL;
+    if (e || fd < 0) {
         if (!e) e = errno;
-        if (fd2 >= 0) close(fd2);
-        unlink(tmp);
-        return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(e));
+        if (fd >= 0) close(fd);
+        unlink(w->tmp);
+        return err_set(err, ERR_RUN, "%s: write failed: %s", w->path, strerror(e));
     }
-    return file_temp_commit(fd2, tmp, path, err);
+    return file_temp_commit(fd, w->tmp, w->path, err);
+}
+
+void shard_writer_abort(ShardWriter *w) {
+    if (!w->f) return;
+    fclose(w->f);
+    w->f = NULL;
+    unlink(w->tmp);
+}
+
+int shard_write(const char *path, const int *ids, int64_t n, int vocab, Err *err) {
+    if (n > INT32_MAX) return err_set(err, ERR_USAGE, "%s: %lld tokens do not fit one shard", path, (long long)n);
+    ShardWriter w;
+    if (shard_writer_open(&w, path, vocab, err)) return -1;
+    if (shard_writer_append(&w, ids, n, err)) { shard_writer_abort(&w); return -1; }
+    return shard_writer_close(&w, err);
 }

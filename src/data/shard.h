@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/check.h"
 
@@ -37,5 +38,19 @@ static inline int shard_token(const Shard *s, int64_t i) {
 // Writes ids[0..n) as a shard (version 1 when vocab <= 65536, else 2), to a
 // temporary name, fsynced, then renamed.
 int shard_write(const char *path, const int *ids, int64_t n, int vocab, Err *err);
+
+// The same, a piece at a time: open writes the header to PATH.tmp, append
+// adds tokens, close sets the header's count, fsyncs and renames to PATH;
+// abort removes the temporary file (and is a no-op after close).
+typedef struct ShardWriter {
+    FILE *f;
+    int version;
+    int64_t n;             // tokens appended
+    char path[4200], tmp[4216];
+} ShardWriter;
+int shard_writer_open(ShardWriter *w, const char *path, int vocab, Err *err);
+int shard_writer_append(ShardWriter *w, const int *ids, int64_t n, Err *err);
+int shard_writer_close(ShardWriter *w, Err *err);
+void shard_writer_abort(ShardWriter *w);
 
 #endif

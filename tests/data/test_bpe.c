@@ -141,6 +141,38 @@ static void test_long_runs_are_not_quadratic(void) {
     free(ids);
 }
 
+static void test_split_points_keep_the_encoding(void) {
+    // Every cut point bpe_split_point finds (after LF, after CR, between
+    // CR and LF) splits a text into halves whose ids, concatenated, are the
+    // whole text's; random lines of letters, spaces and punctuation joined by
+    // LF, CR, CRLF and blank lines.
+    const char *ends[] = {"\n", "\r", "\r\n", "\r\n\r\n", "\n\n", " \r\n", "\r\r\n"};
+    const char *chunks[] = {"To be", " or not", ", that", "'s", " 42", "!", "  ", "\t", "\xc3\xa9t\xc3\xa9"};
+    char s[4096];
+    int bad = 0, cuts = 0;
+    int *whole = malloc(sizeof s * sizeof *whole), *half = malloc(sizeof s * sizeof *half);
+    for (int c = 0; c < 300; c++) {
+        size_t n = 0;
+        for (int k = 0; k < 40 && n < sizeof s - 64; k++) {
+            uint64_t r = rng_below(23, 1, (uint64_t)c * 100 + (uint64_t)k, 16);
+            const char *piece = r < 9 ? chunks[r] : ends[r - 9];
+            memcpy(s + n, piece, strlen(piece));
+            n += strlen(piece);
+        }
+        size_t m = tokenizer_encode(&tok, s, n, whole, sizeof s);
+        for (size_t p = bpe_split_point((const unsigned char *)s, 0, n); p < n;
+             p = bpe_split_point((const unsigned char *)s, p + 1, n)) {
+            size_t a = tokenizer_encode(&tok, s, p, half, sizeof s);
+            size_t b = tokenizer_encode(&tok, s + p, n - p, half + a, sizeof s - a);
+            bad += a + b != m || memcmp(whole, half, m * sizeof *half) != 0;
+            cuts++;
+        }
+    }
+    free(whole);
+    free(half);
+    EXPECT(bad == 0 && cuts > 150, "%d of %d cuts change the encoding", bad, cuts);
+}
+
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
     fputs(text, f);
@@ -188,6 +220,7 @@ int main(void) {
     RUN(test_tinyshakespeare_matches_tiktoken);
     RUN(test_roundtrip_random_bytes);
     RUN(test_long_runs_are_not_quadratic);
+    RUN(test_split_points_keep_the_encoding);
     RUN(test_malformed_vocab_files);
     tokenizer_close(&tok);
     return test_finish();
