@@ -31,6 +31,13 @@ static int mpi_local_ranks(void) {
     return 1;
 }
 
+// TESSERA_TEST_OVERFLOW's rank is one of the world's ranks. 0, or -1 with e.
+static int overflow_rank_check(const TrainConfig *tc, int world, Err *e) {
+    if (tc->overflow_rank < world) return 0;
+    return err_set(e, ERR_USAGE, "TESSERA_TEST_OVERFLOW='%s': rank %d is not one of the run's %d rank%s (0..%d)",
+                   getenv("TESSERA_TEST_OVERFLOW"), tc->overflow_rank, world, world == 1 ? "" : "s", world - 1);
+}
+
 // One rank of the mesh: rank 0 prints, the others keep quiet; errors go to
 // stderr with the rank.
 static int train_rank(Comm *world, void *arg) {
@@ -38,6 +45,10 @@ static int train_rank(Comm *world, void *arg) {
     Err e = {0};
     Mesh m;
     int dp = ra->dp ? ra->dp : comm_size(world) / (ra->tp * ra->pp);   // under mpirun: the ranks started / (tp·pp)
+    if (overflow_rank_check(ra->tc, comm_size(world), &e)) {   // under mpirun: known only now; every rank sees it
+        if (comm_rank(world) == 0) comm_rank_error(world, "tessera train", &e);
+        return ERR_USAGE;
+    }
     if ((ra->tp > 1 || ra->pp > 1) && !strcmp(comm_backend(world), "mpi") && !comm_mpi_thread_multiple()) {
         err_set(&e, ERR_USAGE, "--%s under mpirun needs an MPI library that grants MPI_THREAD_MULTIPLE (tensor-parallel "
                 "collectives and pipeline sends run beside the data-parallel group's)", ra->tp > 1 ? "tp" : "pp");
@@ -157,7 +168,8 @@ static void resumed_seq(TrainConfig *tc) {
 // --precision, --reduce-dtype and fp16's loss-scale flags into tc (a
 // loss-scale flag without fp16 is an error: bf16 and fp32 need no scale);
 // the test hook TESSERA_TEST_OVERFLOW=STEP[:RANK] puts an inf into that
-// rank's gradients at that step.
+// rank's gradients at that step (a step of --steps; the rank is checked
+// against the world once its size is known).
 static int precision_flags(TrainConfig *tc, const char *prec, const char *reduce, ScalerConfig *sc, Err *e) {
     if (prec_parse(prec, &tc->precision))
         return err_set(e, ERR_USAGE, "--precision: expected fp32, bf16 or fp16, got '%s'", prec);
@@ -176,10 +188,21 @@ static int precision_flags(TrainConfig *tc, const char *prec, const char *reduce
     const char *hook = getenv("TESSERA_TEST_OVERFLOW");
     if (hook && *hook) {
         char *end;
-        long s = strtol(hook, &end, 10), r = 0;
-        if (*end == ':') r = strtol(end + 1, &end, 10);
-        if (s < 1 || r < 0 || *end)
+        errno = 0;
+        long long s = strtoll(hook, &end, 10), r = 0;
+        int bad = end == hook;
+        if (!bad && *end == ':') {
+            const char *at = end + 1;
+            r = strtoll(at, &end, 10);
+            bad = end == at;
+        }
+        if (bad || errno || *end)
             return err_set(e, ERR_USAGE, "TESSERA_TEST_OVERFLOW='%s': expected STEP or STEP:RANK", hook);
+        if (s < 1 || s > tc->steps)
+            return err_set(e, ERR_USAGE, "TESSERA_TEST_OVERFLOW='%s': step %lld is not one of the run's steps (1..%d)", hook,
+                           s, tc->steps);
+        if (r < 0 || r > 255)   // --nproc's limit; the run's own rank count is checked once it is known
+            return err_set(e, ERR_USAGE, "TESSERA_TEST_OVERFLOW='%s': rank %lld is not a rank (0..255)", hook, r);
         tc->overflow_step = (int)s;
         tc->overflow_rank = (int)r;
     }
@@ -408,7 +431,8 @@ int cmd_train(int argc, char **argv) {
                          dp, nproc, dp, tp, pp);
             goto out;
         }
-        if (world > 0 && local_room(world, dp, tp, pp, tc.virtual_stages, &e)) goto out;
+        if (world > 0 && (local_room(world, dp, tp, pp, tc.virtual_stages, &e) || overflow_rank_check(&tc, world, &e)))
+            goto out;
         if (!threads_given) {   // the cores shared by the ranks on this machine
             int local = world > 0 ? world : mpi_local_ranks();
             tc.threads = omp_get_num_procs() / local > 0 ? omp_get_num_procs() / local : 1;
@@ -418,6 +442,7 @@ int cmd_train(int argc, char **argv) {
         e.msg[0] = 0;
         goto out;
     }
+    if (overflow_rank_check(&tc, 1, &e)) goto out;
     Mesh one = mesh_single();
     rc = train_run(&tc, &one, &e) ? e.code : 0;
 out:
