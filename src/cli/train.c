@@ -403,7 +403,10 @@ int cmd_train(int argc, char **argv) {
     if (check_inputs(&tc, &e) || (tc.ckpt_dir && ckpt_prepare_dir(tc.ckpt_dir, &e))) goto out;
     int threads_given = tc.threads > 0;
     if (!threads_given) tc.threads = omp_get_num_procs();
-    tc.progress = isatty(STDOUT_FILENO);
+    // the bar only when the launcher's stdout is a terminal: mpirun hands its
+    // ranks a terminal of its own even when its output goes to a file or pipe,
+    // so a rank under it cannot tell, and draws none
+    tc.progress = isatty(STDOUT_FILENO) && !comm_mpi_launched();
     if (tc.sp && tp == 1) { err_set(&e, ERR_USAGE, "--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more"); goto out; }
     if (pipeline_flags(&tc, pp, pp_layers, pipe_sched, micro, &layers, &e)) goto out;
     if (!strcmp(recompute, "full")) tc.recompute = STAGE_RECOMPUTE_FULL;
