@@ -1,5 +1,4 @@
 // tessera sample — generate text from a checkpoint.
-#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,51 +10,8 @@
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "kernels/matmul.h"
+#include "kernels/sampling.h"
 #include "model/stage.h"
-
-// The k-th largest of a[0..n) (1 <= k <= n), counting equal values apart;
-// a is reordered. Hoare's selection (quickselect): O(n) on average, where
-// sorting or k passes of a maximum search cost O(n log n) or O(n·k).
-static float kth_largest(float *a, int n, int k) {
-    int lo = 0, hi = n - 1, t = k - 1;   // t: the place of the answer in descending order
-    while (lo < hi) {
-        float p = a[lo + (hi - lo) / 2];
-        int i = lo - 1, j = hi + 1;
-        for (;;) {   // a[lo..j] >= p >= a[j+1..hi]
-            do i++; while (a[i] > p);
-            do j--; while (a[j] < p);
-            if (i >= j) break;
-            float x = a[i]; a[i] = a[j]; a[j] = x;
-        }
-        if (t <= j) hi = j;
-        else lo = j + 1;
-    }
-    return a[t];
-}
-
-// Draws a token from logits (V) at temperature (0 = argmax) among the top_k
-// most likely (0 = all), with uniform u in [0,1); scratch holds V floats.
-// The candidates are the logits at or above the k-th largest, so ties at
-// the cut all stay in.
-static int pick(const float *logits, int V, double temperature, int top_k, double u, float *scratch) {
-    int best = 0;
-    for (int v = 1; v < V; v++) if (logits[v] > logits[best]) best = v;
-    if (temperature <= 0) return best;
-    float cut = -INFINITY;
-    if (top_k > 0 && top_k < V) {
-        memcpy(scratch, logits, (size_t)V * sizeof *scratch);
-        cut = kth_largest(scratch, V, top_k);
-    }
-    double sum = 0;
-    for (int v = 0; v < V; v++) sum += logits[v] >= cut ? exp((logits[v] - logits[best]) / temperature) : 0;
-    double r = u * sum, acc = 0;
-    for (int v = 0; v < V; v++) {
-        if (logits[v] < cut) continue;
-        acc += exp((logits[v] - logits[best]) / temperature);
-        if (acc > r) return v;
-    }
-    return best;
-}
 
 int cmd_sample(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = "\n", *precision = "fp32";
@@ -146,7 +102,7 @@ int cmd_sample(int argc, char **argv) {
             stage_forward(&st, 0, ctx, NULL, 1, T, 0.0f);
             stage_logits(&st, 0, 1, T, T - 1, logits);
         }
-        int id = pick(logits, mc.vocab, temperature, top_k, rng_uniform(seed, stream, (uint64_t)i), scratch);
+        int id = sampling_pick(logits, mc.vocab, temperature, top_k, rng_uniform(seed, stream, (uint64_t)i), scratch);
         ids[n++] = id;
         char buf[64];
         size_t bl = tokenizer_decode(&tok, id, buf, sizeof buf);
