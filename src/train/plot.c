@@ -337,8 +337,9 @@ static void draw_runs(Sb *b, const Frame *f, int m, PlotRun *const *runs, int nr
         int n = run->n[m];
         if (n == 0) continue;
         const char *c = palette[r % NCOLOR];
-        double *y = malloc((size_t)n * 2 * sizeof *y), *s = y + n;
+        double *y = malloc((size_t)n * 2 * sizeof *y);   // the drawable values, then their smoothing
         if (!y) { b->oom = 1; return; }
+        double *s = y + n;
         for (int i = 0; i < n; i++) y[i] = drawable(run->y[m][i], f->logy) ? run->y[m][i] : NAN;
         if (smooth_w > 1) {
             if (smooth(y, n, smooth_w, s)) { b->oom = 1; free(y); return; }
