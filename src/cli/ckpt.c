@@ -1,4 +1,4 @@
-// tessera export / import / ckpt info — moving weights to and from the
+// tessera export / import / ckpt info / ckpt diff — moving weights to and from the
 // Hugging Face ecosystem, and looking inside a checkpoint.
 #include <math.h>
 #include <stddef.h>
@@ -188,16 +188,22 @@ out:
 }
 
 int cmd_ckpt(int argc, char **argv) {
+    int help = 0;
+    for (int i = 0; i < argc && i < 2; i++) help |= !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+    if (help && (argc < 2 || !strcmp(argv[0], "info") || !strcmp(argv[0], "diff"))) {
+        printf("usage: tessera ckpt info PATH | tessera ckpt diff PATH_A PATH_B\n\n"
+               "info: a checkpoint's step, model, layout, the ranks its files are of, and its tensors; every checksum\n"
+               "      verified.\n"
+               "diff: the largest difference between two checkpoints' parameters (the same model, any layouts):\n"
+               "      absolute, the tensor it is in, and relative to the largest magnitude.\n"
+               "PATH: a checkpoint, or a run directory (its latest).\n");
+        return 0;
+    }
     if (argc == 3 && !strcmp(argv[0], "diff")) return ckpt_diff(argv[1], argv[2]);
-    if (argc < 1 || (strcmp(argv[0], "info") && strcmp(argv[0], "--help") && strcmp(argv[0], "-h"))) {
+    if (argc < 1 || strcmp(argv[0], "info")) {
         Err e;
         err_set(&e, ERR_USAGE, "usage: tessera ckpt info PATH | tessera ckpt diff PATH_A PATH_B");
         return cli_fail("ckpt", &e);
-    }
-    if (argv[0][0] == '-' || (argc > 1 && !strcmp(argv[1], "--help"))) {
-        printf("usage: tessera ckpt info PATH\n\nPrints a checkpoint's step, model, layout and tensors, and verifies "
-               "every checksum.\n");
-        return 0;
     }
     if (argc != 2) {
         Err e;

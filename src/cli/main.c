@@ -1,4 +1,4 @@
-// tessera — train GPT-2 style language models in C.
+// tessera — train GPT-2 and LLaMA-style language models in C.
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,12 +10,13 @@ static const char *usage =
     "\n"
     "commands:\n"
     "  prepare     tokenize text files into token shards\n"
-    "  train       train a model on shards or a text file (fp32; data and tensor parallel, ZeRO 1-3: --nproc/--dp/--tp/--sp/--zero or mpirun)\n"
+    "  train       train a model on shards or a text file (fp32, bf16 or fp16; data, tensor and pipeline parallel, ZeRO 1-3:\n"
+    "              --nproc/--dp/--tp/--sp/--pp/--zero, or mpirun)\n"
     "  eval        validation loss and perplexity of a checkpoint\n"
     "  sample      generate text from a checkpoint\n"
     "  tokenize    text on stdin to token ids and back (--decode)\n"
-    "  export      checkpoint -> safetensors (Hugging Face GPT-2 names)\n"
-    "  import      safetensors -> step-0 checkpoint\n"
+    "  export      checkpoint -> Hugging Face safetensors: a GPT-2 file, or a GPT-2 or LLaMA model directory\n"
+    "  import      Hugging Face GPT-2 or LLaMA weights (a model directory or a GPT-2 file) -> step-0 checkpoint\n"
     "  ckpt        ckpt info PATH: contents, checksums verified; ckpt diff A B: largest parameter difference\n"
     "  comm-bench  collective bandwidth and latency (--nproc N ranks, or under mpirun)\n"
     "  plan        memory, FLOPs, communication and time for any model on any cluster; the best layout\n"

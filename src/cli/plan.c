@@ -228,8 +228,8 @@ int cmd_plan(int argc, char **argv) {
     int layers = 0, d_model = 0, heads = 0, kv_heads = 0, d_ff = 0, positions = 0;
     const char *arch = NULL;
     Flag f[] = {
-        {"model", FLAG_STR, &model, 0, 0, "PRESET", "model (default gpt2-124m); see the list below", 0, NULL},
-        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {n_layer, n_head, d_model, d_ff, max_seq, vocab} (as tessera train's)", 0, NULL},
+        {"model", FLAG_STR, &model, 0, 0, "PRESET", "model (default gpt2-124m); see the list above", 0, NULL},
+        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, n_kv_head, d_model, d_ff, max_seq, vocab, rope_theta, norm_eps} (as tessera train's)", 0, NULL},
         {"vocab", FLAG_U64, &vocab, 2, 1 << 24, "V", "override the model's vocabulary (e.g. 256 for --tokenizer byte)", 0, NULL},
         {"arch", FLAG_STR, &arch, 0, 0, "A", "override the architecture: gpt2 or llama", 0, NULL},
         {"layers", FLAG_INT, &layers, 1, 1 << 20, "L", "override the layer count", 0, NULL},

@@ -2,10 +2,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "cli/flags.h"
 #include "train/plot.h"
+
+// --out must not be one of the inputs: the same file by device and inode,
+// however it is spelled (another path, a hard link, a symlink to it), or the
+// SVG would replace a run's log. 0, or -1 with e naming both.
+static int out_not_input(const char *out, char **inputs, int n, Err *e) {
+    struct stat so, si;
+    if (stat(out, &so)) return 0;   // not there yet (or unreadable): nothing of the inputs' to replace
+    for (int i = 0; i < n; i++)
+        if (!stat(inputs[i], &si) && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+            return err_set(e, ERR_USAGE, "--out %s is the input %s (the same file): give the SVG another name", out,
+                           inputs[i]);
+    return 0;
+}
 
 int cmd_plot(int argc, char **argv) {
     // the JSONL files come first, the flags after them
@@ -28,7 +42,9 @@ int cmd_plot(int argc, char **argv) {
         printf("usage: tessera plot RUN.jsonl [RUN2.jsonl ...] --out FILE.svg [flags]\n\n"
                "Draws the metrics `tessera train --log` writes as one SVG: a panel per metric, the runs overlaid\n"
                "with a legend, axes with ticks and units. Metrics: %s.\n"
-               "A resumed run's file holds steps again from its checkpoint on: the later record of a step wins.\n\n",
+               "A resumed run's file holds steps again from its checkpoint on: the later record of a step wins.\n"
+               "Values a panel cannot draw (not finite, beyond ±1e300, not above 0 on a log scale) are left out;\n"
+               "the panel and stderr say how many. --out may not be one of the inputs (by any name or link).\n\n",
                plot_metric_names());
         flags_print(f, nf);
         return 0;
@@ -42,6 +58,7 @@ int cmd_plot(int argc, char **argv) {
         return cli_fail("plot", &e);
     }
     if (metrics && plot_check_metrics(metrics, &e)) return cli_fail("plot", &e);
+    if (out_not_input(out, argv, nfiles, &e)) return cli_fail("plot", &e);
     PlotRun **runs = calloc((size_t)nfiles, sizeof *runs);
     const char **names = calloc((size_t)nfiles, sizeof *names);
     int rc = runs && names ? 0 : cli_fail("plot", (err_set(&e, ERR_RUN, "out of memory"), &e));
@@ -51,8 +68,12 @@ int cmd_plot(int argc, char **argv) {
         names[i] = slash ? slash + 1 : argv[i];   // the legend names the files
     }
     PlotOptions o = {.metrics = metrics, .log_loss = log_loss, .smooth = smooth, .width = width};
-    if (!rc && plot_svg(out, runs, names, nfiles, &o, &e)) rc = cli_fail("plot", &e);
+    long skipped = 0;
+    if (!rc && plot_svg(out, runs, names, nfiles, &o, &skipped, &e)) rc = cli_fail("plot", &e);
     if (!rc) printf("plot: %s (%d run%s)\n", out, nfiles, nfiles == 1 ? "" : "s");
+    if (!rc && skipped)
+        fprintf(stderr, "plot: %ld value%s not drawn (not finite, beyond ±1e300, or not above 0 on a log scale): "
+                "each panel says how many of its own\n", skipped, skipped == 1 ? "" : "s");
     for (int i = 0; runs && i < nfiles; i++) plot_run_free(runs[i]);
     free(runs);
     free(names);

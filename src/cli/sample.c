@@ -1,5 +1,4 @@
 // tessera sample — generate text from a checkpoint.
-#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,36 +10,8 @@
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "kernels/matmul.h"
+#include "kernels/sampling.h"
 #include "model/stage.h"
-
-// Draws a token from logits (V) at temperature (0 = argmax) among the top_k
-// most likely (0 = all), with uniform u in [0,1).
-static int pick(float *logits, int V, double temperature, int top_k, double u) {
-    int best = 0;
-    for (int v = 1; v < V; v++) if (logits[v] > logits[best]) best = v;
-    if (temperature <= 0) return best;
-    float cut = -INFINITY;
-    if (top_k > 0 && top_k < V) {   // the k-th largest logit, by a partial selection
-        float *tmp = malloc((size_t)V * sizeof *tmp);
-        memcpy(tmp, logits, (size_t)V * sizeof *tmp);
-        for (int i = 0; i < top_k; i++) {
-            int m = i;
-            for (int v = i + 1; v < V; v++) if (tmp[v] > tmp[m]) m = v;
-            float t = tmp[i]; tmp[i] = tmp[m]; tmp[m] = t;
-        }
-        cut = tmp[top_k - 1];
-        free(tmp);
-    }
-    double sum = 0;
-    for (int v = 0; v < V; v++) sum += logits[v] >= cut ? exp((logits[v] - logits[best]) / temperature) : 0;
-    double r = u * sum, acc = 0;
-    for (int v = 0; v < V; v++) {
-        if (logits[v] < cut) continue;
-        acc += exp((logits[v] - logits[best]) / temperature);
-        if (acc > r) return v;
-    }
-    return best;
-}
 
 int cmd_sample(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = "\n", *precision = "fp32";
@@ -99,7 +70,14 @@ int cmd_sample(int argc, char **argv) {
     size_t plen = strlen(prompt);
     int total = (int)plen + tokens + 2;
     int *ids = malloc((size_t)(total > 0 ? total : 1) * sizeof *ids);
-    float *logits = malloc((size_t)mc.vocab_padded * sizeof *logits);
+    float *logits = malloc((size_t)mc.vocab_padded * sizeof *logits), *scratch = malloc((size_t)mc.vocab * sizeof *scratch);
+    if (!ids || !logits || !scratch) {
+        free(ids);
+        free(logits);
+        free(scratch);
+        err_set(&e, ERR_RUN, "out of memory");
+        goto fail;
+    }
     int n;
     if (!flags_find(f, nf, "prompt")->seen && tok.eot >= 0) {
         ids[0] = tok.eot;   // no prompt: start a new document, as GPT-2 does
@@ -124,7 +102,7 @@ int cmd_sample(int argc, char **argv) {
             stage_forward(&st, 0, ctx, NULL, 1, T, 0.0f);
             stage_logits(&st, 0, 1, T, T - 1, logits);
         }
-        int id = pick(logits, mc.vocab, temperature, top_k, rng_uniform(seed, stream, (uint64_t)i));
+        int id = sampling_pick(logits, mc.vocab, temperature, top_k, rng_uniform(seed, stream, (uint64_t)i), scratch);
         ids[n++] = id;
         char buf[64];
         size_t bl = tokenizer_decode(&tok, id, buf, sizeof buf);
@@ -134,6 +112,7 @@ int cmd_sample(int argc, char **argv) {
     putchar('\n');
     free(ids);
     free(logits);
+    free(scratch);
     stage_free(&st);
     tokenizer_close(&tok);
     ckpt_close(ck);

@@ -31,6 +31,13 @@ static int mpi_local_ranks(void) {
     return 1;
 }
 
+// TESSERA_TEST_OVERFLOW's rank is one of the world's ranks. 0, or -1 with e.
+static int overflow_rank_check(const TrainConfig *tc, int world, Err *e) {
+    if (tc->overflow_rank < world) return 0;
+    return err_set(e, ERR_USAGE, "TESSERA_TEST_OVERFLOW='%s': rank %d is not one of the run's %d rank%s (0..%d)",
+                   getenv("TESSERA_TEST_OVERFLOW"), tc->overflow_rank, world, world == 1 ? "" : "s", world - 1);
+}
+
 // One rank of the mesh: rank 0 prints, the others keep quiet; errors go to
 // stderr with the rank.
 static int train_rank(Comm *world, void *arg) {
@@ -38,6 +45,10 @@ static int train_rank(Comm *world, void *arg) {
     Err e = {0};
     Mesh m;
     int dp = ra->dp ? ra->dp : comm_size(world) / (ra->tp * ra->pp);   // under mpirun: the ranks started / (tp·pp)
+    if (overflow_rank_check(ra->tc, comm_size(world), &e)) {   // under mpirun: known only now; every rank sees it
+        if (comm_rank(world) == 0) comm_rank_error(world, "tessera train", &e);
+        return ERR_USAGE;
+    }
     if ((ra->tp > 1 || ra->pp > 1) && !strcmp(comm_backend(world), "mpi") && !comm_mpi_thread_multiple()) {
         err_set(&e, ERR_USAGE, "--%s under mpirun needs an MPI library that grants MPI_THREAD_MULTIPLE (tensor-parallel "
                 "collectives and pipeline sends run beside the data-parallel group's)", ra->tp > 1 ? "tp" : "pp");
@@ -157,7 +168,8 @@ static void resumed_seq(TrainConfig *tc) {
 // --precision, --reduce-dtype and fp16's loss-scale flags into tc (a
 // loss-scale flag without fp16 is an error: bf16 and fp32 need no scale);
 // the test hook TESSERA_TEST_OVERFLOW=STEP[:RANK] puts an inf into that
-// rank's gradients at that step.
+// rank's gradients at that step (a step of --steps; the rank is checked
+// against the world once its size is known).
 static int precision_flags(TrainConfig *tc, const char *prec, const char *reduce, ScalerConfig *sc, Err *e) {
     if (prec_parse(prec, &tc->precision))
         return err_set(e, ERR_USAGE, "--precision: expected fp32, bf16 or fp16, got '%s'", prec);
@@ -176,10 +188,21 @@ static int precision_flags(TrainConfig *tc, const char *prec, const char *reduce
     const char *hook = getenv("TESSERA_TEST_OVERFLOW");
     if (hook && *hook) {
         char *end;
-        long s = strtol(hook, &end, 10), r = 0;
-        if (*end == ':') r = strtol(end + 1, &end, 10);
-        if (s < 1 || r < 0 || *end)
+        errno = 0;
+        long long s = strtoll(hook, &end, 10), r = 0;
+        int bad = end == hook;
+        if (!bad && *end == ':') {
+            const char *at = end + 1;
+            r = strtoll(at, &end, 10);
+            bad = end == at;
+        }
+        if (bad || errno || *end)
             return err_set(e, ERR_USAGE, "TESSERA_TEST_OVERFLOW='%s': expected STEP or STEP:RANK", hook);
+        if (s < 1 || s > tc->steps)
+            return err_set(e, ERR_USAGE, "TESSERA_TEST_OVERFLOW='%s': step %lld is not one of the run's steps (1..%d)", hook,
+                           s, tc->steps);
+        if (r < 0 || r > 255)   // --nproc's limit; the run's own rank count is checked once it is known
+            return err_set(e, ERR_USAGE, "TESSERA_TEST_OVERFLOW='%s': rank %lld is not a rank (0..255)", hook, r);
         tc->overflow_step = (int)s;
         tc->overflow_rank = (int)r;
     }
@@ -264,14 +287,14 @@ int cmd_train(int argc, char **argv) {
     int max_restarts = 0;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, llama-120m, llama-7b, llama2-7b, llama2-13b, llama2-70b", 0, NULL},
-        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, n_kv_head, d_model, d_ff, max_seq, rope_theta, norm_eps}", 0, NULL},
+        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, n_kv_head, d_model, d_ff, max_seq, vocab, rope_theta, norm_eps}", 0, NULL},
         {"data", FLAG_STR, &tc.data, 0, 0, "PATH", "shard directory (from tessera prepare), shard glob, .bin file, or text file (required)", 0, NULL},
         {"val-data", FLAG_STR, &tc.val_data, 0, 0, "PATH", "validation data (default: the val shards of a --data directory)", 0, NULL},
         {"tokenizer", FLAG_STR, &tc.tokenizer, 0, 0, "gpt2|llama|byte", "gpt2 (default, vocabulary 50257), llama (32000) or byte (256)", 0, NULL},
         {"eval-every", FLAG_INT, &tc.eval_every, 0, 1 << 30, "N", "evaluate every N steps (default 0: only at the end)", 0, NULL},
         {"eval-batches", FLAG_INT, &tc.eval_batches, 0, 1 << 30, "N", "batches per evaluation, 0 = all (default 20)", 0, NULL},
         {"batch", FLAG_INT, &tc.batch, 1, 1 << 16, "B", "sequences per micro-batch (default 8)", 0, NULL},
-        {"seq", FLAG_INT, &tc.seq, 1, 1 << 20, "T", "tokens per sequence (default: the model's max_seq, at most 256)", 0, NULL},
+        {"seq", FLAG_INT, &tc.seq, 1, 1 << 20, "T", "tokens per sequence (default: a resumed run's; else the model's max_seq, at most 256)", 0, NULL},
         {"grad-accum", FLAG_INT, &tc.accum, 1, 1 << 16, "K", "micro-batches per optimizer step (default 1)", 0, NULL},
         {"steps", FLAG_INT, &tc.steps, 1, 1 << 30, "N", "optimizer steps (default 100)", 0, NULL},
         {"lr", FLAG_FLOAT, &tc.lr.lr, 0, 10, "X", "peak learning rate (default 6e-4)", 0, NULL},
@@ -284,7 +307,7 @@ int cmd_train(int argc, char **argv) {
         {"beta2", FLAG_FLOAT, &tc.adamw.beta2, 0, 0.999999, "X", "AdamW beta2 (default 0.95)", 0, NULL},
         {"eps", FLAG_FLOAT, &tc.adamw.eps, 1e-30, 1, "X", "AdamW epsilon (default 1e-8)", 0, NULL},
         {"seed", FLAG_U64, &tc.seed, 0, 9.2e18, "N", "seed of init and data order (default 1337)", 0, NULL},
-        {"log", FLAG_STR, &tc.log_path, 0, 0, "FILE.jsonl", "append one JSON object per logged step", 0, NULL},
+        {"log", FLAG_STR, &tc.log_path, 0, 0, "FILE.jsonl", "append one JSON object per logged step, evaluation and restart", 0, NULL},
         {"log-every", FLAG_INT, &tc.log_every, 1, 1 << 30, "N", "print and log every N steps (default 10)", 0, NULL},
         {"ckpt-dir", FLAG_STR, &tc.ckpt_dir, 0, 0, "DIR", "save checkpoints under DIR (at the end, and every --ckpt-every)", 0, NULL},
         {"ckpt-every", FLAG_INT, &tc.ckpt_every, 0, 1 << 30, "N", "steps between checkpoints (default 0: only at the end)", 0, NULL},
@@ -293,7 +316,7 @@ int cmd_train(int argc, char **argv) {
         {"resume", FLAG_STR, &tc.resume, 0, 0, "[PATH]", "continue from a checkpoint or run directory (alone: --ckpt-dir's latest)", 0, "@latest"},
         {"init-from", FLAG_STR, &tc.init_from, 0, 0, "PATH", "start (step 0, a fresh optimizer) from these weights: a Hugging Face model directory (GPT-2 or LLaMA), a GPT-2 safetensors file, or a tessera checkpoint or run directory; --model, if given, must be their model", 0, NULL},
         {"threads", FLAG_INT, &tc.threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores; with --nproc or mpirun, cores / ranks on this machine)", 0, NULL},
-        {"dp", FLAG_INT, &dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default: ranks / --tp)", 0, NULL},
+        {"dp", FLAG_INT, &dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default: ranks / (--tp × --pp))", 0, NULL},
         {"tp", FLAG_INT, &tp, 1, 256, "N", "tensor-parallel ranks: each layer's heads, FFN columns and vocabulary split over N neighbouring ranks (default 1)", 0, NULL},
         {"sp", FLAG_BOOL, &tc.sp, 0, 0, "", "sequence parallelism with --tp: norms and residual stream split by rows, allgather/reduce-scatter instead of allreduce", 0, NULL},
         {"pp", FLAG_INT, &pp, 1, 256, "N", "pipeline stages: each rank holds a contiguous range of layers, activations sent between stages per micro-batch (default 1)", 0, NULL},
@@ -380,7 +403,10 @@ int cmd_train(int argc, char **argv) {
     if (check_inputs(&tc, &e) || (tc.ckpt_dir && ckpt_prepare_dir(tc.ckpt_dir, &e))) goto out;
     int threads_given = tc.threads > 0;
     if (!threads_given) tc.threads = omp_get_num_procs();
-    tc.progress = isatty(STDOUT_FILENO);
+    // the bar only when the launcher's stdout is a terminal: mpirun hands its
+    // ranks a terminal of its own even when its output goes to a file or pipe,
+    // so a rank under it cannot tell, and draws none
+    tc.progress = isatty(STDOUT_FILENO) && !comm_mpi_launched();
     if (tc.sp && tp == 1) { err_set(&e, ERR_USAGE, "--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more"); goto out; }
     if (pipeline_flags(&tc, pp, pp_layers, pipe_sched, micro, &layers, &e)) goto out;
     if (!strcmp(recompute, "full")) tc.recompute = STAGE_RECOMPUTE_FULL;
@@ -408,7 +434,8 @@ int cmd_train(int argc, char **argv) {
                          dp, nproc, dp, tp, pp);
             goto out;
         }
-        if (world > 0 && local_room(world, dp, tp, pp, tc.virtual_stages, &e)) goto out;
+        if (world > 0 && (local_room(world, dp, tp, pp, tc.virtual_stages, &e) || overflow_rank_check(&tc, world, &e)))
+            goto out;
         if (!threads_given) {   // the cores shared by the ranks on this machine
             int local = world > 0 ? world : mpi_local_ranks();
             tc.threads = omp_get_num_procs() / local > 0 ? omp_get_num_procs() / local : 1;
@@ -418,6 +445,7 @@ int cmd_train(int argc, char **argv) {
         e.msg[0] = 0;
         goto out;
     }
+    if (overflow_rank_check(&tc, 1, &e)) goto out;
     Mesh one = mesh_single();
     rc = train_run(&tc, &one, &e) ? e.code : 0;
 out:

@@ -2,12 +2,14 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/fileio.h"
 #include "core/json.h"
+#include "data/unicode.h"
 
 // What a panel can show: the record key it reads, the axis label with its
 // unit, the factor from the record's unit to the label's, and whether it is
@@ -34,7 +36,16 @@ enum { NMETRIC = sizeof metrics / sizeof metrics[0] };
 struct PlotRun {
     int n[NMETRIC];
     double *x[NMETRIC], *y[NMETRIC];   // steps ascending, one value per step
+    int dropped[NMETRIC];              // values of records whose step cannot be drawn
 };
+
+// The largest magnitude drawn: the span of two values and its margins stay
+// finite (±1e308 on one axis would make the scale inf and the coordinates NaN).
+#define PLOT_MAX 1e300
+
+// Whether a value can be drawn on the axis: finite, within ±PLOT_MAX, and
+// above 0 on a log scale.
+static int drawable(double v, int logy) { return isfinite(v) && fabs(v) <= PLOT_MAX && (!logy || v > 0); }
 
 const char *plot_metric_names(void) { return "loss, val_loss, lr, tokens_per_s, mem, grad_norm, ms, mfu, loss_scale"; }
 
@@ -117,6 +128,7 @@ int plot_run_load(PlotRun **out, const char *path, Err *err) {
             for (int m = 0; m < NMETRIC && !rc; m++) {
                 const Json *v = json_get(j, metrics[m].key);
                 if (!v || v->type != JSON_NUM) continue;
+                if (!drawable(step->num, 0)) { r->dropped[m]++; continue; }   // no place on the step axis
                 if (cnt[m] == cap[m]) {
                     size_t c = cap[m] ? 2 * cap[m] : 256;
                     Point *np = realloc(pts[m], c * sizeof *np);
@@ -132,6 +144,7 @@ int plot_run_load(PlotRun **out, const char *path, Err *err) {
     }
     size_t total = 0;
     for (int m = 0; !rc && m < NMETRIC; m++) {
+        total += (size_t)r->dropped[m];   // a record that cannot be drawn is still a record: its panel says so
         // steps ascending; of the records of one step, the last one written
         if (cnt[m]) qsort(pts[m], cnt[m], sizeof *pts[m], by_step);
         r->x[m] = malloc((cnt[m] + 1) * sizeof(double));
@@ -185,16 +198,23 @@ static void sb_printf(Sb *b, const char *fmt, ...) {
     }
 }
 
-// Text for XML: & < > " escaped.
+// Text for XML: & < > " escaped; what XML cannot hold (control bytes, the
+// non-characters U+FFFE/U+FFFF) and bytes that are not UTF-8 each become
+// U+FFFD, so that any file name gives a valid document.
 static void sb_text(Sb *b, const char *t) {
-    for (; *t; t++) {
-        switch (*t) {
-        case '&': sb_printf(b, "&amp;"); break;
-        case '<': sb_printf(b, "&lt;"); break;
-        case '>': sb_printf(b, "&gt;"); break;
-        case '"': sb_printf(b, "&quot;"); break;
-        default: sb_printf(b, "%c", *t);
-        }
+    const unsigned char *s = (const unsigned char *)t;
+    for (size_t n = strlen(t); n;) {
+        uint32_t cp;
+        int len = utf8_next(s, n, &cp);
+        if (cp == '&') sb_printf(b, "&amp;");
+        else if (cp == '<') sb_printf(b, "&lt;");
+        else if (cp == '>') sb_printf(b, "&gt;");
+        else if (cp == '"') sb_printf(b, "&quot;");
+        else if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0xFFFE || cp == 0xFFFF || cp > 0x10FFFF)
+            sb_printf(b, "\xEF\xBF\xBD");   // U+FFFD REPLACEMENT CHARACTER
+        else sb_printf(b, "%.*s", len, (const char *)s);
+        s += len;
+        n -= (size_t)len;
     }
 }
 
@@ -243,15 +263,39 @@ static int log_ticks(double lo, double hi, double *t) {
 }
 
 // Each point's trailing mean over the finite values among it and the w − 1
-// points before it (w <= 1: the values themselves).
-static void smooth(const double *y, int n, int w, double *out) {
-    for (int i = 0; i < n; i++) {
-        double s = 0;
-        int k = 0;
-        for (int j = i - w + 1 < 0 ? 0 : i - w + 1; j <= i; j++)
-            if (isfinite(y[j])) { s += y[j]; k++; }
-        out[i] = isfinite(y[i]) && k ? s / k : y[i];
+// points before it (w <= 1: the values themselves), in O(n) for any w: the
+// points fall in blocks of w, and a window [i − w + 1, i] is the tail of one
+// block and the head of the next, so it is a suffix sum plus a prefix sum
+// (van Herk / Gil-Werman). Every sum only adds, as the direct definition
+// does: no running total that subtracts, so no cancellation when a large
+// value leaves the window. 0, or -1 out of memory.
+static int smooth(const double *y, int n, int w, double *out) {
+    if (w <= 1) {
+        memcpy(out, y, (size_t)n * sizeof *y);
+        return 0;
     }
+    double *pre = malloc((size_t)n * 4 * sizeof *pre);
+    if (!pre) return -1;
+    double *npre = pre + n, *suf = npre + n, *nsuf = suf + n;   // sums and counts of the finite values
+    for (int i = 0; i < n; i++) {   // from each block's start to i
+        int f = isfinite(y[i]), first = i % w == 0;
+        pre[i] = (first ? 0 : pre[i - 1]) + (f ? y[i] : 0);
+        npre[i] = (first ? 0 : npre[i - 1]) + f;
+    }
+    for (int i = n - 1; i >= 0; i--) {   // from i to its block's end
+        int f = isfinite(y[i]), last = i == n - 1 || (i + 1) % w == 0;
+        suf[i] = (last ? 0 : suf[i + 1]) + (f ? y[i] : 0);
+        nsuf[i] = (last ? 0 : nsuf[i + 1]) + f;
+    }
+    for (int i = 0; i < n; i++) {
+        int j = i - w + 1;   // the window's first point
+        // within one block (the first points, or a window that is a whole block), or across two
+        int one = j <= 0 || j % w == 0;
+        double s = one ? pre[i] : suf[j] + pre[i], k = one ? npre[i] : nsuf[j] + npre[i];
+        out[i] = isfinite(y[i]) && k > 0 ? s / k : y[i];
+    }
+    free(pre);
+    return 0;
 }
 
 typedef struct Frame {
@@ -284,32 +328,69 @@ static void polyline(Sb *b, const Frame *f, const double *x, const double *y, in
     if (open) sb_printf(b, "\"/>\n");
 }
 
+// Each run's line in the panel: the values the axis can draw (the others
+// gaps), smoothed over a faint raw line with --smooth, the points of a short
+// series (evaluations) marked.
+static void draw_runs(Sb *b, const Frame *f, int m, PlotRun *const *runs, int nr, int smooth_w) {
+    for (int r = 0; r < nr; r++) {
+        const PlotRun *run = runs[r];
+        int n = run->n[m];
+        if (n == 0) continue;
+        const char *c = palette[r % NCOLOR];
+        double *y = malloc((size_t)n * 2 * sizeof *y);   // the drawable values, then their smoothing
+        if (!y) { b->oom = 1; return; }
+        double *s = y + n;
+        for (int i = 0; i < n; i++) y[i] = drawable(run->y[m][i], f->logy) ? run->y[m][i] : NAN;
+        if (smooth_w > 1) {
+            if (smooth(y, n, smooth_w, s)) { b->oom = 1; free(y); return; }
+            polyline(b, f, run->x[m], y, n, c, 1.0, 0.3);
+            polyline(b, f, run->x[m], s, n, c, 1.8, 1.0);
+        } else {
+            polyline(b, f, run->x[m], y, n, c, 1.6, 1.0);
+        }
+        for (int i = 0; n <= 40 && i < n; i++)   // few points (evaluations): each one marked
+            if (isfinite(y[i]))
+                sb_printf(b, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"2.5\" fill=\"%s\"/>\n", px(f, run->x[m][i]),
+                          py(f, f->logy ? log10(y[i]) : y[i]), c);
+        free(y);
+    }
+}
+
 // One metric's panel at `top`; every panel shows the steps [xlo, xhi], so
-// that a step lines up from panel to panel.
-static void panel(Sb *b, const Metric *mt, int m, PlotRun *const *runs, int nr, const PlotOptions *o, double top,
+// that a step lines up from panel to panel. Values the axis cannot draw are
+// left out, and the panel says how many; their count.
+static long panel(Sb *b, const Metric *mt, int m, PlotRun *const *runs, int nr, const PlotOptions *o, double top,
                   double width, double xlo, double xhi) {
     Frame f = {.x0 = 78, .y0 = top + 26, .w = width - 78 - 18, .h = 160, .logy = o->log_loss && mt->loss};
     int any = 0;
+    long skipped = 0, records = 0;
     double ylo = INFINITY, yhi = -INFINITY;
-    for (int r = 0; r < nr; r++)
+    for (int r = 0; r < nr; r++) {
+        skipped += runs[r]->dropped[m];
+        records += runs[r]->dropped[m] + runs[r]->n[m];
         for (int i = 0; i < runs[r]->n[m]; i++) {
             double y = runs[r]->y[m][i];
-            y = f.logy ? (y > 0 ? log10(y) : NAN) : y;
-            if (!isfinite(y)) continue;
+            if (!drawable(y, f.logy)) { skipped++; continue; }
+            y = f.logy ? log10(y) : y;
             any = 1;
             ylo = fmin(ylo, y);
             yhi = fmax(yhi, y);
         }
+    }
     sb_printf(b, "<g class=\"panel\" id=\"panel-%s\">\n", mt->name);
     sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\">", f.x0, top + 16);
     sb_text(b, mt->label);
     sb_printf(b, "%s</text>\n", f.logy ? " — log scale" : "");
+    if (skipped)
+        sb_printf(b, "<text class=\"skipped\" x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#b00000\" text-anchor=\"end\">"
+                     "%ld value%s not drawn (%s)</text>\n", f.x0 + f.w, top + 16, skipped, skipped == 1 ? "" : "s",
+                  f.logy ? "not finite, beyond ±1e300 or not above 0" : "not finite or beyond ±1e300");
     sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#ffffff\" stroke=\"#888888\"/>\n", f.x0,
               f.y0, f.w, f.h);
     if (!any) {
-        sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#888888\" text-anchor=\"middle\">no %s records"
-                     "</text>\n</g>\n", f.x0 + f.w / 2, f.y0 + f.h / 2, mt->key);
-        return;
+        sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"#888888\" text-anchor=\"middle\">no %s %s"
+                     "</text>\n</g>\n", f.x0 + f.w / 2, f.y0 + f.h / 2, mt->key, records ? "value can be drawn" : "records");
+        return skipped;
     }
     if (xhi == xlo) { xlo -= 1; xhi += 1; }
     double pad = yhi > ylo ? 0.05 * (yhi - ylo) : (f.logy ? 0.1 : fabs(yhi) > 0 ? 0.1 * fabs(yhi) : 1.0);
@@ -336,33 +417,14 @@ static void panel(Sb *b, const Metric *mt, int m, PlotRun *const *runs, int nr, 
     }
     sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\" fill=\"#444444\">step</text>\n",
               f.x0 + f.w, f.y0 + f.h + 30);
-    for (int r = 0; r < nr; r++) {
-        const PlotRun *run = runs[r];
-        int n = run->n[m];
-        if (n == 0) continue;
-        const char *c = palette[r % NCOLOR];
-        if (o->smooth > 1) {
-            double *s = malloc((size_t)n * sizeof *s);
-            if (!s) { b->oom = 1; break; }
-            smooth(run->y[m], n, o->smooth, s);
-            polyline(b, &f, run->x[m], run->y[m], n, c, 1.0, 0.3);
-            polyline(b, &f, run->x[m], s, n, c, 1.8, 1.0);
-            free(s);
-        } else {
-            polyline(b, &f, run->x[m], run->y[m], n, c, 1.6, 1.0);
-        }
-        for (int i = 0; n <= 40 && i < n; i++) {   // few points (evaluations): each one marked
-            double y = f.logy ? (run->y[m][i] > 0 ? log10(run->y[m][i]) : NAN) : run->y[m][i];
-            if (isfinite(y))
-                sb_printf(b, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"2.5\" fill=\"%s\"/>\n", px(&f, run->x[m][i]), py(&f, y),
-                          c);
-        }
-    }
+    draw_runs(b, &f, m, runs, nr, o->smooth);
     sb_printf(b, "</g>\n");
+    return skipped;
 }
 
 int plot_svg(const char *path, PlotRun *const *runs, const char *const *names, int nr, const PlotOptions *o,
-             Err *err) {
+             long *skipped, Err *err) {
+    *skipped = 0;
     int which[NMETRIC];
     int nm = parse_metrics(o->metrics ? o->metrics : "loss,val_loss,lr,tokens_per_s,mem", which, err);
     if (nm < 0) return -1;
@@ -389,7 +451,7 @@ int plot_svg(const char *path, PlotRun *const *runs, const char *const *names, i
                 xhi = fmax(xhi, runs[r]->x[which[i]][runs[r]->n[which[i]] - 1]);
             }
     for (int i = 0; i < nm; i++)
-        panel(&body, &metrics[which[i]], which[i], runs, nr, o, legend_h + i * 228.0, width, xlo, xhi);
+        *skipped += panel(&body, &metrics[which[i]], which[i], runs, nr, o, legend_h + i * 228.0, width, xlo, xhi);
     double height = legend_h + nm * 228.0 + 8;
     Sb svg = {0};
     sb_printf(&svg, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"

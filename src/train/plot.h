@@ -32,9 +32,12 @@ const char *plot_metric_names(void);
 // Whether a metric list is valid: 0, or -1 with err naming the unknown one.
 int plot_check_metrics(const char *metrics, Err *err);
 
-// Writes the SVG of runs[0..n) (legend names: names[i]) to path (a
-// temporary renamed over it). 0, or -1 with err.
+// Writes the SVG of runs[0..n) (legend names: names[i], any bytes: what XML
+// cannot hold shows as U+FFFD) to path (a temporary renamed over it).
+// Values a panel's axis cannot draw (not finite, beyond ±1e300, not above 0
+// on a log scale, or at such a step) are left out, and the panel says how
+// many; *skipped: their count over the panels. 0, or -1 with err.
 int plot_svg(const char *path, PlotRun *const *runs, const char *const *names, int n, const PlotOptions *o,
-             Err *err);
+             long *skipped, Err *err);
 
 #endif

@@ -660,9 +660,10 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     }
     if (m->world && comm_split(m->world, 0, comm_rank(m->world), "stats", &t->stats, err)) goto fail;
     if (t->stats && find_hosts(t, err)) goto fail;
-    // only rank 0 logs and holds the run directory's lock: the others must
-    // not wait in the first step for a rank that could not take them
-    int rc = report_open(&t->rep, t->first ? tc->log_path : NULL, tc->progress, err);
+    // only rank 0 logs, draws the progress bar and holds the run directory's
+    // lock: the others must not wait in the first step for a rank that could
+    // not take them
+    int rc = report_open(&t->rep, t->first ? tc->log_path : NULL, t->first && tc->progress, err);
     if (!rc && t->first && tc->ckpt_dir && (t->lock = ckpt_lock(tc->ckpt_dir, err)) < 0) rc = -1;
     if (agree(t, rc, "to start (see its error)", err)) goto fail;
     t->inp = malloc((size_t)tc->accum * tc->batch * tc->seq * sizeof *t->inp);

@@ -51,7 +51,7 @@ typedef struct TrainConfig {
     AdamWConfig adamw;
     double clip;               // max global gradient norm; 0 disables clipping
     double peak_gflops;        // MFU denominator; 0 = the measured peak of the run's arithmetic (kernels/peak)
-    int progress;              // draw a progress bar (stdout is a terminal)
+    int progress;              // draw a progress bar on rank 0 (the launcher's stdout is a terminal)
     double bucket_mb;          // ZeRO-0 gradient bucket size
     int zero;                  // ZeRO stage 0..3 over the DP group
     int sp;                    // sequence parallelism over the TP group
