@@ -1,7 +1,7 @@
 # Shared by the command-line tests: the binary, the data, a scratch folder
 # removed on exit, and the ok/bad counters behind the closing line.
 set -u
-BIN=./tessera
+BIN=${TSR_BIN:-./tessera}   # TSR_BIN: another build of the command (the sanitizers')
 DATA=${TSR_DATA:-../shared/data}/tinyshakespeare.txt
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
