@@ -208,13 +208,13 @@ int cmd_plan(int argc, char **argv) {
     const char *arch = NULL;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "model (default gpt2-124m); see the list below", 0, NULL},
-        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {n_layer, n_head, d_model, d_ff, max_seq, vocab} (as tessera train's)", 0, NULL},
+        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama: n_kv_head, rope_theta, norm_eps} (as tessera train's)", 0, NULL},
         {"vocab", FLAG_U64, &vocab, 2, 1 << 24, "V", "override the model's vocabulary (e.g. 256 for --tokenizer byte)", 0, NULL},
         {"arch", FLAG_STR, &arch, 0, 0, "A", "override the architecture: gpt2 or llama", 0, NULL},
         {"layers", FLAG_INT, &layers, 1, 1 << 20, "L", "override the layer count", 0, NULL},
         {"d-model", FLAG_INT, &d_model, 1, 1 << 24, "C", "override the width", 0, NULL},
         {"heads", FLAG_INT, &heads, 1, 1 << 20, "NH", "override the attention heads", 0, NULL},
-        {"kv-heads", FLAG_INT, &kv_heads, 1, 1 << 20, "N", "override the key/value heads (grouped-query attention)", 0, NULL},
+        {"kv-heads", FLAG_INT, &kv_heads, 1, 1 << 20, "N", "override the key/value heads (grouped-query attention; llama only)", 0, NULL},
         {"d-ff", FLAG_INT, &d_ff, 1, 1 << 26, "F", "override the FFN width (default with --d-model: 4× it for gpt2)", 0, NULL},
         {"positions", FLAG_INT, &positions, 1, 1 << 24, "S", "override the positions (max sequence length)", 0, NULL},
         {"devices", FLAG_U64, &devices, 1, 1e7, "N", "devices in the cluster (default 8)", 0, NULL},
@@ -264,7 +264,7 @@ int cmd_plan(int argc, char **argv) {
     for (int i = 0; i < argc; i++) model_on_argv |= !strncmp(argv[i], "--model", 7);
     if (jm && jm->type == JSON_OBJ && !model_on_argv) {
         ModelConfig mc;
-        int bad = config_from_json(&mc, jm, &e);
+        int bad = config_from_json(&mc, jm, &e) || config_validate(&mc, &e);
         json_free(cfg);
         if (bad) { err_prefix(&e, "--config: model"); return cli_fail("plan", &e); }
         plan_model_from_config(&m, &mc);
@@ -276,6 +276,12 @@ int cmd_plan(int argc, char **argv) {
         ModelConfig mc = m.cfg;
         if (arch && config_arch_parse(arch, &mc.arch)) {
             err_set(&e, ERR_USAGE, "--arch: expected gpt2 or llama, got '%s'", arch);
+            return cli_fail("plan", &e);
+        }
+        config_clear_foreign(&mc);   // another architecture's fields of the preset or config
+        if (kv_heads && mc.arch != ARCH_LLAMA) {
+            err_set(&e, ERR_USAGE, "--kv-heads: a %s model has no separate key/value heads (grouped-query attention is llama's)",
+                    config_arch_name(mc.arch));
             return cli_fail("plan", &e);
         }
         if (layers) mc.n_layer = layers;

@@ -9,12 +9,12 @@
 #include "model/stage.h"
 
 // Models tessera plans but has no training preset for (the others are
-// model/config's): {name, arch, L, NH, KV heads, C, F, positions, V}.
+// model/config's): {name, arch, L, NH, KV heads (0: NH), C, F, positions, V}.
 typedef struct { const char *name; ArchId arch; int L, NH, KV, C, F, S, V; } Preset;
 
 static const Preset presets[] = {
-    {"gpt3-175b", ARCH_GPT2, 96, 96, 96, 12288, 4 * 12288, 2048, 50257},
-    {"megatron-1t", ARCH_GPT2, 128, 160, 160, 25600, 4 * 25600, 2048, 51200},   // Narayanan et al. 2021, table 1
+    {"gpt3-175b", ARCH_GPT2, 96, 96, 0, 12288, 4 * 12288, 2048, 50257},
+    {"megatron-1t", ARCH_GPT2, 128, 160, 0, 25600, 4 * 25600, 2048, 51200},   // Narayanan et al. 2021, table 1
 };
 
 const char *plan_preset_list(void) {
