@@ -218,7 +218,7 @@ int cmd_plan(int argc, char **argv) {
         {"d-ff", FLAG_INT, &d_ff, 1, 1 << 26, "F", "override the FFN width (default with --d-model: 4× it for gpt2)", 0, NULL},
         {"positions", FLAG_INT, &positions, 1, 1 << 24, "S", "override the positions (max sequence length)", 0, NULL},
         {"devices", FLAG_U64, &devices, 1, 1e7, "N", "devices in the cluster (default 8)", 0, NULL},
-        {"devices-per-node", FLAG_U64, &per_node, 1, 1e4, "N", "devices per node (default 8)", 0, NULL},
+        {"devices-per-node", FLAG_U64, &per_node, 1, 1e4, "N", "devices per node: a divisor of --devices, or more than it (one node; default 8)", 0, NULL},
         {"device-mem", FLAG_FLOAT, &mem, 1e-6, 1e7, "GiB", "memory per device (default 80)", 0, NULL},
         {"device-tflops", FLAG_FLOAT, &tflops, 1e-6, 1e7, "X", "peak TFLOP/s per device at the training precision (default 312)", 0, NULL},
         {"mfu", FLAG_FLOAT, &mfu, 1e-6, 1, "X", "fraction of peak the compute achieves (default 0.5)", 0, NULL},
@@ -298,6 +298,7 @@ int cmd_plan(int argc, char **argv) {
     if (tut) { tutorial(&m); return 0; }
     PlanCluster c = {devices, per_node, mem, tflops, mfu, bw_intra, bw_inter, alpha};
     PlanJob j = {seq ? seq : m.s, gbatch, mbatch, tokens};
+    if (plan_check_inputs(&m, &c, &j, &e)) return cli_fail("plan", &e);
     PlanLayout l = {0};
     int s_ = 0, r_ = 0, p_ = 0, red_ = 0, att_ = 0;
     if (pick(schedule, sched_name, 2, "schedule", &s_, &e) || pick(recompute, rec_name, 3, "recompute", &r_, &e) ||
