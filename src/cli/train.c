@@ -139,19 +139,22 @@ static int pipeline_flags(TrainConfig *tc, int pp, const char *spec, const char 
 // A resumed run continues with its own sequence length when --seq is not
 // given (the checkpoint's, or its model's max_seq up to 256); a checkpoint
 // that cannot be read is left for the run to report, with the rest.
-static void resumed_seq(TrainConfig *tc) {
+// --resume's model into *mc and, without --seq, its run's sequence length
+// into tc->seq; 0 when the checkpoint cannot be read (the ranks say why).
+static int resumed_model(TrainConfig *tc, ModelConfig *mc) {
     Ckpt *ck = NULL;
-    ModelConfig mc;
     Err ignored;
     struct stat sb;
-    if (stat(tc->resume, &sb) || ckpt_open(&ck, tc->resume, &ignored)) return;
+    if (stat(tc->resume, &sb) || ckpt_open(&ck, tc->resume, &ignored)) return 0;
     int64_t s = 0;
-    if (ckpt_config(ck, &mc, &ignored) == 0) {
+    int got = ckpt_config(ck, mc, &ignored) == 0;
+    if (got && !tc->seq) {
         const Json *tr = json_get(ckpt_meta(ck), "train");
-        if (json_int64(json_get(tr, "seq"), &s) || s < 1 || s > mc.max_seq) s = mc.max_seq < 256 ? mc.max_seq : 256;
+        if (json_int64(json_get(tr, "seq"), &s) || s < 1 || s > mc->max_seq) s = mc->max_seq < 256 ? mc->max_seq : 256;
         tc->seq = (int)s;
     }
     ckpt_close(ck);
+    return got;
 }
 
 // --precision, --reduce-dtype and fp16's loss-scale flags into tc (a
@@ -359,7 +362,8 @@ int cmd_train(int argc, char **argv) {
         if (!tc.ckpt_dir) { err_set(&e, ERR_USAGE, "--resume without a path needs --ckpt-dir"); goto out; }
         tc.resume = tc.ckpt_dir;
     }
-    if (!tc.seq && tc.resume) resumed_seq(&tc);
+    ModelConfig split = tc.model;   // the model the layout splits: the flags', or on resume the checkpoint's
+    int split_known = !tc.init_from && (!tc.resume || resumed_model(&tc, &split));
     if (!tc.seq) tc.seq = tc.model.max_seq < 256 ? tc.model.max_seq : 256;
     if (tc.resume && tc.init_from) { err_set(&e, ERR_USAGE, "--resume and --init-from exclude each other"); goto out; }
     if (max_restarts && !tc.ckpt_dir) {
@@ -390,11 +394,11 @@ int cmd_train(int argc, char **argv) {
         goto out;
     }
     if (precision_flags(&tc, precision, reduce, &sc, &e)) goto out;
-    // the model of the flags; a checkpoint's or file's is checked by every rank as it starts
-    if (!tc.resume && !tc.init_from) {   // the flags' model, padded as the trainer pads it
-        ModelConfig padded = tc.model;
-        config_pad_vocab(&padded, padded.vocab, tp);
-        if (stage_check_split(&padded, tp, tc.sp, tc.seq, &e)) goto out;
+    // the same layout rules for a fresh run and a resumed one, before any
+    // rank starts (an --init-from file's model is checked by every rank)
+    if (split_known) {   // padded as the trainer pads it
+        config_pad_vocab(&split, split.vocab, tp);
+        if (stage_check_split(&split, tp, tc.sp, tc.seq, &e)) goto out;
     }
     // ZeRO runs over a communicator, even of one rank; restarts need a
     // launcher that outlives the ranks

@@ -298,7 +298,7 @@ static int choose_model(Trainer *t, Err *err) {
         return err_set(err, ERR_USAGE, "the model's vocabulary (%d) does not match --tokenizer %s (%d)", mc->vocab,
                        t->tok.name, t->tok.vocab);
     config_pad_vocab(mc, mc->vocab, t->mesh->tp);   // Megatron's padding: every TP rank an equal slice
-    if (config_validate(mc, err)) return -1;
+    if (config_validate(mc, err) || stage_check_split(mc, t->mesh->tp, tc->sp, tc->seq, err)) return -1;
     if (tc->seq > mc->max_seq)
         return err_set(err, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, mc->max_seq);
     return 0;
