@@ -172,6 +172,7 @@ static int precision_flags(TrainConfig *tc, const char *prec, const char *reduce
     if (given && tc->precision != PREC_FP16)
         return err_set(e, ERR_USAGE, "%s is fp16's dynamic loss scale: it needs --precision fp16 (%s needs no scale)", given,
                        prec_name(tc->precision));
+    tc->loss_scale_given = sc->init > 0;
     tc->scaler = (ScalerConfig){.init = sc->init ? sc->init : 65536.0, .window = sc->window ? sc->window : 2000,
                                 .hysteresis = sc->hysteresis ? sc->hysteresis : 1, .min = sc->min >= 0 ? sc->min : 1.0};
     if (tc->scaler.init < tc->scaler.min)
@@ -307,7 +308,7 @@ int cmd_train(int argc, char **argv) {
         {"recompute", FLAG_STR, &recompute, 0, 0, "R", "activation recomputation: none (default), selective (the attention core again in backward) or full (each block again; only block outputs kept); the same gradients, bit for bit", 0, NULL},
         {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32 (default), bf16 or fp16: 16-bit weights (a copy of the fp32 masters) and activations, fp32 math; fp16 with a dynamic loss scale", 0, NULL},
         {"reduce-dtype", FLAG_STR, &reduce, 0, 0, "T", "data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes, summed in fp32)", 0, NULL},
-        {"loss-scale", FLAG_FLOAT, &sc.init, 1e-30, 1e30, "S", "fp16: the first loss scale (default 65536)", 0, NULL},
+        {"loss-scale", FLAG_FLOAT, &sc.init, 1e-30, 1e30, "S", "fp16: the first loss scale (default 65536; a resumed run continues its checkpoint's)", 0, NULL},
         {"loss-scale-window", FLAG_INT, &sc.window, 1, 1 << 30, "N", "fp16: steps without overflow before the scale doubles (default 2000)", 0, NULL},
         {"hysteresis", FLAG_INT, &sc.hysteresis, 1, 1 << 30, "N", "fp16: overflows before the scale first halves (default 1, PyTorch's; Megatron-LM uses 2)", 0, NULL},
         {"loss-scale-min", FLAG_FLOAT, &sc.min, 0, 1e30, "X", "fp16: stop with an error when the scale falls below X (default 1)", 0, NULL},

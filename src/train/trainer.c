@@ -41,6 +41,7 @@ struct Trainer {
     AdamW opt;
     LossScaler sc;             // fp16's loss scale
     int fp16;
+    double flag_scale;         // resumed fp16: --loss-scale given, then replaced by the checkpoint's scale (0: neither)
     Report *rep;
     int *inp, *tgt;            // the step's micro-batches (M,B,T)
     int done;                  // steps done
@@ -387,7 +388,9 @@ static int init_state(Trainer *t, uint32_t *crc, Err *err) {
     const Json *sj = json_get(json_get(meta, "train"), "loss_scaler");   // a run of another precision has none
     char where[4200];
     snprintf(where, sizeof where, "%s/meta.json", ckpt_dir(ck));
+    double flag_scale = t->sc.scale;
     if (t->fp16 && sj && scaler_state_read(&t->sc, sj, where, err)) return -1;
+    if (t->fp16 && sj && tc->loss_scale_given) t->flag_scale = flag_scale;
     if (json_int64(json_get(ls, "epoch"), &e) || json_int64(json_get(ls, "pos"), &p) || e < 0 || p < 0 ||
         e > INT32_MAX || p > loader_samples(t->ld))
         return err_set(err, ERR_USAGE, "%s/meta.json: field 'train.loader' is missing or out of range (epoch %lld, position "
@@ -559,6 +562,9 @@ static void print_header(Trainer *t) {
         printf("scaler:    dynamic loss scale from %g: ×2 after %d steps without overflow, ×0.5 on overflow (hysteresis "
                "%d: the overflows before the first halving), the step skipped on every rank; the run stops below %g\n",
                t->sc.scale, tc->scaler.window, tc->scaler.hysteresis, tc->scaler.min);
+    if (t->flag_scale > 0)
+        printf("scaler:    the checkpoint's loss scale %g is used, not --loss-scale %g: a resumed run continues its scale "
+               "(--loss-scale sets a fresh run's)\n", t->sc.scale, t->flag_scale);
     if (tc->recompute == STAGE_RECOMPUTE_FULL)
         printf("recompute: full — each block keeps only its output (the next block's input) and runs forward again "
                "before its backward\n");

@@ -62,6 +62,7 @@ typedef struct TrainConfig {
     Precision precision;       // fp32, or bf16/fp16: 16-bit weights and activations, fp32 masters (model/stage)
     int reduce_bf16;           // data-parallel gradient reduction in bf16 (summed in fp32)
     ScalerConfig scaler;       // fp16's dynamic loss scale (optim/scaler)
+    int loss_scale_given;      // --loss-scale was given (a resumed run keeps its checkpoint's scale and says so)
     int profile;               // time each kind of work in the steps, print the table at the end (core/prof)
     int overflow_step, overflow_rank;   // test hook: an inf in that world rank's gradients at that step (0: none)
 } TrainConfig;
