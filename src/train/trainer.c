@@ -64,20 +64,24 @@ double train_flops_per_token(const ModelConfig *c, int T) {
     return 6.0 * ((double)config_param_count(c, 0) - lookup) + 12.0 * c->n_layer * (double)T * c->d_model;
 }
 
-int train_evaluate(Stage *st, Pipe *p, Loader *val, int max_batches, double *sum, int64_t *ntok, Err *err) {
+int train_evaluate(Stage *st, Pipe *p, Loader *val, int64_t max_rounds, double *sum, int64_t *ntok, Err *err) {
     int B = st->B, T = st->T, rc = 0;
-    int *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+    int *in = calloc((size_t)B * T, sizeof *in), *tg = calloc((size_t)B * T, sizeof *tg);
     CHECKF(in && tg, "out of memory");
     double s = 0;
     int64_t n = 0;
     loader_rewind(val);
-    for (int b = 0; max_batches <= 0 || b < max_batches; b++) {
+    for (int64_t b = 0; (max_rounds <= 0 || b < max_rounds) && loader_state(val).pos < loader_samples(val); b++) {
         int got = loader_next(val, in, tg);
-        if (got == 0) break;
+        // a rank past the end still runs the round's forward (on one row of
+        // what its buffer holds, the result unused): its data-parallel
+        // peers' passes may gather parameters from it (ZeRO-3)
+        int rows = got > 0 ? got : 1;
         double part = 0;
-        if (p) rc = pipe_forward(p, in, tg, got, T, &part, err);
-        else part = stage_forward(st, 0, in, tg, got, T, 0.0f);
+        if (p) rc = pipe_forward(p, in, tg, rows, T, &part, err);
+        else part = stage_forward(st, 0, in, tg, rows, T, 0.0f);
         if (rc) break;
+        if (got == 0) continue;
         s += part;
         n += (int64_t)got * T;
     }
@@ -774,11 +778,14 @@ static int evaluate(Trainer *t, Err *err) {
     uint64_t b0 = bytes_sent(t->mesh->dpg);
     int64_t n;
     double t0 = timer_now(), sum;
-    int rc = train_evaluate(&t->st, t->pipe, t->val, t->tc->eval_batches, &sum, &n, err);
+    // --eval-batches steps' worth of sequences (batch × accumulation × DP
+    // ranks each), every DP rank its part, as a step reads them: every
+    // layout of the same step evaluates the same sequences
+    int rc = train_evaluate(&t->st, t->pipe, t->val, (int64_t)t->tc->eval_batches * t->tc->accum, &sum, &n, err);
     if (rc || stage_tp_status(&t->st, err)) return -1;
-    // the last stage scored the tokens (every DP rank the same ones): one
-    // of its ranks counts them, and every rank gets the sum
-    int counts = t->last && t->mesh->tp_rank == 0 && t->rank == 0;
+    // the last stage scored each DP rank's tokens: one of its ranks counts
+    // them, and every rank gets the sum
+    int counts = t->last && t->mesh->tp_rank == 0;
     double v[2] = {counts ? sum : 0.0, counts ? (double)n : 0.0};
     if (sum_all(t, v, 2, err)) return -1;
     n = (int64_t)v[1];
@@ -847,13 +854,13 @@ int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
         if (trainer_step(t, &sm, err)) goto done;
         int step = t->done, last = step == tc->steps;
         if (step % tc->log_every == 0 || last || step == 1 || sm.skipped) report_step(t->rep, &sm);
-        if (tc->exit_after > 0 && step == tc->exit_after && !last) {
+        if (t->val && tc->eval_every > 0 && step % tc->eval_every == 0 && !last && evaluate(t, err)) goto done;
+        if (tc->exit_after > 0 && step == tc->exit_after && !last) {   // after the step's evaluation, as without it
             if (tc->ckpt_dir && save(t, err)) goto done;
             printf("stopped:   after step %d of %d (--exit-after); continue with --resume\n", step, tc->steps);
             rc = 0;
             goto done;
         }
-        if (t->val && tc->eval_every > 0 && step % tc->eval_every == 0 && !last && evaluate(t, err)) goto done;
         if (!last) report_progress(t->rep, step, tc->steps, timer_now() - t_start);
         if (tc->ckpt_dir && tc->ckpt_every > 0 && step % tc->ckpt_every == 0 && !last && save(t, err)) goto done;
     }
