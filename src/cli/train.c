@@ -268,12 +268,12 @@ int cmd_train(int argc, char **argv) {
     int max_restarts = 0;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, llama-120m, llama-7b, llama2-7b, llama2-13b, llama2-70b", 0, NULL},
-        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, n_kv_head, d_model, d_ff, max_seq, rope_theta, norm_eps}", 0, NULL},
+        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama only: n_kv_head, rope_theta, norm_eps}", 0, NULL},
         {"data", FLAG_STR, &tc.data, 0, 0, "PATH", "shard directory (from tessera prepare), shard glob, .bin file, or text file (required)", 0, NULL},
         {"val-data", FLAG_STR, &tc.val_data, 0, 0, "PATH", "validation data (default: the val shards of a --data directory)", 0, NULL},
         {"tokenizer", FLAG_STR, &tc.tokenizer, 0, 0, "gpt2|llama|byte", "gpt2 (default, vocabulary 50257), llama (32000) or byte (256)", 0, NULL},
         {"eval-every", FLAG_INT, &tc.eval_every, 0, 1 << 30, "N", "evaluate every N steps (default 0: only at the end)", 0, NULL},
-        {"eval-batches", FLAG_INT, &tc.eval_batches, 0, 1 << 30, "N", "batches per evaluation, 0 = all (default 20)", 0, NULL},
+        {"eval-batches", FLAG_INT, &tc.eval_batches, 0, 1 << 30, "N", "sequences per evaluation in steps' worth (--batch × --grad-accum × data-parallel ranks each, so every layout evaluates the same ones), 0 = all (default 20)", 0, NULL},
         {"batch", FLAG_INT, &tc.batch, 1, 1 << 16, "B", "sequences per micro-batch (default 8)", 0, NULL},
         {"seq", FLAG_INT, &tc.seq, 1, 1 << 20, "T", "tokens per sequence (default: the model's max_seq, at most 256)", 0, NULL},
         {"grad-accum", FLAG_INT, &tc.accum, 1, 1 << 16, "K", "micro-batches per optimizer step (default 1)", 0, NULL},
