@@ -229,17 +229,17 @@ int cmd_plan(int argc, char **argv) {
     const char *arch = NULL;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "model (default gpt2-124m); see the list above", 0, NULL},
-        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, n_kv_head, d_model, d_ff, max_seq, vocab, rope_theta, norm_eps} (as tessera train's)", 0, NULL},
+        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama: n_kv_head, rope_theta, norm_eps} (as tessera train's)", 0, NULL},
         {"vocab", FLAG_U64, &vocab, 2, 1 << 24, "V", "override the model's vocabulary (e.g. 256 for --tokenizer byte)", 0, NULL},
         {"arch", FLAG_STR, &arch, 0, 0, "A", "override the architecture: gpt2 or llama", 0, NULL},
         {"layers", FLAG_INT, &layers, 1, 1 << 20, "L", "override the layer count", 0, NULL},
         {"d-model", FLAG_INT, &d_model, 1, 1 << 24, "C", "override the width", 0, NULL},
         {"heads", FLAG_INT, &heads, 1, 1 << 20, "NH", "override the attention heads", 0, NULL},
-        {"kv-heads", FLAG_INT, &kv_heads, 1, 1 << 20, "N", "override the key/value heads (grouped-query attention)", 0, NULL},
+        {"kv-heads", FLAG_INT, &kv_heads, 1, 1 << 20, "N", "override the key/value heads (grouped-query attention; llama only)", 0, NULL},
         {"d-ff", FLAG_INT, &d_ff, 1, 1 << 26, "F", "override the FFN width (default with --d-model: 4× it for gpt2)", 0, NULL},
         {"positions", FLAG_INT, &positions, 1, 1 << 24, "S", "override the positions (max sequence length)", 0, NULL},
         {"devices", FLAG_U64, &devices, 1, 1e7, "N", "devices in the cluster (default 8)", 0, NULL},
-        {"devices-per-node", FLAG_U64, &per_node, 1, 1e4, "N", "devices per node (default 8)", 0, NULL},
+        {"devices-per-node", FLAG_U64, &per_node, 1, 1e4, "N", "devices per node: a divisor of --devices, or more than it (one node; default 8)", 0, NULL},
         {"device-mem", FLAG_FLOAT, &mem, 1e-6, 1e7, "GiB", "memory per device (default 80)", 0, NULL},
         {"device-tflops", FLAG_FLOAT, &tflops, 1e-6, 1e7, "X", "peak TFLOP/s per device at the training precision (default 312; with --local this CPU's, measured)", 0, NULL},
         {"local", FLAG_BOOL, &local, 0, 0, "", "this machine as the cluster: a device per core, its share of the memory, and the peak of one core's threads measured at --precision (register-only probes: fp32 FMA, or the bf16 dot product where the CPU has it); flags given win", 0, NULL},
@@ -286,7 +286,7 @@ int cmd_plan(int argc, char **argv) {
     for (int i = 0; i < argc; i++) model_on_argv |= !strncmp(argv[i], "--model", 7);
     if (jm && jm->type == JSON_OBJ && !model_on_argv) {
         ModelConfig mc;
-        int bad = config_from_json(&mc, jm, &e);
+        int bad = config_from_json(&mc, jm, &e) || config_validate(&mc, &e);
         json_free(cfg);
         if (bad) { err_prefix(&e, "--config: model"); return cli_fail("plan", &e); }
         plan_model_from_config(&m, &mc);
@@ -298,6 +298,12 @@ int cmd_plan(int argc, char **argv) {
         ModelConfig mc = m.cfg;
         if (arch && config_arch_parse(arch, &mc.arch)) {
             err_set(&e, ERR_USAGE, "--arch: expected gpt2 or llama, got '%s'", arch);
+            return cli_fail("plan", &e);
+        }
+        config_clear_foreign(&mc);   // another architecture's fields of the preset or config
+        if (kv_heads && mc.arch != ARCH_LLAMA) {
+            err_set(&e, ERR_USAGE, "--kv-heads: a %s model has no separate key/value heads (grouped-query attention is llama's)",
+                    config_arch_name(mc.arch));
             return cli_fail("plan", &e);
         }
         if (layers) mc.n_layer = layers;
@@ -321,6 +327,7 @@ int cmd_plan(int argc, char **argv) {
         return cli_fail("plan", &e);
     if (local) local_cluster(f, nf, (Precision)p_, &devices, &per_node, &mem, &tflops);
     PlanCluster c = {devices, per_node, mem, tflops, mfu, bw_intra, bw_inter, alpha};
+    if (plan_check_inputs(&m, &c, &j, &e)) return cli_fail("plan", &e);
     l.schedule = s_;
     l.recompute = r_;
     l.precision = p_;

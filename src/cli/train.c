@@ -150,19 +150,22 @@ static int pipeline_flags(TrainConfig *tc, int pp, const char *spec, const char 
 // A resumed run continues with its own sequence length when --seq is not
 // given (the checkpoint's, or its model's max_seq up to 256); a checkpoint
 // that cannot be read is left for the run to report, with the rest.
-static void resumed_seq(TrainConfig *tc) {
+// --resume's model into *mc and, without --seq, its run's sequence length
+// into tc->seq; 0 when the checkpoint cannot be read (the ranks say why).
+static int resumed_model(TrainConfig *tc, ModelConfig *mc) {
     Ckpt *ck = NULL;
-    ModelConfig mc;
     Err ignored;
     struct stat sb;
-    if (stat(tc->resume, &sb) || ckpt_open(&ck, tc->resume, &ignored)) return;
+    if (stat(tc->resume, &sb) || ckpt_open(&ck, tc->resume, &ignored)) return 0;
     int64_t s = 0;
-    if (ckpt_config(ck, &mc, &ignored) == 0) {
+    int got = ckpt_config(ck, mc, &ignored) == 0;
+    if (got && !tc->seq) {
         const Json *tr = json_get(ckpt_meta(ck), "train");
-        if (json_int64(json_get(tr, "seq"), &s) || s < 1 || s > mc.max_seq) s = mc.max_seq < 256 ? mc.max_seq : 256;
+        if (json_int64(json_get(tr, "seq"), &s) || s < 1 || s > mc->max_seq) s = mc->max_seq < 256 ? mc->max_seq : 256;
         tc->seq = (int)s;
     }
     ckpt_close(ck);
+    return got;
 }
 
 // --precision, --reduce-dtype and fp16's loss-scale flags into tc (a
@@ -181,6 +184,7 @@ static int precision_flags(TrainConfig *tc, const char *prec, const char *reduce
     if (given && tc->precision != PREC_FP16)
         return err_set(e, ERR_USAGE, "%s is fp16's dynamic loss scale: it needs --precision fp16 (%s needs no scale)", given,
                        prec_name(tc->precision));
+    tc->loss_scale_given = sc->init > 0;
     tc->scaler = (ScalerConfig){.init = sc->init ? sc->init : 65536.0, .window = sc->window ? sc->window : 2000,
                                 .hysteresis = sc->hysteresis ? sc->hysteresis : 1, .min = sc->min >= 0 ? sc->min : 1.0};
     if (tc->scaler.init < tc->scaler.min)
@@ -287,12 +291,12 @@ int cmd_train(int argc, char **argv) {
     int max_restarts = 0;
     Flag f[] = {
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, llama-120m, llama-7b, llama2-7b, llama2-13b, llama2-70b", 0, NULL},
-        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, n_kv_head, d_model, d_ff, max_seq, vocab, rope_theta, norm_eps}", 0, NULL},
+        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama only: n_kv_head, rope_theta, norm_eps}", 0, NULL},
         {"data", FLAG_STR, &tc.data, 0, 0, "PATH", "shard directory (from tessera prepare), shard glob, .bin file, or text file (required)", 0, NULL},
         {"val-data", FLAG_STR, &tc.val_data, 0, 0, "PATH", "validation data (default: the val shards of a --data directory)", 0, NULL},
         {"tokenizer", FLAG_STR, &tc.tokenizer, 0, 0, "gpt2|llama|byte", "gpt2 (default, vocabulary 50257), llama (32000) or byte (256)", 0, NULL},
         {"eval-every", FLAG_INT, &tc.eval_every, 0, 1 << 30, "N", "evaluate every N steps (default 0: only at the end)", 0, NULL},
-        {"eval-batches", FLAG_INT, &tc.eval_batches, 0, 1 << 30, "N", "batches per evaluation, 0 = all (default 20)", 0, NULL},
+        {"eval-batches", FLAG_INT, &tc.eval_batches, 0, 1 << 30, "N", "sequences per evaluation in steps' worth (--batch × --grad-accum × data-parallel ranks each, so every layout evaluates the same ones), 0 = all (default 20)", 0, NULL},
         {"batch", FLAG_INT, &tc.batch, 1, 1 << 16, "B", "sequences per micro-batch (default 8)", 0, NULL},
         {"seq", FLAG_INT, &tc.seq, 1, 1 << 20, "T", "tokens per sequence (default: a resumed run's; else the model's max_seq, at most 256)", 0, NULL},
         {"grad-accum", FLAG_INT, &tc.accum, 1, 1 << 16, "K", "micro-batches per optimizer step (default 1)", 0, NULL},
@@ -327,7 +331,7 @@ int cmd_train(int argc, char **argv) {
         {"recompute", FLAG_STR, &recompute, 0, 0, "R", "activation recomputation: none (default), selective (the attention core again in backward) or full (each block again; only block outputs kept); the same gradients, bit for bit", 0, NULL},
         {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32 (default), bf16 or fp16: 16-bit weights (a copy of the fp32 masters) and activations; bf16 multiplies on the CPU's bf16 units (AVX512_BF16) where it has them, fp32 elsewhere; fp16 has no arithmetic unit on CPUs: it stores in 16 bits and computes in fp32, with a dynamic loss scale", 0, NULL},
         {"reduce-dtype", FLAG_STR, &reduce, 0, 0, "T", "data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes, summed in fp32)", 0, NULL},
-        {"loss-scale", FLAG_FLOAT, &sc.init, 1e-30, 1e30, "S", "fp16: the first loss scale (default 65536)", 0, NULL},
+        {"loss-scale", FLAG_FLOAT, &sc.init, 1e-30, 1e30, "S", "fp16: the first loss scale (default 65536; a resumed run continues its checkpoint's)", 0, NULL},
         {"loss-scale-window", FLAG_INT, &sc.window, 1, 1 << 30, "N", "fp16: steps without overflow before the scale doubles (default 2000)", 0, NULL},
         {"hysteresis", FLAG_INT, &sc.hysteresis, 1, 1 << 30, "N", "fp16: overflows before the scale first halves (default 1, PyTorch's; Megatron-LM uses 2)", 0, NULL},
         {"loss-scale-min", FLAG_FLOAT, &sc.min, 0, 1e30, "X", "fp16: stop with an error when the scale falls below X (default 1)", 0, NULL},
@@ -382,7 +386,8 @@ int cmd_train(int argc, char **argv) {
         if (!tc.ckpt_dir) { err_set(&e, ERR_USAGE, "--resume without a path needs --ckpt-dir"); goto out; }
         tc.resume = tc.ckpt_dir;
     }
-    if (!tc.seq && tc.resume) resumed_seq(&tc);
+    ModelConfig split = tc.model;   // the model the layout splits: the flags', or on resume the checkpoint's
+    int split_known = !tc.init_from && (!tc.resume || resumed_model(&tc, &split));
     if (!tc.seq) tc.seq = tc.model.max_seq < 256 ? tc.model.max_seq : 256;
     if (tc.resume && tc.init_from) { err_set(&e, ERR_USAGE, "--resume and --init-from exclude each other"); goto out; }
     if (max_restarts && !tc.ckpt_dir) {
@@ -416,11 +421,11 @@ int cmd_train(int argc, char **argv) {
         goto out;
     }
     if (precision_flags(&tc, precision, reduce, &sc, &e)) goto out;
-    // the model of the flags; a checkpoint's or file's is checked by every rank as it starts
-    if (!tc.resume && !tc.init_from) {   // the flags' model, padded as the trainer pads it
-        ModelConfig padded = tc.model;
-        config_pad_vocab(&padded, padded.vocab, tp);
-        if (stage_check_split(&padded, tp, tc.sp, tc.seq, &e)) goto out;
+    // the same layout rules for a fresh run and a resumed one, before any
+    // rank starts (an --init-from file's model is checked by every rank)
+    if (split_known) {   // padded as the trainer pads it
+        config_pad_vocab(&split, split.vocab, tp);
+        if (stage_check_split(&split, tp, tc.sp, tc.seq, &e)) goto out;
     }
     // ZeRO runs over a communicator, even of one rank; restarts need a
     // launcher that outlives the ranks

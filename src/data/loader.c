@@ -247,10 +247,12 @@ int loader_sources(const Loader *l) { return l->nsrc; }
 
 int loader_next(Loader *l, int *inputs, int *targets) {
     int B = l->o.B, T = l->o.T;
-    if (l->o.split == SPLIT_VAL) {
+    if (l->o.split == SPLIT_VAL) {   // this rank's B of the next B·ranks samples in order
+        int64_t first = l->st.pos + (int64_t)l->o.rank * B;
         int n = 0;
-        for (; n < B && l->st.pos < l->nsamples; n++, l->st.pos++)
-            fetch(l, l->st.pos, inputs + (size_t)n * T, targets + (size_t)n * T);
+        for (; n < B && first + n < l->nsamples; n++) fetch(l, first + n, inputs + (size_t)n * T, targets + (size_t)n * T);
+        l->st.pos += (int64_t)B * l->o.ranks;
+        if (l->st.pos > l->nsamples) l->st.pos = l->nsamples;
         return n;
     }
     if (!l->running) {

@@ -15,7 +15,9 @@
 // continues with exactly the batches an uninterrupted loader would give.
 //
 // Validation order: samples in index order, from the start after each
-// loader_rewind.
+// loader_rewind, B·ranks at a time as in training (rank r takes samples
+// [r·B, (r+1)·B) of them), so the ranks together read what one rank reading
+// B·ranks at a time reads, whatever their number.
 #ifndef TSR_DATA_LOADER_H
 #define TSR_DATA_LOADER_H
 
@@ -52,8 +54,9 @@ int64_t loader_samples(const Loader *l);   // samples per epoch
 int loader_sources(const Loader *l);       // files read
 
 // Fills inputs (B,T) and targets (B,T) with this rank's part of the next
-// global batch (training), or the next B samples in order (validation,
-// returning how many were left: fewer than B at the end, 0 when done).
+// global batch (training), or of the next B·ranks samples in order
+// (validation, returning how many of its B were left: fewer at the end, 0
+// for a rank past it; loader_state's pos reaches loader_samples when done).
 int loader_next(Loader *l, int *inputs, int *targets);
 
 LoaderState loader_state(const Loader *l);

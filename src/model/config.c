@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,34 +58,71 @@ int config_preset(ModelConfig *c, const char *name, Err *err) {
     return err_set(err, ERR_USAGE, "unknown model preset '%s' (known: %s)", name, config_preset_list());
 }
 
-static int get_int(const Json *j, const char *key, int *out, Err *err) {
-    const Json *v = json_get(j, key);
-    if (!v) return 0;
-    int64_t x;
-    if (json_int64(v, &x) || x < 1 || x > (1 << 30))
-        return err_set(err, ERR_USAGE, "model field '%s' must be a positive integer", key);
-    *out = (int)x;
+// The model object's fields: where each goes, its range, and the
+// architectures that have it. A field of another architecture is refused
+// (config_from_json by key, config_validate by a nonzero value), so every
+// entry point sees the same rule.
+enum { ARCHS_ALL = 1u << ARCH_GPT2 | 1u << ARCH_LLAMA, ARCHS_LLAMA = 1u << ARCH_LLAMA };
+typedef struct { const char *key; size_t off; int is_float; double lo, hi; unsigned archs; } Field;
+
+static const Field fields[] = {
+    {"n_layer", offsetof(ModelConfig, n_layer), 0, 1, 1 << 30, ARCHS_ALL},
+    {"n_head", offsetof(ModelConfig, n_head), 0, 1, 1 << 30, ARCHS_ALL},
+    {"n_kv_head", offsetof(ModelConfig, n_kv_head), 0, 1, 1 << 30, ARCHS_LLAMA},
+    {"d_model", offsetof(ModelConfig, d_model), 0, 1, 1 << 30, ARCHS_ALL},
+    {"d_ff", offsetof(ModelConfig, d_ff), 0, 1, 1 << 30, ARCHS_ALL},
+    {"max_seq", offsetof(ModelConfig, max_seq), 0, 1, 1 << 30, ARCHS_ALL},
+    {"vocab", offsetof(ModelConfig, vocab), 0, 1, 1 << 30, ARCHS_ALL},
+    {"rope_theta", offsetof(ModelConfig, rope_theta), 1, 1, 1e12, ARCHS_LLAMA},
+    {"norm_eps", offsetof(ModelConfig, norm_eps), 1, 1e-12, 1, ARCHS_LLAMA},
+};
+enum { NFIELDS = sizeof fields / sizeof fields[0] };
+
+static int field_has(const Field *f, ArchId a) { return f->archs >> a & 1u; }
+
+static double field_value(const ModelConfig *c, const Field *f) {
+    const char *p = (const char *)c + f->off;
+    return f->is_float ? *(const float *)p : *(const int *)p;
+}
+
+// The architecture that has a field of one architecture only, for messages.
+static const char *field_archs(const Field *f) { return config_arch_name(f->archs == ARCHS_LLAMA ? ARCH_LLAMA : ARCH_GPT2); }
+
+static int field_read(ModelConfig *c, const Field *f, const Json *v, Err *err) {
+    char *p = (char *)c + f->off;
+    if (!f->is_float) {
+        int64_t x;
+        if (json_int64(v, &x) || x < f->lo || x > f->hi)
+            return err_set(err, ERR_USAGE, "model field '%s' must be a positive integer", f->key);
+        *(int *)p = (int)x;
+    } else {
+        if (v->type != JSON_NUM || !(v->num >= f->lo && v->num <= f->hi))
+            return err_set(err, ERR_USAGE, "model field '%s' must be a number in [%g, %g]", f->key, f->lo, f->hi);
+        *(float *)p = (float)v->num;
+    }
     return 0;
 }
 
-static int get_float(const Json *j, const char *key, float *out, double lo, double hi, Err *err) {
-    const Json *v = json_get(j, key);
-    if (!v) return 0;
-    if (v->type != JSON_NUM || !(v->num >= lo && v->num <= hi))
-        return err_set(err, ERR_USAGE, "model field '%s' must be a number in [%g, %g]", key, lo, hi);
-    *out = (float)v->num;
-    return 0;
+void config_clear_foreign(ModelConfig *c) {
+    for (int i = 0; i < NFIELDS; i++)
+        if (!field_has(&fields[i], c->arch)) {
+            char *p = (char *)c + fields[i].off;
+            if (fields[i].is_float) *(float *)p = 0;
+            else *(int *)p = 0;
+        }
+}
+
+static const Field *field_find(const char *key) {
+    for (int i = 0; i < NFIELDS; i++)
+        if (!strcmp(fields[i].key, key)) return &fields[i];
+    return NULL;
 }
 
 int config_from_json(ModelConfig *c, const Json *j, Err *err) {
-    static const char *known[] = {"preset", "arch", "n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "max_seq",
-                                  "vocab", "rope_theta", "norm_eps"};
     if (!j || j->type != JSON_OBJ) return err_set(err, ERR_USAGE, "model must be a JSON object");
-    for (const Json *m = j->child; m; m = m->next) {
-        int ok = 0;
-        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= strcmp(m->key, known[i]) == 0;
-        if (!ok) return err_set(err, ERR_USAGE, "unknown model field '%s'", m->key);
-    }
+    for (const Json *m = j->child; m; m = m->next)
+        if (strcmp(m->key, "preset") && strcmp(m->key, "arch") && !field_find(m->key))
+            return err_set(err, ERR_USAGE, "unknown model field '%s'", m->key);
     const Json *p = json_get(j, "preset");
     if (p) {
         if (p->type != JSON_STR) return err_set(err, ERR_USAGE, "model field 'preset' must be a string");
@@ -96,13 +134,16 @@ int config_from_json(ModelConfig *c, const Json *j, Err *err) {
     const Json *ar = json_get(j, "arch");
     if (ar && (ar->type != JSON_STR || config_arch_parse(ar->text, &c->arch)))
         return err_set(err, ERR_USAGE, "model field 'arch' must be \"gpt2\" or \"llama\"");
-    int vocab = c->vocab;
-    if (get_int(j, "n_layer", &c->n_layer, err) || get_int(j, "n_head", &c->n_head, err) ||
-        get_int(j, "n_kv_head", &c->n_kv_head, err) || get_int(j, "d_model", &c->d_model, err) ||
-        get_int(j, "d_ff", &c->d_ff, err) || get_int(j, "max_seq", &c->max_seq, err) || get_int(j, "vocab", &vocab, err) ||
-        get_float(j, "rope_theta", &c->rope_theta, 1, 1e12, err) || get_float(j, "norm_eps", &c->norm_eps, 1e-12, 1, err))
-        return -1;
-    config_set_vocab(c, vocab);
+    config_clear_foreign(c);   // a preset of another architecture keeps only the fields this one has
+    for (const Json *m = j->child; m; m = m->next) {
+        const Field *f = field_find(m->key);
+        if (!f) continue;
+        if (!field_has(f, c->arch))
+            return err_set(err, ERR_USAGE, "model field '%s' is a %s field: a %s model has none", f->key, field_archs(f),
+                           config_arch_name(c->arch));
+        if (field_read(c, f, m, err)) return -1;
+    }
+    config_set_vocab(c, c->vocab);
     if (!json_get(j, "d_ff") && !p) c->d_ff = 4 * c->d_model;
     if (!p || j->len > 1) snprintf(c->name, sizeof c->name, "custom");
     return 0;
@@ -138,6 +179,14 @@ int config_validate(const ModelConfig *c, Err *err) {
     if (c->d_ff < 1 || c->d_ff > 1 << 20) return err_set(err, ERR_USAGE, "d_ff must be in 1..1048576 (got %d)", c->d_ff);
     if (c->max_seq < 1 || c->max_seq > 1 << 20) return err_set(err, ERR_USAGE, "max_seq must be in 1..1048576 (got %d)", c->max_seq);
     if (c->vocab < 2 || c->vocab > 1 << 24) return err_set(err, ERR_USAGE, "vocab must be in 2..16777216 (got %d)", c->vocab);
+    for (int i = 0; i < NFIELDS; i++)
+        if (!field_has(&fields[i], c->arch) && field_value(c, &fields[i]) != 0)
+            return err_set(err, ERR_USAGE, "%s (%g) is a %s field: a %s model has none", fields[i].key,
+                           field_value(c, &fields[i]), field_archs(&fields[i]), config_arch_name(c->arch));
+    // the kernels' own requirements, so that no entry point reaches their CHECKs
+    if (c->arch == ARCH_LLAMA && (c->d_model / c->n_head) % 2)
+        return err_set(err, ERR_USAGE, "the head size d_model/n_head = %d/%d = %d is odd: LLaMA's rotary embedding turns "
+                       "pairs of channels, so it must be even", c->d_model, c->n_head, c->d_model / c->n_head);
     return 0;
 }
 

@@ -38,10 +38,15 @@ int config_preset(ModelConfig *c, const char *name, Err *err);
 // Comma-separated list of preset names, for help and errors.
 const char *config_preset_list(void);
 // Reads a model object: {"preset": "gpt2-tiny"} and/or explicit fields
-// arch ("gpt2", "llama"), n_layer, n_head, n_kv_head, d_model, d_ff,
-// max_seq, vocab, rope_theta, norm_eps (each overriding the preset).
-// Unknown keys are errors.
+// arch ("gpt2", "llama"), n_layer, n_head, d_model, d_ff, max_seq, vocab,
+// and LLaMA's n_kv_head, rope_theta, norm_eps (each overriding the preset).
+// Unknown keys, and keys the architecture does not have, are errors; an
+// "arch" that changes a preset's architecture drops the preset's fields
+// the new one lacks.
 int config_from_json(ModelConfig *c, const Json *j, Err *err);
+// Zeroes the fields c's architecture does not have (n_kv_head, rope_theta
+// and norm_eps of a GPT-2), as after changing c->arch.
+void config_clear_foreign(ModelConfig *c);
 void config_to_json(const ModelConfig *c, JsonBuf *b);
 // Sets V and Vp (padded for one tensor-parallel rank).
 void config_set_vocab(ModelConfig *c, int vocab);
@@ -52,7 +57,11 @@ void config_set_vocab(ModelConfig *c, int vocab);
 // so they stay zero: the padding changes no number, and a checkpoint moves
 // between tensor-parallel sizes by its first V rows.
 void config_pad_vocab(ModelConfig *c, int vocab, int tp);
-// Checks ranges and divisibility; the message names the field.
+// Checks ranges and divisibility, refuses a field the architecture does
+// not have (set, i.e. nonzero), and holds every requirement a kernel
+// CHECKs of the config (LLaMA's rotary embedding: an even head size), so
+// that train, import, eval, sample and plan refuse such a model in one
+// line; the message names the field.
 int config_validate(const ModelConfig *c, Err *err);
 // The architecture's name ("gpt2", "llama"), and back (0, or -1 for an
 // unknown name).

@@ -9,12 +9,12 @@
 #include "model/stage.h"
 
 // Models tessera plans but has no training preset for (the others are
-// model/config's): {name, arch, L, NH, KV heads, C, F, positions, V}.
+// model/config's): {name, arch, L, NH, KV heads (0: NH), C, F, positions, V}.
 typedef struct { const char *name; ArchId arch; int L, NH, KV, C, F, S, V; } Preset;
 
 static const Preset presets[] = {
-    {"gpt3-175b", ARCH_GPT2, 96, 96, 96, 12288, 4 * 12288, 2048, 50257},
-    {"megatron-1t", ARCH_GPT2, 128, 160, 160, 25600, 4 * 25600, 2048, 51200},   // Narayanan et al. 2021, table 1
+    {"gpt3-175b", ARCH_GPT2, 96, 96, 0, 12288, 4 * 12288, 2048, 50257},
+    {"megatron-1t", ARCH_GPT2, 128, 160, 0, 25600, 4 * 25600, 2048, 51200},   // Narayanan et al. 2021, table 1
 };
 
 const char *plan_preset_list(void) {
@@ -67,7 +67,18 @@ int plan_model_preset(PlanModel *m, const char *name, Err *err) {
 
 int64_t plan_params(const PlanModel *m) { return config_param_count(&m->cfg, 0); }
 
+int plan_check_inputs(const PlanModel *m, const PlanCluster *c, const PlanJob *j, Err *err) {
+    if (j->seq > m->s)
+        return err_set(err, ERR_USAGE, "--seq %lld is above the model's %lld positions (max_seq)", (long long)j->seq,
+                       (long long)m->s);
+    if (c->per_node >= 1 && c->devices > c->per_node && c->devices % c->per_node)   // fewer: one node, partly used
+        return err_set(err, ERR_USAGE, "--devices-per-node %lld does not divide --devices %lld (nodes of equal size)",
+                       (long long)c->per_node, (long long)c->devices);
+    return 0;
+}
+
 int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, Err *err) {
+    if (plan_check_inputs(m, c, j, err)) return -1;
     if (m->L < 1 || m->h < 1 || m->a < 1 || m->kv < 1 || m->f < 1 || m->V < 1)
         return err_set(err, ERR_USAGE, "model sizes must be positive");
     if (m->h % m->a) return err_set(err, ERR_USAGE, "heads (%lld) must divide the width (%lld)", (long long)m->a, (long long)m->h);

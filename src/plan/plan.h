@@ -102,8 +102,12 @@ void plan_model_set_vocab(PlanModel *m, int64_t vocab);
 // Exact parameters, final norm included: model/arch's count.
 int64_t plan_params(const PlanModel *m);
 
-// Checks the layout against the model, cluster and job (DESIGN §3); the
-// message names the constraint.
+// Checks what holds for every layout: the job's sequence fits the model's
+// positions, and --devices-per-node divides --devices (or, fewer devices
+// than a node, one node holds them all).
+int plan_check_inputs(const PlanModel *m, const PlanCluster *c, const PlanJob *j, Err *err);
+// Checks the layout against the model, cluster and job (DESIGN §3), the
+// above included; the message names the constraint.
 int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, Err *err);
 // Evaluates a checked layout.
 void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r);

@@ -43,6 +43,7 @@ struct Trainer {
     AdamW opt;
     LossScaler sc;             // fp16's loss scale
     int fp16;
+    double flag_scale;         // resumed fp16: --loss-scale given, then replaced by the checkpoint's scale (0: neither)
     Report *rep;
     int *inp, *tgt;            // the step's micro-batches (M,B,T)
     int done;                  // steps done
@@ -66,20 +67,24 @@ double train_flops_per_token(const ModelConfig *c, int T) {
     return 6.0 * ((double)config_param_count(c, 0) - lookup) + 12.0 * c->n_layer * (double)T * c->d_model;
 }
 
-int train_evaluate(Stage *st, Pipe *p, Loader *val, int max_batches, double *sum, int64_t *ntok, Err *err) {
+int train_evaluate(Stage *st, Pipe *p, Loader *val, int64_t max_rounds, double *sum, int64_t *ntok, Err *err) {
     int B = st->B, T = st->T, rc = 0;
-    int *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+    int *in = calloc((size_t)B * T, sizeof *in), *tg = calloc((size_t)B * T, sizeof *tg);
     CHECKF(in && tg, "out of memory");
     double s = 0;
     int64_t n = 0;
     loader_rewind(val);
-    for (int b = 0; max_batches <= 0 || b < max_batches; b++) {
+    for (int64_t b = 0; (max_rounds <= 0 || b < max_rounds) && loader_state(val).pos < loader_samples(val); b++) {
         int got = loader_next(val, in, tg);
-        if (got == 0) break;
+        // a rank past the end still runs the round's forward (on one row of
+        // what its buffer holds, the result unused): its data-parallel
+        // peers' passes may gather parameters from it (ZeRO-3)
+        int rows = got > 0 ? got : 1;
         double part = 0;
-        if (p) rc = pipe_forward(p, in, tg, got, T, &part, err);
-        else part = stage_forward(st, 0, in, tg, got, T, 0.0f);
+        if (p) rc = pipe_forward(p, in, tg, rows, T, &part, err);
+        else part = stage_forward(st, 0, in, tg, rows, T, 0.0f);
         if (rc) break;
+        if (got == 0) continue;
         s += part;
         n += (int64_t)got * T;
     }
@@ -303,7 +308,7 @@ static int choose_model(Trainer *t, Err *err) {
         return err_set(err, ERR_USAGE, "the model's vocabulary (%d) does not match --tokenizer %s (%d)", mc->vocab,
                        t->tok.name, t->tok.vocab);
     config_pad_vocab(mc, mc->vocab, t->mesh->tp);   // Megatron's padding: every TP rank an equal slice
-    if (config_validate(mc, err)) return -1;
+    if (config_validate(mc, err) || stage_check_split(mc, t->mesh->tp, tc->sp, tc->seq, err)) return -1;
     if (tc->seq > mc->max_seq)
         return err_set(err, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, mc->max_seq);
     return 0;
@@ -393,7 +398,9 @@ static int init_state(Trainer *t, uint32_t *crc, Err *err) {
     const Json *sj = json_get(json_get(meta, "train"), "loss_scaler");   // a run of another precision has none
     char where[4200];
     snprintf(where, sizeof where, "%s/meta.json", ckpt_dir(ck));
+    double flag_scale = t->sc.scale;
     if (t->fp16 && sj && scaler_state_read(&t->sc, sj, where, err)) return -1;
+    if (t->fp16 && sj && tc->loss_scale_given) t->flag_scale = flag_scale;
     if (json_int64(json_get(ls, "epoch"), &e) || json_int64(json_get(ls, "pos"), &p) || e < 0 || p < 0 ||
         e > INT32_MAX || p > loader_samples(t->ld))
         return err_set(err, ERR_USAGE, "%s/meta.json: field 'train.loader' is missing or out of range (epoch %lld, position "
@@ -578,6 +585,9 @@ static void print_header(Trainer *t) {
         printf("scaler:    dynamic loss scale from %g: ×2 after %d steps without overflow, ×0.5 on overflow (hysteresis "
                "%d: the overflows before the first halving), the step skipped on every rank; the run stops below %g\n",
                t->sc.scale, tc->scaler.window, tc->scaler.hysteresis, tc->scaler.min);
+    if (t->flag_scale > 0)
+        printf("scaler:    the checkpoint's loss scale %g is used, not --loss-scale %g: a resumed run continues its scale "
+               "(--loss-scale sets a fresh run's)\n", t->sc.scale, t->flag_scale);
     if (tc->recompute == STAGE_RECOMPUTE_FULL)
         printf("recompute: full — each block keeps only its output (the next block's input) and runs forward again "
                "before its backward\n");
@@ -793,11 +803,14 @@ static int evaluate(Trainer *t, Err *err) {
     uint64_t b0 = bytes_sent(t->mesh->dpg);
     int64_t n;
     double t0 = timer_now(), sum;
-    int rc = train_evaluate(&t->st, t->pipe, t->val, t->tc->eval_batches, &sum, &n, err);
+    // --eval-batches steps' worth of sequences (batch × accumulation × DP
+    // ranks each), every DP rank its part, as a step reads them: every
+    // layout of the same step evaluates the same sequences
+    int rc = train_evaluate(&t->st, t->pipe, t->val, (int64_t)t->tc->eval_batches * t->tc->accum, &sum, &n, err);
     if (rc || stage_tp_status(&t->st, err)) return -1;
-    // the last stage scored the tokens (every DP rank the same ones): one
-    // of its ranks counts them, and every rank gets the sum
-    int counts = t->last && t->mesh->tp_rank == 0 && t->rank == 0;
+    // the last stage scored each DP rank's tokens: one of its ranks counts
+    // them, and every rank gets the sum
+    int counts = t->last && t->mesh->tp_rank == 0;
     double v[2] = {counts ? sum : 0.0, counts ? (double)n : 0.0};
     if (sum_all(t, v, 2, err)) return -1;
     n = (int64_t)v[1];
@@ -866,13 +879,13 @@ int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
         if (trainer_step(t, &sm, err)) goto done;
         int step = t->done, last = step == tc->steps;
         if (step % tc->log_every == 0 || last || step == 1 || sm.skipped) report_step(t->rep, &sm);
-        if (tc->exit_after > 0 && step == tc->exit_after && !last) {
+        if (t->val && tc->eval_every > 0 && step % tc->eval_every == 0 && !last && evaluate(t, err)) goto done;
+        if (tc->exit_after > 0 && step == tc->exit_after && !last) {   // after the step's evaluation, as without it
             if (tc->ckpt_dir && save(t, err)) goto done;
             printf("stopped:   after step %d of %d (--exit-after); continue with --resume\n", step, tc->steps);
             rc = 0;
             goto done;
         }
-        if (t->val && tc->eval_every > 0 && step % tc->eval_every == 0 && !last && evaluate(t, err)) goto done;
         if (!last) report_progress(t->rep, step, tc->steps, timer_now() - t_start);
         if (tc->ckpt_dir && tc->ckpt_every > 0 && step % tc->ckpt_every == 0 && !last && save(t, err)) goto done;
     }

@@ -34,7 +34,7 @@ typedef struct TrainConfig {
     const char *val_data;      // validation data; NULL: the val shards of a data directory, if any
     const char *tokenizer;     // "gpt2" or "byte"
     int eval_every;            // steps between evaluations (0: only at the end)
-    int eval_batches;          // batches per evaluation (0: all of the validation data)
+    int eval_batches;          // steps' worth of sequences per evaluation, batch × accum × dp each (0: all of the validation data)
     const char *log_path;      // JSONL metrics (appended), or NULL
     const char *ckpt_dir;      // checkpoints, or NULL
     int ckpt_every;            // steps between checkpoints (0: only at the end)
@@ -62,6 +62,7 @@ typedef struct TrainConfig {
     Precision precision;       // fp32, or bf16/fp16: 16-bit weights and activations, fp32 masters (model/stage)
     int reduce_bf16;           // data-parallel gradient reduction in bf16 (summed in fp32)
     ScalerConfig scaler;       // fp16's dynamic loss scale (optim/scaler)
+    int loss_scale_given;      // --loss-scale was given (a resumed run keeps its checkpoint's scale and says so)
     int profile;               // time each kind of work in the steps, print the table at the end (core/prof)
     int overflow_step, overflow_rank;   // test hook: an inf in that world rank's gradients at that step (0: none)
 } TrainConfig;
@@ -87,11 +88,12 @@ int train_run(const TrainConfig *tc, Mesh *m, Err *err);
 // out — plus attention's score/value products).
 double train_flops_per_token(const ModelConfig *c, int T);
 
-// The sum of the per-token losses of the model over the validation loader
-// (from its start, at most max_batches batches of the stage's B; 0 = all)
-// into *sum — on a pipeline's last stage; other stages get 0 — and the
-// number of tokens scored into *ntok. p: the pipeline (NULL: the stage is
-// the whole model). 0, or -1 with err.
-int train_evaluate(Stage *st, Pipe *p, Loader *val, int max_batches, double *sum, int64_t *ntok, Err *err);
+// The sum of the per-token losses of the model over this rank's part of
+// the validation loader (from its start, at most max_rounds rounds of the
+// loader's B·ranks sequences; 0 = all) into *sum — on a pipeline's last
+// stage; other stages get 0 — and the number of tokens scored into *ntok.
+// Every data-parallel rank runs the same number of forwards. p: the
+// pipeline (NULL: the stage is the whole model). 0, or -1 with err.
+int train_evaluate(Stage *st, Pipe *p, Loader *val, int64_t max_rounds, double *sum, int64_t *ntok, Err *err);
 
 #endif

@@ -162,6 +162,26 @@ static void test_ranks_split_the_global_batch(void) {
     loader_next(v, in, tg);
     EXPECT(in[0] == 1000 % 251 && in[1] == 1001 % 251 && tg[0] == in[1], "validation starts at the first window");
     loader_free(v);
+    // Validation over 2 ranks of 4: each round, rank r takes samples
+    // [4r, 4r+4) of the next 8, as one rank of 8 reads them; a rank past
+    // the end gets 0 while the other still has some, and both see the end.
+    Loader *w = open_loader(p, 8, 0, 1, 0, SPLIT_VAL), *r0 = open_loader(p, 4, 0, 2, 0, SPLIT_VAL),
+           *r1 = open_loader(p, 4, 1, 2, 0, SPLIT_VAL);
+    int rounds = 0, split_bad = 0, g0 = -1, g1 = -1;
+    while (loader_state(w).pos < loader_samples(w)) {
+        int iw[128], i0[64], i1[64];
+        int g = loader_next(w, iw, tg);
+        g0 = loader_next(r0, i0, tg);
+        g1 = loader_next(r1, i1, tg);
+        split_bad += g0 + g1 != g || memcmp(iw, i0, (size_t)g0 * 16 * sizeof(int)) ||
+                     memcmp(iw + 64, i1, (size_t)g1 * 16 * sizeof(int));
+        rounds++;
+    }
+    EXPECT(split_bad == 0 && rounds == 3 && g0 == 4 && g1 == 0 && loader_state(r1).pos == loader_samples(r1),
+           "2 ranks of 4 read validation as 1 of 8 (%d differ, %d rounds, last %d + %d)", split_bad, rounds, g0, g1);
+    loader_free(w);
+    loader_free(r0);
+    loader_free(r1);
     Err e2;
     Tokenizer tok;
     tokenizer_open(&tok, "byte", &e2);

@@ -650,6 +650,24 @@ static void test_bad_configs(void) {
     EXPECT(j && config_from_json(&c, j, &e) == 0 && c.n_layer == 2 && c.d_model == 128 && !strcmp(c.name, "custom"),
            "preset with override");
     json_free(j);
+    // a field of another architecture: by key in a model object, by value in a config
+    const char *foreign = "{\"preset\":\"gpt2-tiny\",\"rope_theta\":1e4}";
+    j = json_parse(foreign, strlen(foreign), &e);
+    EXPECT(j && config_from_json(&c, j, &e) == -1 && strstr(e.msg, "'rope_theta' is a llama field"), "%s", e.msg);
+    json_free(j);
+    const char *as_gpt2 = "{\"preset\":\"llama-tiny\",\"arch\":\"gpt2\"}";
+    j = json_parse(as_gpt2, strlen(as_gpt2), &e);
+    EXPECT(j && config_from_json(&c, j, &e) == 0 && c.arch == ARCH_GPT2 && c.n_kv_head == 0 && c.norm_eps == 0 &&
+           config_validate(&c, &e) == 0, "llama-tiny as gpt2 keeps no LLaMA field: %s", e.msg);
+    json_free(j);
+    c.n_kv_head = 2;
+    EXPECT(config_validate(&c, &e) == -1 && strstr(e.msg, "n_kv_head (2) is a llama field"), "%s", e.msg);
+    // the rotary kernel's CHECK, as a rule: LLaMA's head size is even, GPT-2's need not be
+    c = llama_cfg(1, 2, 0, 6, 8, 8, 50);
+    EXPECT(config_validate(&c, &e) == -1 && strstr(e.msg, "= 3 is odd"), "llama head size 3: %s", e.msg);
+    EXPECT(stage_init(&st, &c, &s, 1, 8, 1, 0, &e) == -1 && strstr(e.msg, "is odd"), "stage_init: %s", e.msg);
+    c.arch = ARCH_GPT2;
+    EXPECT(config_validate(&c, &e) == 0, "gpt2 head size 3: %s", e.msg);
 }
 
 int main(void) {

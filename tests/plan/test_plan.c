@@ -221,6 +221,13 @@ static void test_invalid_and_sweep(void) {
     l = (PlanLayout){.dp = 2, .tp = 1, .pp = 4, .schedule = SCHED_1F1B};
     j.global_batch = 4;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "1F1B"), "too few micro-batches: %s", e.msg);
+    // inputs that hold for no layout: the sequence beyond the positions, nodes of unequal size
+    PlanJob jl = {2048, 64, 1, 1e9};
+    EXPECT(plan_check_inputs(&m, &c, &jl, &e) == -1 && strstr(e.msg, "--seq 2048 is above the model's 1024 positions"),
+           "%s", e.msg);
+    PlanCluster c12 = cluster(12), c4 = cluster(4);
+    EXPECT(plan_check_inputs(&m, &c12, &j, &e) == -1 && strstr(e.msg, "does not divide --devices 12"), "%s", e.msg);
+    EXPECT(plan_check_inputs(&m, &c4, &j, &e) == 0, "4 devices in one node of 8: %s", e.msg);
     // a grid of inputs, valid or not: check then evaluate; never crash, never NaN
     int evaluated = 0, bad = 0;
     int64_t devs[] = {1, 2, 3, 8, 64, 1024}, seqs[] = {1, 128, 2048}, gbs[] = {1, 7, 512};
