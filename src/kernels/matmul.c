@@ -80,18 +80,22 @@ static int blas_512(void) {
 // or more when the BLAS runs narrower vectors than the own kernel.
 static int own_rows(int N) { return gemm_own() && N > 1 && (N <= OWN_MAX_ROWS || !blas_512()); }
 
-// Per-thread scratch for the transposed operands, grown on demand and kept.
-static _Thread_local float *g_scratch;
-static _Thread_local size_t g_scratch_floats;
-
-static float *scratch(size_t floats) {
-    if (floats > g_scratch_floats) {
-        mem_free(g_scratch);
-        g_scratch = mem_alloc(MEM_WORKSPACE, floats * sizeof(float));
-        g_scratch_floats = g_scratch ? floats : 0;
+// *buf grown to hold `bytes` (a workspace kept across calls: its old
+// contents are not kept); NULL when it cannot be had.
+static void *grow(void **buf, size_t *have, size_t bytes) {
+    if (bytes > *have) {
+        mem_free(*buf);
+        *buf = mem_alloc(MEM_WORKSPACE, bytes);
+        *have = *buf ? bytes : 0;
     }
-    return g_scratch;
+    return *buf;
 }
+
+// Per-thread scratch for the transposed operands, grown on demand and kept.
+static _Thread_local void *g_scratch;
+static _Thread_local size_t g_scratch_bytes;
+
+static float *scratch(size_t floats) { return grow(&g_scratch, &g_scratch_bytes, floats * sizeof(float)); }
 
 // ---- products on the bf16 units ----
 
@@ -108,17 +112,10 @@ int matmul_set_bf16(int on) {
 int matmul_bf16(void) { return g_bf16; }
 
 // Per-thread scratch for the packed bf16 operands, grown on demand and kept.
-static _Thread_local uint16_t *g_scratch16;
-static _Thread_local size_t g_scratch16_n;
+static _Thread_local void *g_scratch16;
+static _Thread_local size_t g_scratch16_bytes;
 
-static uint16_t *scratch16(size_t n) {
-    if (n > g_scratch16_n) {
-        mem_free(g_scratch16);
-        g_scratch16 = mem_alloc(MEM_WORKSPACE, n * sizeof(uint16_t));
-        g_scratch16_n = g_scratch16 ? n : 0;
-    }
-    return g_scratch16;
-}
+static uint16_t *scratch16(size_t n) { return grow(&g_scratch16, &g_scratch16_bytes, n * sizeof(uint16_t)); }
 
 static int pairs(int K) { return (K + 1) / 2; }
 
@@ -127,8 +124,8 @@ static int pairs(int K) { return (K + 1) / 2; }
 typedef struct Held {
     const float *w;         // the held weight, NULL when none
     int OC, C;              // its shape when packed
-    uint16_t *fwd, *dinp;   // (kp(C), OC, 2) and (kp(OC), C, 2), or NULL
-    size_t nfwd, ndinp;     // their allocated lengths
+    void *fwd, *dinp;       // (kp(C), OC, 2) and (kp(OC), C, 2) bf16, or NULL
+    size_t nfwd, ndinp;     // their allocated bytes
     int have_fwd, have_dinp;
 } Held;
 static _Thread_local Held g_held;
@@ -140,22 +137,12 @@ void matmul_hold(const float *weight) {
 
 void matmul_release(void) { g_held.w = NULL; }
 
-// buf grown to n values (kept across holds); NULL when it cannot be had.
-static uint16_t *held_buf(uint16_t **buf, size_t *have, size_t n) {
-    if (n > *have) {
-        mem_free(*buf);
-        *buf = mem_alloc(MEM_WORKSPACE, n * sizeof(uint16_t));
-        *have = *buf ? n : 0;
-    }
-    return *buf;
-}
-
 // The weight's forward B operand (kp(C), OC, 2): the held one, packed once, or packed into dst.
 static const uint16_t *weight_fwd(const float *weight, int C, int OC, uint16_t *dst) {
     if (weight == g_held.w && (g_held.OC != OC || g_held.C != C)) g_held.have_fwd = g_held.have_dinp = 0;
-    if (weight == g_held.w && g_held.have_fwd) return g_held.fwd;
+    if (weight == g_held.w && g_held.have_fwd) return (const uint16_t *)g_held.fwd;
     size_t n = (size_t)pairs(C) * OC * 2;
-    uint16_t *h = weight == g_held.w ? held_buf(&g_held.fwd, &g_held.nfwd, n) : NULL;
+    uint16_t *h = weight == g_held.w ? grow(&g_held.fwd, &g_held.nfwd, n * sizeof(uint16_t)) : NULL;
     bf16_pack_pairs_t(h ? h : dst, weight, C, C, OC);
     if (h) g_held.have_fwd = 1, g_held.OC = OC, g_held.C = C;
     return h ? h : dst;
@@ -164,9 +151,9 @@ static const uint16_t *weight_fwd(const float *weight, int C, int OC, uint16_t *
 // The weight's input-gradient B operand (kp(OC), C, 2), likewise.
 static const uint16_t *weight_dinp(const float *weight, int C, int OC, uint16_t *dst) {
     if (weight == g_held.w && (g_held.OC != OC || g_held.C != C)) g_held.have_fwd = g_held.have_dinp = 0;
-    if (weight == g_held.w && g_held.have_dinp) return g_held.dinp;
+    if (weight == g_held.w && g_held.have_dinp) return (const uint16_t *)g_held.dinp;
     size_t n = (size_t)pairs(OC) * C * 2;
-    uint16_t *h = weight == g_held.w ? held_buf(&g_held.dinp, &g_held.ndinp, n) : NULL;
+    uint16_t *h = weight == g_held.w ? grow(&g_held.dinp, &g_held.ndinp, n * sizeof(uint16_t)) : NULL;
     bf16_pack_pairs(h ? h : dst, weight, C, OC, C);
     if (h) g_held.have_dinp = 1, g_held.OC = OC, g_held.C = C;
     return h ? h : dst;

@@ -4,16 +4,6 @@
 # crash, a hang, silent garbage, or a file left behind. Run from the
 # repository root.
 source "$(dirname "$0")/lib.sh"
-
-# expect NAME RC TEXT CMD...: CMD exits RC within 60 s, its stderr is one line containing TEXT.
-expect() {
-  local name=$1 want=$2 text=$3
-  shift 3
-  timeout 60 "$@" >"$TMP/x.out" 2>"$TMP/x.err"
-  local rc=$?
-  if [ $rc -eq "$want" ] && [ "$(wc -l <"$TMP/x.err")" -eq 1 ] && grep -qF -- "$text" "$TMP/x.err"; then ok "$name: exit $want, one line"
-  else bad "$name" "exit $rc (want $want): $(head -3 "$TMP/x.err")"; fi
-}
 T=(train --data "$DATA" --tokenizer byte --steps 1)
 
 # ---- sizes that overflow ----
