@@ -7,7 +7,9 @@
 #include "data/bpe.h"
 #include "data/zread.h"
 
-enum { READ_BYTES = 1 << 20 };
+// JSONL_LINE_MAX: a JSONL line is parsed whole (about three times its size
+// in memory), so a longer one is refused rather than let memory follow the input.
+enum { READ_BYTES = 1 << 20, JSONL_LINE_MAX = 64 << 20 };
 
 struct Docs {
     const char *path;
@@ -139,8 +141,15 @@ static int next_jsonl(Docs *d, const char **text, size_t *n, int *doc_start, Err
         size_t from = 0;
         while (!(nl = memchr(d->buf + d->pos + from, '\n', d->len - d->pos - from)) && !d->eof) {
             from = d->len - d->pos;
+            if (from > JSONL_LINE_MAX)
+                return err_set(err, ERR_USAGE, "%s:%lld: a JSONL line longer than %d MiB (split the document, or give "
+                               "it as plain text, which is read in pieces)", d->path, (long long)d->line + 1,
+                               JSONL_LINE_MAX >> 20);
             if (fill(d, from + READ_BYTES, err)) return -1;
         }
+        if ((nl ? (size_t)(nl - (d->buf + d->pos)) : d->len - d->pos) > JSONL_LINE_MAX)
+            return err_set(err, ERR_USAGE, "%s:%lld: a JSONL line longer than %d MiB (split the document, or give it "
+                           "as plain text, which is read in pieces)", d->path, (long long)d->line + 1, JSONL_LINE_MAX >> 20);
         size_t avail = d->len - d->pos;
         char *s = d->buf + d->pos;
         size_t len = nl ? (size_t)(nl - s) : avail;

@@ -139,6 +139,13 @@ else
   fi
 fi
 
+# ---- a JSONL line is parsed whole: one over 64 MiB is refused, so memory never follows the input ----
+{ printf '{"text":"'; head -c 66M /dev/zero | tr '\0' 'a'; printf '"}\n'; } >"$TMP/longline.jsonl"
+P --input "$TMP/longline.jsonl" --out "$TMP/j_long"; rc=$?
+[ $rc = 2 ] && one_line && grep -q "longline.jsonl:1: a JSONL line longer than 64 MiB" "$TMP/p.out" && [ ! -e "$TMP/j_long/train_000000.bin" ] &&
+  ok "a JSONL line of 66 MiB: exit 2, one line naming the file and line, no shard" || bad "long JSONL line" "rc $rc" "$(cat "$TMP/p.out")"
+rm -f "$TMP/longline.jsonl"
+
 # ---- JSONL: every line skipped is an error; a byte order mark is accepted ----
 printf '{"body":"x"}\nnot json\n{"text":3}\n' >"$TMP/allbad.jsonl"
 P --input "$TMP/allbad.jsonl" --out "$TMP/j_bad"; rc=$?
