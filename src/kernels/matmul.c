@@ -119,44 +119,40 @@ static uint16_t *scratch16(size_t n) { return grow(&g_scratch16, &g_scratch16_by
 
 static int pairs(int K) { return (K + 1) / 2; }
 
-// A weight held across calls (matmul_hold): its two packed forms, made at
-// their first use while it is held and reused by later calls.
+// The two packed forms of a weight (OC,C): the forward's B operand, pairs
+// of its transpose (kp(C), OC, 2), and the input gradient's, pairs of its
+// rows (kp(OC), C, 2).
+enum { FORM_FWD, FORM_DINP };
+
+// A weight held across calls (matmul_hold): its packed forms, each made at
+// its first use while the weight is held and reused by later calls.
 typedef struct Held {
-    const float *w;         // the held weight, NULL when none
-    int OC, C;              // its shape when packed
-    void *fwd, *dinp;       // (kp(C), OC, 2) and (kp(OC), C, 2) bf16, or NULL
-    size_t nfwd, ndinp;     // their allocated bytes
-    int have_fwd, have_dinp;
+    const float *w;    // the held weight, NULL when none
+    int OC, C;         // its shape when packed
+    void *buf[2];      // a form's bf16 pairs, by FORM_*, or NULL
+    size_t bytes[2];   // their allocated bytes
+    int have[2];       // the form is packed for this hold
 } Held;
 static _Thread_local Held g_held;
 
 void matmul_hold(const float *weight) {
     g_held.w = weight;
-    g_held.have_fwd = g_held.have_dinp = 0;
+    g_held.have[FORM_FWD] = g_held.have[FORM_DINP] = 0;
 }
 
 void matmul_release(void) { g_held.w = NULL; }
 
-// The weight's forward B operand (kp(C), OC, 2): the held one, packed once, or packed into dst.
-static const uint16_t *weight_fwd(const float *weight, int C, int OC, uint16_t *dst) {
-    if (weight == g_held.w && (g_held.OC != OC || g_held.C != C)) g_held.have_fwd = g_held.have_dinp = 0;
-    if (weight == g_held.w && g_held.have_fwd) return (const uint16_t *)g_held.fwd;
-    size_t n = (size_t)pairs(C) * OC * 2;
-    uint16_t *h = weight == g_held.w ? grow(&g_held.fwd, &g_held.nfwd, n * sizeof(uint16_t)) : NULL;
-    bf16_pack_pairs_t(h ? h : dst, weight, C, C, OC);
-    if (h) g_held.have_fwd = 1, g_held.OC = OC, g_held.C = C;
-    return h ? h : dst;
-}
-
-// The weight's input-gradient B operand (kp(OC), C, 2), likewise.
-static const uint16_t *weight_dinp(const float *weight, int C, int OC, uint16_t *dst) {
-    if (weight == g_held.w && (g_held.OC != OC || g_held.C != C)) g_held.have_fwd = g_held.have_dinp = 0;
-    if (weight == g_held.w && g_held.have_dinp) return (const uint16_t *)g_held.dinp;
-    size_t n = (size_t)pairs(OC) * C * 2;
-    uint16_t *h = weight == g_held.w ? grow(&g_held.dinp, &g_held.ndinp, n * sizeof(uint16_t)) : NULL;
-    bf16_pack_pairs(h ? h : dst, weight, C, OC, C);
-    if (h) g_held.have_dinp = 1, g_held.OC = OC, g_held.C = C;
-    return h ? h : dst;
+// A form of the weight: the held one, packed once, or packed into dst.
+static const uint16_t *weight_form(const float *weight, int C, int OC, int form, uint16_t *dst) {
+    int held = weight == g_held.w;
+    if (held && (g_held.OC != OC || g_held.C != C)) g_held.have[FORM_FWD] = g_held.have[FORM_DINP] = 0;
+    if (held && g_held.have[form]) return g_held.buf[form];
+    size_t n = form == FORM_FWD ? (size_t)pairs(C) * OC * 2 : (size_t)pairs(OC) * C * 2;
+    uint16_t *h = held ? grow(&g_held.buf[form], &g_held.bytes[form], n * sizeof(uint16_t)) : NULL, *d = h ? h : dst;
+    if (form == FORM_FWD) bf16_pack_pairs_t(d, weight, C, C, OC);
+    else bf16_pack_pairs(d, weight, C, OC, C);
+    if (h) g_held.have[form] = 1, g_held.OC = OC, g_held.C = C;
+    return d;
 }
 
 // out (N,OC) = bf16(inp) (N,C) · bf16(weight)^T + bias: A the input's rows,
@@ -167,7 +163,7 @@ static int forward_bf16(float *out, const float *inp, const float *weight, const
     uint16_t *a = scratch16((size_t)N * 2 * kp + (held ? 0 : (size_t)kp * OC * 2));
     if (!a) return -1;
     bf16_pack_rows(a, 2 * kp, inp, C, N, C);
-    const uint16_t *b = weight_fwd(weight, C, OC, a + (size_t)N * 2 * kp);
+    const uint16_t *b = weight_form(weight, C, OC, FORM_FWD, a + (size_t)N * 2 * kp);
     if (bias) {
         #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof *out);
@@ -183,7 +179,7 @@ static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N,
     uint16_t *a = scratch16((size_t)N * 2 * kp + (held ? 0 : (size_t)kp * C * 2));
     if (!a) return -1;
     bf16_pack_rows(a, 2 * kp, dout, OC, N, OC);
-    const uint16_t *b = weight_dinp(weight, C, OC, a + (size_t)N * 2 * kp);
+    const uint16_t *b = weight_form(weight, C, OC, FORM_DINP, a + (size_t)N * 2 * kp);
     gemm_bf16(N, C, kp, a, 2 * kp, b, C, dinp, C, accumulate);
     return 0;
 }
