@@ -222,6 +222,49 @@ void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC) 
         }
 }
 
+void bf16_pairs16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
+    int KP = (K + 1) / 2, nt = pack_threads((double)NC * K), N32 = NC & ~31;
+    // element 2j of the first vector is row 2p's column j, 2j+1 row 2p+1's; the second vector columns 16-31
+    __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
+                                  36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int p = 0; p < KP; p++) {
+        const uint16_t *e = src + (size_t)(2 * p) * lds, *o = 2 * p + 1 < K ? e + lds : NULL;
+        uint16_t *d = dst + (size_t)p * NC * 2;
+        for (int n = 0; n < N32; n += 32) {
+            __m512i ve = _mm512_loadu_si512(e + n), vo = o ? _mm512_loadu_si512(o + n) : _mm512_setzero_si512();
+            _mm512_storeu_si512(d + 2 * n, _mm512_permutex2var_epi16(ve, lo, vo));
+            _mm512_storeu_si512(d + 2 * n + 32, _mm512_permutex2var_epi16(ve, hi, vo));
+        }
+        for (int n = N32; n < NC; n++) {
+            d[2 * n] = e[n];
+            d[2 * n + 1] = o ? o[n] : 0;
+        }
+    }
+}
+
+void bf16_pairs_t16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
+    // 16×16 blocks of pairs: 16 rows of src (16 n, 16 pairs each) transposed in registers as 32-bit elements.
+    int KP = (K + 1) / 2, K32 = K & ~31, N16 = NC & ~15, nt = pack_threads((double)NC * K);
+    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int n0 = 0; n0 < N16; n0 += 16) {
+        for (int k0 = 0; k0 < K32; k0 += 32) {
+            __m512i v[16];
+            for (int n = 0; n < 16; n++) v[n] = _mm512_loadu_si512(src + (size_t)(n0 + n) * lds + k0);
+            transpose16(v);
+            for (int p = 0; p < 16; p++) _mm512_storeu_si512(dst + 2 * ((size_t)(k0 / 2 + p) * NC + n0), v[p]);
+        }
+    }
+    for (int n = 0; n < NC; n++)   // the edges, as bf16_pack_pairs_t
+        for (int p = n < N16 ? K32 / 2 : 0; p < KP; p++) {
+            const uint16_t *s = src + (size_t)n * lds;
+            uint16_t *d = dst + 2 * ((size_t)p * NC + n);
+            d[0] = s[2 * p];
+            d[1] = 2 * p + 1 < K ? s[2 * p + 1] : 0;
+        }
+}
+
 #else   // no AVX512_BF16: callers ask gemm_bf16_own() first
 
 #include "core/check.h"
@@ -247,6 +290,15 @@ void bf16_pack_pairs(uint16_t *dst, const float *src, int lds, int K, int NC) {
     NOT_BUILT;
 }
 void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC) {
+    (void)dst, (void)src, (void)lds, (void)K, (void)NC;
+    NOT_BUILT;
+}
+
+void bf16_pairs16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
+    (void)dst, (void)src, (void)lds, (void)K, (void)NC;
+    NOT_BUILT;
+}
+void bf16_pairs_t16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
     (void)dst, (void)src, (void)lds, (void)K, (void)NC;
     NOT_BUILT;
 }

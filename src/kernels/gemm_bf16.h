@@ -41,5 +41,9 @@ void bf16_pack_rows_t(uint16_t *dst, int ldd, const float *src, int lds, int R, 
 void bf16_pack_pairs(uint16_t *dst, const float *src, int lds, int K, int NC);
 // dst (kp(K), NC, 2) pairs = src^T where src is (NC,K): a B operand from the transpose.
 void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC);
+// The same two B layouts from values already in bf16 (a 16-bit weight copy,
+// a stored activation): no rounding, 2 bytes read per element instead of 4.
+void bf16_pairs16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC);
+void bf16_pairs_t16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC);
 
 #endif

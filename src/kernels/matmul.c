@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "core/alloc.h"
+#include "core/half.h"
 #include "core/prof.h"
 #include "core/timer.h"
 
@@ -119,6 +120,56 @@ static uint16_t *scratch16(size_t n) { return grow(&g_scratch16, &g_scratch16_by
 
 static int pairs(int K) { return (K + 1) / 2; }
 
+// ---- 16-bit weights the passes bind ----
+
+// A weight whose bf16 values are at src16, addressed by the passes through
+// the fp32 pointer w, whose floats may not hold them (matmul_bind16).
+typedef struct Bound {
+    int key;               // the caller's key, 0 for a free entry
+    const float *w;
+    const uint16_t *src16;
+    size_t n;
+} Bound;
+enum { BOUND_MAX = 32 };
+static _Thread_local Bound g_bound[BOUND_MAX];
+
+void matmul_bind16(int key, const float *w, const uint16_t *src16, size_t n) {
+    CHECK(key > 0);
+    for (int i = 0; i < BOUND_MAX; i++)
+        if (!g_bound[i].key) {
+            g_bound[i] = (Bound){key, w, src16, n};
+            return;
+        }
+    CHECKF(0, "more than %d bound 16-bit weights", BOUND_MAX);
+}
+
+void matmul_unbind16(int key) {
+    for (int i = 0; i < BOUND_MAX; i++)
+        if (g_bound[i].key == key || key == 0) g_bound[i].key = 0;
+}
+
+// The bf16 values of a weight of n elements at w, or NULL when it is not bound.
+static const uint16_t *bound16(const float *w, size_t n) {
+    for (int i = 0; i < BOUND_MAX; i++) {
+        const Bound *b = &g_bound[i];
+        if (b->key && w >= b->w && w + n <= b->w + b->n) return b->src16 + (w - b->w);
+    }
+    return NULL;
+}
+
+// The fp32 values of a weight (OC,C) for the fp32 paths: in place, or a bound
+// one's widened into per-thread scratch. NULL when the scratch is not to be had.
+static _Thread_local void *g_wide;
+static _Thread_local size_t g_wide_bytes;
+
+static const float *weight_fp32(const float *w, size_t n) {
+    const uint16_t *h = bound16(w, n);
+    if (!h) return w;
+    float *d = grow(&g_wide, &g_wide_bytes, n * sizeof(float));
+    if (d) half_unpack(PREC_BF16, d, h, n);
+    return d;
+}
+
 // The two packed forms of a weight (OC,C): the forward's B operand, pairs
 // of its transpose (kp(C), OC, 2), and the input gradient's, pairs of its
 // rows (kp(OC), C, 2).
@@ -142,17 +193,48 @@ void matmul_hold(const float *weight) {
 
 void matmul_release(void) { g_held.w = NULL; }
 
-// A form of the weight: the held one, packed once, or packed into dst.
+// A form of the weight, packed from its bf16 values where it is bound (no
+// rounding, half the bytes read), else from its floats: the held one,
+// packed once, or packed into dst.
 static const uint16_t *weight_form(const float *weight, int C, int OC, int form, uint16_t *dst) {
     int held = weight == g_held.w;
     if (held && (g_held.OC != OC || g_held.C != C)) g_held.have[FORM_FWD] = g_held.have[FORM_DINP] = 0;
     if (held && g_held.have[form]) return g_held.buf[form];
     size_t n = form == FORM_FWD ? (size_t)pairs(C) * OC * 2 : (size_t)pairs(OC) * C * 2;
     uint16_t *h = held ? grow(&g_held.buf[form], &g_held.bytes[form], n * sizeof(uint16_t)) : NULL, *d = h ? h : dst;
-    if (form == FORM_FWD) bf16_pack_pairs_t(d, weight, C, C, OC);
+    const uint16_t *w16 = bound16(weight, (size_t)OC * C);
+    if (form == FORM_FWD && w16) bf16_pairs_t16(d, w16, C, C, OC);
+    else if (form == FORM_FWD) bf16_pack_pairs_t(d, weight, C, C, OC);
+    else if (w16) bf16_pairs16(d, w16, C, OC, C);
     else bf16_pack_pairs(d, weight, C, OC, C);
     if (h) g_held.have[form] = 1, g_held.OC = OC, g_held.C = C;
     return d;
+}
+
+// The forward of a bound weight of few rows (2N < C, C even), transposed:
+// out^T (OC,N) = w16 (OC,C) · bf16(inp)^T (C,N), + bias per row, by blocks
+// of output channels, each transposed into out. The weight is the A operand,
+// read in place: no pass over it, where packing it would cost more than
+// transposing the output. Each sum runs as the untransposed product's
+// (from the bias, pairs in ascending order): the same bits.
+static int forward_bf16_t(float *out, const float *inp, const uint16_t *w16, const float *bias, int N, int C,
+                          int OC) {
+    int kp = C / 2, ob = OC < OWN_OC_BLOCK ? OC : OWN_OC_BLOCK;
+    uint16_t *b = scratch16((size_t)kp * N * 2);
+    float *t = scratch((size_t)ob * N);
+    if (!b || !t) return -1;
+    bf16_pack_pairs_t(b, inp, C, C, N);
+    for (int o0 = 0; o0 < OC; o0 += ob) {
+        int m = OC - o0 < ob ? OC - o0 : ob;
+        if (bias) {
+            #pragma omp parallel for schedule(static)
+            for (int o = 0; o < m; o++)
+                for (int n = 0; n < N; n++) t[(size_t)o * N + n] = bias[o0 + o];
+        }
+        gemm_bf16(m, N, kp, w16 + (size_t)o0 * C, C, b, N, t, N, bias != NULL);
+        transpose_add(out + o0, OC, t, N, NULL, m, N);
+    }
+    return 0;
 }
 
 // out (N,OC) = bf16(inp) (N,C) · bf16(weight)^T + bias: A the input's rows,
@@ -160,6 +242,8 @@ static const uint16_t *weight_form(const float *weight, int C, int OC, int form,
 static int forward_bf16(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC) {
     int kp = pairs(C);
     int held = weight == g_held.w;
+    const uint16_t *w16 = held ? NULL : bound16(weight, (size_t)OC * C);
+    if (w16 && C % 2 == 0 && 2 * N < C) return forward_bf16_t(out, inp, w16, bias, N, C, OC);
     uint16_t *a = scratch16((size_t)N * 2 * kp + (held ? 0 : (size_t)kp * OC * 2));
     if (!a) return -1;
     bf16_pack_rows(a, 2 * kp, inp, C, N, C);
@@ -205,6 +289,8 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
         prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);
         return;
     }
+    weight = weight_fp32(weight, (size_t)OC * C);
+    CHECKF(weight, "out of memory widening a 16-bit weight (%d×%d)", OC, C);
     float *s = own_rows(N) ? scratch((size_t)N * C + (size_t)N * OWN_OC_BLOCK) : NULL;
     if (s) {
         // out^T (OC,N) = weight (OC,C) · inp^T (C,N), by blocks of output channels:
@@ -279,8 +365,11 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
     if (N == 0) return;
     double t0 = prof_begin();
     if (dinp) {
-        if (!g_bf16 || dinp_bf16(dinp, dout, weight, N, C, OC, accumulate))
-            dinp_fp32(dinp, dout, weight, N, C, OC, accumulate);
+        if (!g_bf16 || dinp_bf16(dinp, dout, weight, N, C, OC, accumulate)) {
+            const float *w = weight_fp32(weight, (size_t)OC * C);
+            CHECKF(w, "out of memory widening a 16-bit weight (%d×%d)", OC, C);
+            dinp_fp32(dinp, dout, w, N, C, OC, accumulate);
+        }
         prof_gemm(t0, PROF_GEMM_DX, N, C, OC);
         t0 = prof_begin();
     }

@@ -7,6 +7,9 @@
 #ifndef TSR_KERNELS_MATMUL_H
 #define TSR_KERNELS_MATMUL_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 // Sets the threads of both OpenMP kernels and BLAS. With Debian's OpenMP
 // build of OpenBLAS they are one pool; BLAS called inside an OpenMP parallel
 // region runs on the calling thread.
@@ -28,6 +31,16 @@ int matmul_bf16(void);
 // a call: the output head, run in chunks of rows, holds its weight.
 void matmul_hold(const float *weight);
 void matmul_release(void);
+
+// A weight of n floats at w whose bf16 values are at src16: until
+// matmul_unbind16(key), the linear layers read it from src16 (the bf16
+// products pack it from there; the fp32 paths widen it into scratch) and
+// never read the floats at w, which need not hold it. A stage binds the
+// 16-bit copy of its linear layers' weights this way rather than widening
+// them into the buffer it passes. Calling-thread only; key > 0 names the
+// caller's group of bindings, and matmul_unbind16(0) drops them all.
+void matmul_bind16(int key, const float *w, const uint16_t *src16, size_t n);
+void matmul_unbind16(int key);
 
 // Measured SGEMM throughput in GFLOP/s on n×n×n products with the current
 // threads (the best of `reps` timed calls after two warm-up calls, so a

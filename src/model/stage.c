@@ -60,6 +60,33 @@ struct StageActs {
 
 // ---- parameters and gradients by segment: the hooks, or the flat buffers ----
 
+// Whether the linear layers read the tensor (and nothing else does).
+static int linear_only(Role r) { return r == ROLE_QKV || r == ROLE_LINEAR || r == ROLE_HEAD; }
+
+// Under bf16 on the bf16 units, the linear layers' weights of the stage's
+// own segment: the 16-bit copy made again where it is older than the
+// parameters, and bound for the linear layers to read in place of the
+// floats (matmul_bind16); the segment's other tensors widened into dst.
+static void seg_params_bound(Stage *s, int seg, const float *src, float *dst) {
+    StageActs *a = s->acts;
+    const ParamSeg *g = &s->table.seg[seg];
+    int stale = a->w16_stale[seg];
+    matmul_unbind16(1 + g->part);
+    for (int i = g->first; i < g->first + g->n; i++) {
+        const ParamInfo *t = &s->table.p[i];
+        size_t o = t->offset - g->lo;
+        if (linear_only(t->role)) {
+            if (stale) half_pack(a->prec, a->w16 + t->offset, src + o, t->numel);
+            matmul_bind16(1 + g->part, dst + o, a->w16 + t->offset, t->numel);
+        } else if (stale) {
+            half_pack_widen(a->prec, a->w16 + t->offset, dst + o, src + o, t->numel);
+        } else {
+            half_unpack(a->prec, dst + o, a->w16 + t->offset, t->numel);
+        }
+    }
+    a->w16_stale[seg] = 0;
+}
+
 // Under bf16/fp16 the 16-bit weights, in fp32 for the kernels: the stage's
 // own parameters through their 16-bit copy, gathered ones rounded as they
 // come (the same values).
@@ -70,6 +97,11 @@ static const float *seg_params(Stage *s, int seg, int next) {
     const ParamSeg *g = &s->table.seg[seg];
     size_t n = g->hi - g->lo;
     float *dst = a->wbuf[g->part];
+    if (a->w16 && matmul_bf16()) {
+        seg_params_bound(s, seg, src, dst);
+        return dst;
+    }
+    matmul_unbind16(1 + g->part);
     if (a->w16 && a->w16_stale[seg]) {   // the copy made again, and widened in the same pass
         half_pack_widen(a->prec, a->w16 + g->lo, dst, src, n);
         a->w16_stale[seg] = 0;
@@ -612,6 +644,7 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
 double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale) {
     int prev = matmul_set_bf16(s->acts->prec == PREC_BF16);
     double loss = forward_pass(s, slot, tokens, targets, B, T, dscale);
+    matmul_unbind16(0);
     matmul_set_bf16(prev);
     return loss;
 }
@@ -662,6 +695,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         seg_grads_done(s, se);
     }
     sl->rows = 0;
+    matmul_unbind16(0);
     matmul_set_bf16(prev);
 }
 
@@ -676,5 +710,6 @@ void stage_logits(Stage *s, int slot, int B, int T, int pos, float *logits) {
         linear_forward(logits + (size_t)b * a->dim.Vl, sl->fin[0] + ((size_t)b * T + pos) * C, head, NULL, 1, C,
                        a->dim.Vl);
     seg_params_done(s, sh);
+    matmul_unbind16(0);
     matmul_set_bf16(prev);
 }

@@ -2,6 +2,7 @@
 // bf16-rounded operands, on every tile edge, stride, odd reduction and
 // blocked reduction; the packers exactly; the linear layers under bf16; and
 // the arithmetic peak probe (kernels/peak) for sanity.
+#include <math.h>
 #include <string.h>
 
 #include "core/half.h"
@@ -204,6 +205,62 @@ static void test_hold(void) {
     free(x); free(w); free(dy); free(y1); free(y2); free(d1); free(d2);
 }
 
+// The packers from bf16 values give the bits the fp32 packers give on the
+// same values, across full vectors, edges and odd K.
+static void test_pack16(void) {
+    int Ks[] = {37, 64, 65}, NCs[] = {35, 64, 70};
+    for (int ki = 0; ki < 3; ki++)
+        for (int ni = 0; ni < 3; ni++) {
+            int K = Ks[ki], NC = NCs[ni], kp = (K + 1) / 2, ld = 72;
+            size_t n = (size_t)(K > NC ? K : NC) * ld;
+            float *f = randn(n, 1);
+            uint16_t *h = malloc(n * sizeof *h);
+            for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(f[i]), f[i] = bf16_to_f32(h[i]);
+            size_t np = (size_t)kp * NC * 2;
+            uint16_t *p1 = calloc(np, sizeof *p1), *p2 = calloc(np, sizeof *p2);
+            bf16_pack_pairs(p1, f, ld, K, NC);
+            bf16_pairs16(p2, h, ld, K, NC);
+            EXPECT(!memcmp(p1, p2, np * sizeof *p1), "bf16_pairs16 K=%d NC=%d", K, NC);
+            bf16_pack_pairs_t(p1, f, ld, K, NC);
+            bf16_pairs_t16(p2, h, ld, K, NC);
+            EXPECT(!memcmp(p1, p2, np * sizeof *p1), "bf16_pairs_t16 K=%d NC=%d", K, NC);
+            free(f); free(h); free(p1); free(p2);
+        }
+}
+
+// A bound weight (matmul_bind16): its floats never read (NaN here), the
+// same bits as the weight passed in floats, on the bf16 paths, the one-row
+// fp32 path that widens it, and held.
+static void test_bound(void) {
+    // {C, OC, N}: one row; few rows (the transposed forward, 2N < C), over two blocks of output channels; many
+    int shapes[][3] = {{40, 70, 1}, {40, 70, 2}, {64, 1600, 20}, {40, 70, 70}};
+    int prev = matmul_set_bf16(1);
+    for (int si = 0; si < 4; si++) {
+        int C = shapes[si][0], OC = shapes[si][1], N = shapes[si][2];
+        float *w = randn((size_t)OC * C, 1), *nan = malloc((size_t)OC * C * sizeof *nan), *bias = randn(OC, 1);
+        uint16_t *w16 = malloc((size_t)OC * C * sizeof *w16);
+        for (size_t i = 0; i < (size_t)OC * C; i++) w16[i] = f32_to_bf16(w[i]), w[i] = bf16_to_f32(w16[i]), nan[i] = NAN;
+        float *x = randn((size_t)N * C, 1), *dy = randn((size_t)N * OC, 1);
+        float *y[2], *dx[2];
+        for (int b = 0; b < 2; b++) {
+            y[b] = calloc((size_t)N * OC, sizeof **y), dx[b] = calloc((size_t)N * C, sizeof **dx);
+            const float *wb = b ? nan : w;
+            if (b) matmul_bind16(7, nan, w16, (size_t)OC * C);
+            if (b && N > 20) matmul_hold(nan);
+            linear_forward(y[b], x, wb, bias, N, C, OC);
+            linear_backward(dx[b], NULL, NULL, dy, x, wb, N, C, OC, 0);
+            matmul_release();
+            matmul_unbind16(7);
+        }
+        EXPECT(!memcmp(y[0], y[1], (size_t)N * OC * sizeof *y[0]), "bound weight forward C=%d OC=%d N=%d", C, OC, N);
+        EXPECT(!memcmp(dx[0], dx[1], (size_t)N * C * sizeof *dx[0]), "bound weight input gradient C=%d OC=%d N=%d", C,
+               OC, N);
+        free(x); free(dy); free(y[0]); free(y[1]); free(dx[0]); free(dx[1]);
+        free(w); free(nan); free(w16); free(bias);
+    }
+    matmul_set_bf16(prev);
+}
+
 // The peaks: positive where the CPU has the unit, ordered, and for the threads asked.
 static void test_peak(void) {
     Peaks p;
@@ -243,5 +300,7 @@ int main(void) {
     RUN(test_gemm_bf16);
     RUN(test_linear_bf16);
     RUN(test_hold);
+    RUN(test_pack16);
+    RUN(test_bound);
     return test_finish();
 }
