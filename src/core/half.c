@@ -133,6 +133,8 @@ void half_pack(Precision p, uint16_t *dst, const float *src, size_t n) {
     prof_end(t0, PROF_HALF, 0, 6.0 * n);
 }
 
+void half_pack_serial(Precision p, uint16_t *dst, const float *src, size_t n) { pack_block(p, dst, src, n); }
+
 void half_pack_widen(Precision p, uint16_t *h, float *dst, const float *src, size_t n) {
     double t0 = prof_begin();
     CHECKF(p == PREC_BF16 || p == PREC_FP16, "packing into %s", prec_name(p));

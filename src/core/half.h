@@ -42,6 +42,9 @@ void half_unpack(Precision p, float *dst, const uint16_t *src, size_t n);
 // dst[i] = src[i] rounded to the format p and back (dst may be src): the
 // value a 16-bit store keeps. PREC_FP32 copies.
 void half_round(Precision p, float *dst, const float *src, size_t n);
+// half_pack on the calling thread alone, for a block a kernel has just
+// written (AdamW writing the 16-bit copy as it updates the masters).
+void half_pack_serial(Precision p, uint16_t *dst, const float *src, size_t n);
 // half_pack into h and the same values widened into dst, in one pass.
 void half_pack_widen(Precision p, uint16_t *h, float *dst, const float *src, size_t n);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/prof.h"
+#include "kernels/matmul.h"
 #include "kernels/vmath_impl.h"
 
 size_t attention_scratch_floats(int T, int threads) {
@@ -42,6 +43,7 @@ static void softmax_rows(float *S, int nq, int nk, int q0, float *lse_out, const
 
 void attention_forward(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int NH, int NKV,
                        int HS) {
+    if (matmul_bf16() && !attention_forward_bf16(out, lse, qkv, scratch, B, T, NH, NKV, HS)) return;
     double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
@@ -68,6 +70,7 @@ void attention_forward(float *out, float *lse, const float *qkv, float *scratch,
 // another, so their key/value gradients add up in head order.
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                         float *scratch, int B, int T, int NH, int NKV, int HS) {
+    if (matmul_bf16() && !attention_backward_bf16(dqkv, dout, qkv, out, lse, scratch, B, T, NH, NKV, HS)) return;
     double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);

@@ -33,6 +33,16 @@ void attention_forward(float *out, float *lse, const float *qkv, float *scratch,
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                         float *scratch, int B, int T, int NH, int NKV, int HS);
 
+// Under bf16 on the bf16 units (matmul_bf16(): a bf16 stage's passes),
+// attention_forward and attention_backward run these instead: the same
+// blocks with the products on the bf16 units (kernels/attention_bf16),
+// each product's operands rounded to bf16, the softmax and its statistics
+// fp32. 0, or -1 when their scratch cannot be had (then fp32 runs).
+int attention_forward_bf16(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int NH, int NKV,
+                           int HS);
+int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                            float *scratch, int B, int T, int NH, int NKV, int HS);
+
 // Incremental decoding, one sequence: out (T,NH·HS) for T new positions
 // pos .. pos+T-1 whose queries are the first NH·HS values of each of the T
 // rows of q (ldq apart), each attending to the cached keys and values kc,

@@ -119,6 +119,16 @@ void stage_params_changed(Stage *s) {
     if (s->acts && s->acts->w16) memset(s->acts->w16_stale, 1, (size_t)s->table.nseg);
 }
 
+uint16_t *stage_params16(Stage *s, Precision *prec) {
+    if (!s->acts || !s->acts->w16) return NULL;
+    *prec = s->acts->prec;
+    return s->acts->w16;
+}
+
+void stage_params16_current(Stage *s) {
+    if (s->acts && s->acts->w16) memset(s->acts->w16_stale, 0, (size_t)s->table.nseg);
+}
+
 static void seg_params_done(Stage *s, int seg) {
     if (s->hooks.params_done) s->hooks.params_done(s->hooks.ctx, seg);
 }

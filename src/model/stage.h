@@ -127,6 +127,12 @@ size_t stage_act_bytes(const ModelConfig *cfg, const ModelSlice *slice, int B, i
 // The parameters changed (an optimizer step, a load): under bf16/fp16 the
 // 16-bit copy of each segment is made again when next read.
 void stage_params_changed(Stage *s);
+// The 16-bit copy of the stage's own parameters (table.total values in the
+// format *prec), for an optimizer that writes it as it updates them; NULL
+// when there is none (fp32, or parameters that hooks gather). After such
+// an update, stage_params16_current says the whole copy is current.
+uint16_t *stage_params16(Stage *s, Precision *prec);
+void stage_params16_current(Stage *s);
 
 // The name of the stage's linear layer taking `in` features to `out` on
 // this rank into buf: the block's ("qkv", "fc", ...), "head", both when

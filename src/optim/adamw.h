@@ -39,6 +39,8 @@ typedef struct OptPiece {
     float *params;
     const float *grads;
     size_t opt_off;
+    uint16_t *params16;   // the 16-bit copy of [lo, hi), written as the update goes (NULL: none)
+    Precision prec16;     // its format
 } OptPiece;
 
 // One update in parts: adamw_begin_step counts it, then adamw_update_pieces

@@ -468,16 +468,22 @@ DpPiece dp_piece(Dp *d, int k) {
 }
 
 int dp_update(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scale, Err *err) {
+    // Without sharding the update covers every parameter: it writes the
+    // stage's 16-bit copy as it goes, and the passes need not make it again.
+    Precision prec16 = PREC_FP32;
+    uint16_t *p16 = d->zero == 0 ? stage_params16(d->st, &prec16) : NULL;
     adamw_begin_step(opt);
     for (int k = 0; k < d->npc; k++) {
         DpPiece p = dp_piece(d, k);
-        OptPiece op = {p.lo, p.hi, p.params, p.grads, p.off};
+        OptPiece op = {p.lo, p.hi, p.params, p.grads, p.off, p16 ? p16 + p.lo : NULL, prec16};
         adamw_update_pieces(opt, d->t, &op, 1, lr, o, grad_scale);
         // every rank gets each updated piece back, in place, as soon as it
         // is updated; the next forward waits for each segment in turn
         if (d->zero == 1 || d->zero == 2)
             d->ag[k] = comm_iallgather(d->c, p.params, d->st->params + d->t->seg[k].lo, d->sk[k], DT_F32);
     }
+    if (p16) stage_params16_current(d->st);
+    else stage_params_changed(d->st);
     return dp_skip(d, err);
 }
 

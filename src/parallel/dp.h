@@ -87,7 +87,9 @@ void dp_set_shared(Dp *d, int seg);
 // This rank's final gradients of segment seg after dp_finish: the whole
 // segment (ZeRO-0) or the owned piece; *n gets their number.
 float *dp_owned_grads(Dp *d, int seg, size_t *n);
-// AdamW on the owned pieces (one step); then the parameters are brought
+// AdamW on the owned pieces (one step), and the stage's 16-bit copy made
+// current (written by the update itself without sharding, else marked to
+// be made again from the gathered parameters); then the parameters are brought
 // back in step: stages 1 and 2 allgather each piece as soon as it is
 // updated (the next forward waits for each segment's in turn), stage 3
 // starts gathering the next forward's first segment. 0, or -1 with err.

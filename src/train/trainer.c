@@ -242,7 +242,6 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     float gscale = (float)(((clip > 0 && norm > clip) ? clip / norm : 1.0) / scale);
     float lr = lr_at(&tc->lr, step);
     if (skipped ? dp_skip(t->dp, err) : dp_update(t->dp, &t->opt, lr, &tc->adamw, gscale, err)) return -1;
-    if (!skipped) stage_params_changed(st);   // the 16-bit copy follows
 
     double dt = timer_now() - t0;
     t->t_steps += dt;

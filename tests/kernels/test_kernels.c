@@ -563,7 +563,7 @@ static void test_adamw(void) {
     for (int step = 1; step <= 3; step++) {
         a.bc1 = 1.0f - powf(a.beta1, step);
         a.bc2 = 1.0f - powf(a.beta2, step);
-        adamw_update(p, g, m, v, n, &a);
+        adamw_update(p, g, m, v, NULL, n, &a);
         for (size_t i = 0; i < n; i++) {
             double gg = 0.5 * g[i];
             md[i] = 0.9 * md[i] + 0.1 * gg;
@@ -575,6 +575,28 @@ static void test_adamw(void) {
     worst = rel_err_fd(p, pd, n, 1e-6);
     EXPECT(worst < 1e-5, "adamw params after 3 steps rel err %.2e", worst);
     free(p); free(g); free(m); free(v); free(pd); free(md); free(vd);
+}
+
+// AdamW writing the 16-bit copy as it goes: the same update, and the copy
+// the packers make of its result, over several blocks.
+static void test_adamw16(void) {
+    size_t n = 10001;
+    for (int f = 0; f < 2; f++) {
+        Precision prec = f ? PREC_FP16 : PREC_BF16;
+        float *p = fbuf(n), *g = fbuf(n), *m = fbuf(n), *v = fbuf(n), *p2 = fbuf(n), *m2 = fbuf(n), *v2 = fbuf(n);
+        uint16_t *h = calloc(n, sizeof *h), *ref = calloc(n, sizeof *ref);
+        randn(p, n, 1); randn(g, n, 1);
+        memcpy(p2, p, n * sizeof *p);
+        AdamWArgs a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                       .grad_scale = 0.5f, .bc1 = 0.1f, .bc2 = 0.05f, .prec16 = prec};
+        adamw_update(p, g, m, v, NULL, n, &a);
+        adamw_update(p2, g, m2, v2, h, n, &a);
+        half_pack(prec, ref, p, n);
+        EXPECT(!memcmp(p, p2, n * 4) && !memcmp(m, m2, n * 4) && !memcmp(v, v2, n * 4), "adamw %s: the update changed",
+               prec_name(prec));
+        EXPECT(!memcmp(h, ref, n * 2), "adamw %s: the 16-bit copy is not the packed update", prec_name(prec));
+        free(p); free(g); free(m); free(v); free(p2); free(m2); free(v2); free(h); free(ref);
+    }
 }
 
 // Threads must not change results of the kernels with reductions.
@@ -612,6 +634,7 @@ int main(void) {
     RUN(test_embedding);
     RUN(test_crossentropy);
     RUN(test_adamw);
+    RUN(test_adamw16);
     RUN(test_thread_invariance);
     return test_finish();
 }

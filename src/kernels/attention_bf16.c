@@ -1,0 +1,201 @@
+// kernels/attention_bf16 — the attention products on the bf16 units: the
+// same blocks as kernels/attention, with every product's operands rounded
+// to bf16 as they are packed (kernels/gemm_bf16) and summed in fp32. The
+// scores, softmax, log-sum-exp and gradients of the scores stay fp32; the
+// probabilities are rounded to bf16 as they enter the product with the
+// values, as flash attention does under bf16.
+//
+// One thread runs one (batch, head) in forward and one (batch, key/value
+// head) in backward, its products single-threaded, so results do not
+// depend on the thread count. Each thread packs the key and value forms of
+// its head once and reuses them for every block of queries.
+#include "kernels/attention.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/prof.h"
+#include "kernels/gemm_bf16.h"
+#include "kernels/vmath_impl.h"
+
+static int kp(int k) { return (k + 1) / 2; }
+
+// Per-thread bf16 scratch (in values) for head size HS and T positions:
+// four packed key/value forms (pairs along HS or along T) and the packed
+// operands of one block of queries.
+static size_t thread_values(int T, int HS) {
+    size_t forms = 4 * (size_t)2 * kp(T) * 2 * kp(HS);
+    size_t rows = 2 * (size_t)ATT_BQ * 2 * kp(HS) + (size_t)ATT_BQ * 2 * kp(T);
+    size_t cols = 2 * (size_t)(2 * kp(T)) * 2 * kp(ATT_BQ) + 2 * (size_t)2 * kp(ATT_BQ) * HS;
+    return (forms + rows + cols + 64) & ~(size_t)31;
+}
+
+// The scratch of every thread, kept on the calling thread and grown on demand.
+static _Thread_local void *g_buf;
+static _Thread_local size_t g_bytes;
+
+static uint16_t *thread_scratch(int T, int HS, int threads) {
+    size_t bytes = (size_t)threads * thread_values(T, HS) * sizeof(uint16_t);
+    if (bytes > g_bytes) {
+        mem_free(g_buf);
+        g_buf = mem_alloc(MEM_WORKSPACE, bytes);
+        g_bytes = g_buf ? bytes : 0;
+    }
+    return g_buf;
+}
+
+// S (nq, nk) = scale · q (nq,HS) · k^T, then the causal softmax rows (as
+// kernels/attention's); aq is scratch for q's rows, kt k's pairs along HS
+// for all T keys.
+static void scores(float *S, uint16_t *aq, const float *q, int ldq, const uint16_t *kt, int T, int nq, int nk, int HS,
+                   float scale, int q0, float *lse_out, const float *lse_in) {
+    bf16_pack_rows(aq, 2 * kp(HS), q, ldq, nq, HS);
+    gemm_bf16(nq, nk, kp(HS), aq, 2 * kp(HS), kt, T, S, nk, 0);
+    for (int i = 0; i < nq; i++) {
+        float *s = S + (size_t)i * nk;
+        int nv = q0 + i + 1;
+        float l;
+        if (lse_in) {
+            l = lse_in[i];
+        } else {
+            float m = -INFINITY;
+            #pragma omp simd reduction(max:m)
+            for (int j = 0; j < nv; j++) m = s[j] * scale > m ? s[j] * scale : m;
+            float sum = 0.0f;
+            #pragma omp simd reduction(+:sum)
+            for (int j = 0; j < nv; j++) sum += vexpf(s[j] * scale - m);
+            l = m + logf(sum);
+            lse_out[i] = l;
+        }
+        #pragma omp simd
+        for (int j = 0; j < nv; j++) s[j] = vexpf(s[j] * scale - l);
+        for (int j = nv; j < nk; j++) s[j] = 0.0f;
+    }
+}
+
+int attention_forward_bf16(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int NH, int NKV,
+                           int HS) {
+    int nth = omp_get_max_threads();
+    uint16_t *buf = thread_scratch(T, HS, nth);
+    if (!buf) return -1;
+    double t0 = prof_begin();
+    int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HS);
+    size_t per = thread_values(T, HS);
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH, g = h / group, th = omp_get_thread_num();
+        float *S = scratch + (size_t)th * 2 * ATT_BQ * T;
+        const float *row = qkv + (size_t)b * T * ld, *q = row + h * HS, *k = row + C + g * HS, *v = k + NKV * HS;
+        float *o = out + (size_t)b * T * C + h * HS;
+        float *l = lse + ((size_t)b * NH + h) * T;
+        uint16_t *kt = buf + (size_t)th * per;                     // k's pairs along HS (kp(HS), T, 2)
+        uint16_t *vp = kt + (size_t)2 * kp(HS) * 2 * kp(T);        // v's pairs along T (kp(T), HS, 2)
+        uint16_t *aq = vp + (size_t)2 * kp(T) * 2 * kp(HS);        // a block's queries (ATT_BQ, 2·kp(HS))
+        uint16_t *ap = aq + (size_t)ATT_BQ * 2 * kp(HS);           // its probabilities (ATT_BQ, 2·kp(T))
+        bf16_pack_pairs_t(kt, k, ld, HS, T);
+        bf16_pack_pairs(vp, v, ld, T, HS);
+        for (int q0 = 0; q0 < T; q0 += ATT_BQ) {
+            int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, nk = q0 + nq;
+            scores(S, aq, q + (size_t)q0 * ld, ld, kt, T, nq, nk, HS, scale, q0, l + q0, NULL);
+            bf16_pack_rows(ap, 2 * kp(nk), S, nk, nq, nk);
+            gemm_bf16(nq, HS, kp(nk), ap, 2 * kp(nk), vp, HS, o + (size_t)q0 * C, C, 0);
+        }
+    }
+    prof_end(t0, PROF_ATTENTION, 2.0 * B * NH * (double)T * (T + 1) * HS, 0);
+    return 0;
+}
+
+// The packed forms of one key/value head for backward (per thread).
+typedef struct Forms {
+    uint16_t *kt, *vt;     // k's and v's pairs along HS (kp(HS), T, 2): the scores, dP = dO · v^T
+    uint16_t *kpr;         // k's pairs along T (kp(T), HS, 2): dq = dS · k
+    uint16_t *aq, *ado;    // a block's queries and output gradients as rows (ATT_BQ, 2·kp(HS))
+    uint16_t *ads;         // its dS rows (ATT_BQ, 2·kp(T))
+    uint16_t *at;          // dS^T or P^T rows (2·kp(T), 2·kp(ATT_BQ))
+    uint16_t *bq;          // the block's queries or output gradients in pairs along its rows (kp(ATT_BQ), HS, 2)
+} Forms;
+
+static Forms forms_of(uint16_t *base, int T, int HS) {
+    Forms f;
+    f.kt = base;
+    f.vt = f.kt + (size_t)2 * kp(HS) * 2 * kp(T);
+    f.kpr = f.vt + (size_t)2 * kp(HS) * 2 * kp(T);
+    f.aq = f.kpr + (size_t)2 * kp(T) * 2 * kp(HS);
+    f.ado = f.aq + (size_t)ATT_BQ * 2 * kp(HS);
+    f.ads = f.ado + (size_t)ATT_BQ * 2 * kp(HS);
+    f.at = f.ads + (size_t)ATT_BQ * 2 * kp(T);
+    f.bq = f.at + (size_t)2 * kp(T) * 2 * kp(ATT_BQ);
+    return f;
+}
+
+// One block of nq queries from q0 of query head h: dq written, dk and dv added to.
+static void backward_block(const Forms *f, float *P, float *dP, const float *q, float *dq, int ld, const float *o,
+                           const float *dO, int C, float *dk, float *dv, const float *l, int T, int HS, float scale,
+                           int q0, int nq) {
+    int nk = q0 + nq;
+    scores(P, f->aq, q + (size_t)q0 * ld, ld, f->kt, T, nq, nk, HS, scale, q0, NULL, l + q0);
+    bf16_pack_rows(f->ado, 2 * kp(HS), dO + (size_t)q0 * C, C, nq, HS);
+    gemm_bf16(nq, nk, kp(HS), f->ado, 2 * kp(HS), f->vt, T, dP, nk, 0);
+    for (int i = 0; i < nq; i++) {
+        // D_i = sum_j P_ij dP_ij = dO_i · O_i; dS = scale · P ∘ (dP − D), the scale of both its products
+        const float *oi = o + (size_t)(q0 + i) * C, *di = dO + (size_t)(q0 + i) * C;
+        float D = 0.0f;
+        #pragma omp simd reduction(+:D)
+        for (int d = 0; d < HS; d++) D += oi[d] * di[d];
+        float *p = P + (size_t)i * nk, *dp = dP + (size_t)i * nk;
+        #pragma omp simd
+        for (int j = 0; j < nk; j++) dp[j] = scale * (p[j] * (dp[j] - D));
+    }
+    // dq = dS · k
+    bf16_pack_rows(f->ads, 2 * kp(nk), dP, nk, nq, nk);
+    gemm_bf16(nq, HS, kp(nk), f->ads, 2 * kp(nk), f->kpr, HS, dq + (size_t)q0 * ld, ld, 0);
+    // dk += dS^T · q
+    bf16_pack_rows_t(f->at, 2 * kp(nq), dP, nk, nk, nq);
+    bf16_pack_pairs(f->bq, q + (size_t)q0 * ld, ld, nq, HS);
+    gemm_bf16(nk, HS, kp(nq), f->at, 2 * kp(nq), f->bq, HS, dk, ld, 1);
+    // dv += P^T · dO
+    bf16_pack_rows_t(f->at, 2 * kp(nq), P, nk, nk, nq);
+    bf16_pack_pairs(f->bq, dO + (size_t)q0 * C, C, nq, HS);
+    gemm_bf16(nk, HS, kp(nq), f->at, 2 * kp(nq), f->bq, HS, dv, ld, 1);
+}
+
+int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                            float *scratch, int B, int T, int NH, int NKV, int HS) {
+    int nth = omp_get_max_threads();
+    uint16_t *buf = thread_scratch(T, HS, nth);
+    if (!buf) return -1;
+    double t0 = prof_begin();
+    int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HS);
+    size_t per = thread_values(T, HS);
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int bg = 0; bg < B * NKV; bg++) {
+        int b = bg / NKV, g = bg % NKV, th = omp_get_thread_num();
+        float *P = scratch + (size_t)th * 2 * ATT_BQ * T, *dP = P + (size_t)ATT_BQ * T;
+        size_t row = (size_t)b * T * ld, kv = row + C + (size_t)g * HS;
+        const float *k = qkv + kv, *v = k + NKV * HS;
+        float *dk = dqkv + kv, *dv = dk + NKV * HS;
+        Forms f = forms_of(buf + (size_t)th * per, T, HS);
+        bf16_pack_pairs_t(f.kt, k, ld, HS, T);
+        bf16_pack_pairs_t(f.vt, v, ld, HS, T);
+        bf16_pack_pairs(f.kpr, k, ld, T, HS);
+        for (int t = 0; t < T; t++) {
+            memset(dk + (size_t)t * ld, 0, HS * sizeof(float));
+            memset(dv + (size_t)t * ld, 0, HS * sizeof(float));
+        }
+        for (int h = g * group; h < (g + 1) * group; h++) {
+            const float *q = qkv + row + h * HS, *o = out + (size_t)b * T * C + h * HS;
+            const float *dO = dout + (size_t)b * T * C + h * HS, *l = lse + ((size_t)b * NH + h) * T;
+            float *dq = dqkv + row + h * HS;
+            for (int q0 = 0; q0 < T; q0 += ATT_BQ)
+                backward_block(&f, P, dP, q, dq, ld, o, dO, C, dk, dv, l, T, HS, scale, q0,
+                               T - q0 < ATT_BQ ? T - q0 : ATT_BQ);
+        }
+    }
+    prof_end(t0, PROF_ATTENTION, 4.0 * B * NH * (double)T * (T + 1) * HS, 0);
+    return 0;
+}
