@@ -205,6 +205,12 @@ BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm $(BUILD)/bench/peak
 ifneq ($(MPI_PC),)
   BENCH_BIN += $(BUILD)/bench/mpi_allreduce
 endif
+# oneDNN's matmul against tessera's products (bench/bench_dnnl.c): built only
+# where libdnnl-dev is installed (scripts/deps.sh --bench); nothing else uses it.
+DNNL_H := $(wildcard /usr/include/dnnl.h /usr/local/include/dnnl.h)
+ifneq ($(DNNL_H),)
+  BENCH_BIN += $(BUILD)/bench/bench_dnnl
+endif
 bench: tessera $(BENCH_BIN)
 	@bash bench/run.sh
 
@@ -217,3 +223,8 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+$(BUILD)/bench/bench_dnnl: bench/bench_dnnl.c $(LIB)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC    $<")
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(LIB) -ldnnl $(LDLIBS)
