@@ -341,7 +341,7 @@ int cmd_train(int argc, char **argv) {
         {"comm-timeout", FLAG_FLOAT, &comm_timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0, NULL},
         {"max-restarts", FLAG_INT, &max_restarts, 0, 1000, "K", "when a rank dies or the run fails (exit 1), start every rank again from --ckpt-dir's latest checkpoint, up to K times (default 0)", 0, NULL},
         {"restart-delay", FLAG_FLOAT, &restart_delay, 0, 3600, "S", "seconds to wait before a restart (default 1)", 0, NULL},
-        {"peak-gflops", FLAG_FLOAT, &tc.peak_gflops, 0, 1e9, "X", "peak GFLOP/s for MFU (default: measured SGEMM)", 0, NULL},
+        {"peak-gflops", FLAG_FLOAT, &tc.peak_gflops, 0, 1e9, "X", "peak GFLOP/s for MFU (default: the register-only probe of the arithmetic the products use)", 0, NULL},
         {"profile", FLAG_BOOL, &tc.profile, 0, 0, "", "time each kind of work (every GEMM shape, attention, loss, norms, AdamW, loader, communication) and print where the steps' time went", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;

@@ -576,8 +576,8 @@ static void print_header(Trainer *t) {
                "store activations in 16 bits (norm statistics, softmax log-sum-exp and the residual stream in fp32); "
                "%s; gradients fp32\n", prec_name(tc->precision),
                tc->precision == PREC_BF16 && gemm_bf16_own()
-                   ? "the linear layers multiply bf16 pairs on the bf16 units (vdpbf16ps) into fp32 sums, the rest "
-                     "computes in fp32"
+                   ? "the linear layers and attention multiply bf16 pairs on the bf16 units (vdpbf16ps) into fp32 "
+                     "sums, the rest computes in fp32"
                    : tc->precision == PREC_FP16 ? "every operation computes in fp32 (no fp16 arithmetic unit here)"
                                                 : "every operation computes in fp32");
     if (t->fp16)
