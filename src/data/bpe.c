@@ -8,6 +8,7 @@
 
 #include "core/fileio.h"
 #include "core/json.h"
+#include "data/heap.h"
 #include "data/unicode.h"
 
 // ---- pre-tokenizer ----
@@ -334,7 +335,6 @@ const unsigned char *bpe_token(const Bpe *b, int id, size_t *len) {
 enum { CACHE_SLOTS = 1 << 16, CACHE_MAX_PIECE = 64 };
 
 typedef struct { uint64_t h; uint32_t off; uint16_t nbytes, nids; } CacheSlot;
-typedef struct { int rank, pos; } HeapItem;
 
 struct BpeState {
     const Bpe *b;
@@ -344,7 +344,7 @@ struct BpeState {
     size_t keys_used, ids_used, cap, used_slots;
     // merge scratch, grown as needed
     int *sym, *prev, *next;
-    HeapItem *heap;
+    Heap heap;                // candidate merges by (rank, position)
     size_t scratch;
 };
 
@@ -363,31 +363,15 @@ BpeState *bpe_state_new(const Bpe *b) {
 void bpe_state_free(BpeState *s) {
     if (!s) return;
     free(s->slots); free(s->keys); free(s->ids);
-    free(s->sym); free(s->prev); free(s->next); free(s->heap);
+    free(s->sym); free(s->prev); free(s->next);
+    heap_free(&s->heap);
     free(s);
 }
 
-static int heap_less(HeapItem a, HeapItem b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
-
-static void heap_push(HeapItem *h, size_t *n, HeapItem x) {
-    size_t i = (*n)++;
-    while (i && heap_less(x, h[(i - 1) / 2])) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
-    h[i] = x;
-}
-
-static HeapItem heap_pop(HeapItem *h, size_t *n) {
-    HeapItem top = h[0], x = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && heap_less(h[c + 1], h[c])) c++;
-        if (!heap_less(h[c], x)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = x;
-    return top;
+// The pair starting at position pos, merged by the merge of this rank: the
+// heap takes the lowest rank first, the leftmost pair among equal ranks.
+static HeapItem merge_item(int rank, int pos) {
+    return (HeapItem){(uint64_t)(uint32_t)rank << 32 | (uint32_t)pos, pos, rank};
 }
 
 // Merges the bytes p[0..n) into ids; returns the count written to out (n at most).
@@ -395,17 +379,17 @@ static size_t merge_piece(BpeState *s, const unsigned char *p, size_t n, int *ou
     const Bpe *b = s->b;
     if (n > s->scratch) {
         size_t cap = n * 2;
-        free(s->sym); free(s->prev); free(s->next); free(s->heap);
+        free(s->sym); free(s->prev); free(s->next);
         s->sym = malloc(cap * sizeof *s->sym);
         s->prev = malloc(cap * sizeof *s->prev);
         s->next = malloc(cap * sizeof *s->next);
-        s->heap = malloc(3 * cap * sizeof *s->heap);
-        CHECKF(s->sym && s->prev && s->next && s->heap, "out of memory in the tokenizer");
+        int heap_ok = heap_reserve(&s->heap, 3 * cap) == 0;
+        CHECKF(s->sym && s->prev && s->next && heap_ok, "out of memory in the tokenizer");
         s->scratch = cap;
     }
     int *sym = s->sym, *prv = s->prev, *nxt = s->next;
-    HeapItem *heap = s->heap;
-    size_t hn = 0;
+    Heap *heap = &s->heap;
+    heap_clear(heap);
     for (size_t i = 0; i < n; i++) {
         sym[i] = b->byte_id[p[i]];
         prv[i] = (int)i - 1;
@@ -413,25 +397,25 @@ static size_t merge_piece(BpeState *s, const unsigned char *p, size_t n, int *ou
     }
     for (size_t i = 0; i + 1 < n; i++) {
         const PairSlot *ps = pair_find(b, sym[i], sym[i + 1]);
-        if (ps) heap_push(heap, &hn, (HeapItem){ps->rank, (int)i});
+        if (ps) heap_push(heap, merge_item(ps->rank, (int)i));
     }
-    while (hn) {
-        HeapItem it = heap_pop(heap, &hn);
-        int i = it.pos, j = nxt[i];
+    while (heap->n) {
+        HeapItem it = heap_pop(heap);
+        int i = it.node, j = nxt[i];
         if (sym[i] < 0 || j < 0) continue;                  // merged away, or now last
         const PairSlot *ps = pair_find(b, sym[i], sym[j]);
-        if (!ps || ps->rank != it.rank) continue;            // stale entry
+        if (!ps || ps->rank != it.tag) continue;             // stale entry
         sym[i] = ps->merged;
         sym[j] = -1;
         nxt[i] = nxt[j];
         if (nxt[j] >= 0) prv[nxt[j]] = i;
         if (prv[i] >= 0) {
             const PairSlot *q = pair_find(b, sym[prv[i]], sym[i]);
-            if (q) heap_push(heap, &hn, (HeapItem){q->rank, prv[i]});
+            if (q) heap_push(heap, merge_item(q->rank, prv[i]));
         }
         if (nxt[i] >= 0) {
             const PairSlot *q = pair_find(b, sym[i], sym[nxt[i]]);
-            if (q) heap_push(heap, &hn, (HeapItem){q->rank, i});
+            if (q) heap_push(heap, merge_item(q->rank, i));
         }
     }
     size_t k = 0;
