@@ -158,65 +158,53 @@ static int str_lookup(const Bpe *b, const StrSlot *t, size_t mask, const unsigne
     }
 }
 
-
-int bpe_load(Bpe **out, const char *dir, Err *err) {
-    *out = NULL;
-    char path[4200];
+// Reads encoder.json (token in GPT-2's printable form: id) into b's vocab,
+// eot and token bytes.
+static int read_encoder(Bpe *b, const char *path, const int16_t inv[512], Err *err) {
     size_t len;
-    snprintf(path, sizeof path, "%s/encoder.json", dir);
     char *text;
     if (file_read(path, &text, &len, 0, err)) return -1;
     Json *j = json_parse(text, len, err);
     free(text);
     if (!j) { err_prefix(err, path); return -1; }
-    Bpe *b = calloc(1, sizeof *b);
-    StrSlot *tab = NULL;
-    char *merges = NULL;
-    int16_t inv[512];
-    unicode_to_byte_table(inv);
-    if (!b) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
+    int rc = -1;
+    size_t *blen = NULL, *bstart = NULL;
+    int *seen = NULL;
+    unsigned char *tmp = NULL;
     if (j->type != JSON_OBJ || j->len < 256 || j->len > (1u << 24)) {
         err_set(err, ERR_USAGE, "%s: expected an object of at least 256 token: id entries", path);
-        goto fail;
+        goto done;
     }
     b->vocab = (int)j->len;
-    b->eot = -1;
     size_t total = 0;
     for (const Json *m = j->child; m; m = m->next) total += strlen(m->key);
     b->bytes = malloc(total + 1);
     b->off = calloc((size_t)b->vocab + 1, sizeof *b->off);
-    size_t *blen = calloc((size_t)b->vocab, sizeof *blen);
-    size_t *bstart = calloc((size_t)b->vocab, sizeof *bstart);
-    int *seen = calloc((size_t)b->vocab, sizeof *seen);
-    if (!b->bytes || !b->off || !blen || !bstart || !seen) {
-        free(blen); free(bstart); free(seen);
+    blen = calloc((size_t)b->vocab, sizeof *blen);
+    bstart = calloc((size_t)b->vocab, sizeof *bstart);
+    seen = calloc((size_t)b->vocab, sizeof *seen);
+    tmp = malloc(total + 1);
+    if (!b->bytes || !b->off || !blen || !bstart || !seen || !tmp) {
         err_set(err, ERR_RUN, "out of memory");
-        goto fail;
+        goto done;
     }
     // Token bytes go in the order of the file, then are re-laid by id.
-    unsigned char *tmp = malloc(total + 1);
     size_t pos = 0;
     for (const Json *m = j->child; m; m = m->next) {
         int64_t id;
         if (json_int64(m, &id) || id < 0 || id >= b->vocab || seen[id]) {
             err_set(err, ERR_USAGE, "%s: token '%s' has a missing, duplicate or out-of-range id", path, m->key);
-            free(blen); free(bstart); free(seen); free(tmp);
-            goto fail;
+            goto done;
         }
         seen[id] = 1;
+        int n;
         if (!strcmp(m->key, "<|endoftext|>")) {
             b->eot = (int)id;
             memcpy(tmp + pos, m->key, 13);
-            bstart[id] = pos;
-            blen[id] = 13;
-            pos += 13;
-            continue;
-        }
-        int n = to_bytes(m->key, strlen(m->key), inv, tmp + pos);
-        if (n <= 0) {
+            n = 13;
+        } else if ((n = to_bytes(m->key, strlen(m->key), inv, tmp + pos)) <= 0) {
             err_set(err, ERR_USAGE, "%s: token '%s' is not in GPT-2's byte encoding", path, m->key);
-            free(blen); free(bstart); free(seen); free(tmp);
-            goto fail;
+            goto done;
         }
         bstart[id] = pos;
         blen[id] = (size_t)n;
@@ -226,37 +214,75 @@ int bpe_load(Bpe **out, const char *dir, Err *err) {
         b->off[i + 1] = b->off[i] + blen[i];
         memcpy(b->bytes + b->off[i], tmp + bstart[i], blen[i]);
     }
+    rc = 0;
+done:
     free(tmp); free(blen); free(bstart); free(seen);
     json_free(j);
-    j = NULL;
+    return rc;
+}
+
+// b's byte_id: the token of each single byte (every byte has one, or an
+// error naming path).
+static int find_byte_ids(Bpe *b, const char *path, Err *err) {
     for (int c = 0; c < 256; c++) b->byte_id[c] = -1;
-    size_t mask = 1;
-    while (mask < 2 * (size_t)b->vocab) mask <<= 1;
-    tab = calloc(mask, sizeof *tab);
-    mask--;
+    for (int i = 0; i < b->vocab; i++)
+        if (i != b->eot && b->off[i + 1] - b->off[i] == 1) b->byte_id[b->bytes[b->off[i]]] = i;
+    for (int c = 0; c < 256; c++)
+        if (b->byte_id[c] < 0) return err_set(err, ERR_USAGE, "%s: byte 0x%02x has no token", path, c);
+    return 0;
+}
+
+// The byte-string -> id table of b's tokens but end-of-text (*mask + 1
+// slots), which reading vocab.bpe looks tokens up in; NULL when out of memory.
+static StrSlot *str_table_new(const Bpe *b, size_t *mask) {
+    size_t m = 1;
+    while (m < 2 * (size_t)b->vocab) m <<= 1;
+    StrSlot *tab = calloc(m, sizeof *tab);
+    if (!tab) return NULL;
+    m--;
     for (int i = 0; i < b->vocab; i++) {
-        size_t n = b->off[i + 1] - b->off[i];
         if (i == b->eot) continue;
-        if (n == 1) b->byte_id[b->bytes[b->off[i]]] = i;
-        uint64_t h = hash_bytes(b->bytes + b->off[i], n);
-        size_t k = h & mask;
-        while (tab[k].h) k = (k + 1) & mask;
+        uint64_t h = hash_bytes(b->bytes + b->off[i], b->off[i + 1] - b->off[i]);
+        size_t k = h & m;
+        while (tab[k].h) k = (k + 1) & m;
         tab[k] = (StrSlot){h, i};
     }
-    for (int c = 0; c < 256; c++)
-        if (b->byte_id[c] < 0) {
-            err_set(err, ERR_USAGE, "%s: byte 0x%02x has no token", path, c);
-            goto fail;
-        }
+    *mask = m;
+    return tab;
+}
 
-    snprintf(path, sizeof path, "%s/vocab.bpe", dir);
-    if (file_read(path, &merges, &len, 0, err)) goto fail;
+// One line of vocab.bpe, "a b" in GPT-2's printable form (ll bytes, no line
+// end), into b's pair table as the merge of this rank. buf has room for ll
+// bytes. Returns NULL, or what is wrong with the line.
+static const char *add_merge(Bpe *b, const char *p, size_t ll, int rank, const StrSlot *tab, size_t mask,
+                             const int16_t inv[512], unsigned char *buf) {
+    const char *sp = memchr(p, ' ', ll);
+    if (!sp || sp == p || sp == p + ll - 1 || memchr(sp + 1, ' ', (size_t)(p + ll - sp - 1)))
+        return "expected two tokens separated by one space";
+    // a's bytes, then b's right after them: buf[0, na + nb) is the merged token
+    int na = to_bytes(p, (size_t)(sp - p), inv, buf);
+    if (na <= 0) return "not in GPT-2's byte encoding";
+    int nb = to_bytes(sp + 1, (size_t)(p + ll - sp - 1), inv, buf + na);
+    if (nb <= 0) return "not in GPT-2's byte encoding";
+    int ia = str_lookup(b, tab, mask, buf, (size_t)na), ib = str_lookup(b, tab, mask, buf + na, (size_t)nb);
+    int ic = str_lookup(b, tab, mask, buf, (size_t)(na + nb));
+    if (ia < 0 || ib < 0 || ic < 0) return "merge of tokens not in encoder.json";
+    if (pair_insert(b, ia, ib, rank, ic)) return "duplicate merge";
+    return NULL;
+}
+
+// Reads vocab.bpe (an optional #version line, then one merge a line, ranked
+// in file order) into b's pair table. Errors name the file and line.
+static int read_merges(Bpe *b, const char *path, const StrSlot *tab, size_t mask, const int16_t inv[512], Err *err) {
+    char *merges;
+    size_t len;
+    if (file_read(path, &merges, &len, 0, err)) return -1;
     b->pair_mask = 1;
     while (b->pair_mask < 2 * (size_t)b->vocab) b->pair_mask <<= 1;
     b->pairs = calloc(b->pair_mask, sizeof *b->pairs);
     b->pair_mask--;
-    unsigned char *ba = malloc(len + 1), *bb = malloc(len + 1), *bc = malloc(2 * len + 2);
-    int line = 0, rank = 0, bad = !b->pairs || !ba || !bb || !bc;
+    unsigned char *buf = malloc(len + 1);
+    int line = 0, rank = 0, bad = !b->pairs || !buf;
     if (bad) err_set(err, ERR_RUN, "out of memory");
     for (char *p = merges; !bad && p < merges + len;) {
         char *e = memchr(p, '\n', (size_t)(merges + len - p));
@@ -264,53 +290,48 @@ int bpe_load(Bpe **out, const char *dir, Err *err) {
         line++;
         size_t ll = (size_t)(e - p);
         if (ll && p[ll - 1] == '\r') ll--;
-        if (line == 1 && ll >= 8 && !memcmp(p, "#version", 8)) { p = e + 1; continue; }
-        if (ll == 0) { p = e + 1; continue; }
-        char *sp = memchr(p, ' ', ll);
-        if (!sp || sp == p || sp == p + ll - 1 || memchr(sp + 1, ' ', (size_t)(p + ll - sp - 1))) {
-            err_set(err, ERR_USAGE, "%s line %d: expected two tokens separated by one space", path, line);
-            bad = 1;
-            break;
-        }
-        int na = to_bytes(p, (size_t)(sp - p), inv, ba), nb = to_bytes(sp + 1, (size_t)(p + ll - sp - 1), inv, bb);
-        if (na <= 0 || nb <= 0) {
-            err_set(err, ERR_USAGE, "%s line %d: not in GPT-2's byte encoding", path, line);
-            bad = 1;
-            break;
-        }
-        memcpy(bc, ba, (size_t)na);
-        memcpy(bc + na, bb, (size_t)nb);
-        int ia = str_lookup(b, tab, mask, ba, (size_t)na), ib = str_lookup(b, tab, mask, bb, (size_t)nb);
-        int ic = str_lookup(b, tab, mask, bc, (size_t)(na + nb));
-        if (ia < 0 || ib < 0 || ic < 0) {
-            err_set(err, ERR_USAGE, "%s line %d: merge of tokens not in encoder.json", path, line);
-            bad = 1;
-            break;
-        }
-        if (pair_insert(b, ia, ib, rank++, ic)) {
-            err_set(err, ERR_USAGE, "%s line %d: duplicate merge", path, line);
-            bad = 1;
-            break;
-        }
-        if ((size_t)rank >= b->pair_mask / 2) {
-            err_set(err, ERR_USAGE, "%s: more merges than tokens", path);
-            bad = 1;
-            break;
+        int header = line == 1 && ll >= 8 && !memcmp(p, "#version", 8);
+        if (ll > 0 && !header) {
+            const char *why = add_merge(b, p, ll, rank++, tab, mask, inv, buf);
+            if (why) {
+                err_set(err, ERR_USAGE, "%s line %d: %s", path, line, why);
+                bad = 1;
+            } else if ((size_t)rank >= b->pair_mask / 2) {
+                err_set(err, ERR_USAGE, "%s: more merges than tokens", path);
+                bad = 1;
+            }
         }
         p = e + 1;
     }
-    free(ba); free(bb); free(bc);
-    if (bad) goto fail;
+    free(buf);
     free(merges);
+    return bad ? -1 : 0;
+}
+
+int bpe_load(Bpe **out, const char *dir, Err *err) {
+    *out = NULL;
+    char path[4200];
+    Bpe *b = calloc(1, sizeof *b);
+    if (!b) return err_set(err, ERR_RUN, "out of memory");
+    b->eot = -1;
+    int16_t inv[512];
+    unicode_to_byte_table(inv);
+    snprintf(path, sizeof path, "%s/encoder.json", dir);
+    if (read_encoder(b, path, inv, err) || find_byte_ids(b, path, err)) {
+        bpe_free(b);
+        return -1;
+    }
+    size_t mask;
+    StrSlot *tab = str_table_new(b, &mask);
+    snprintf(path, sizeof path, "%s/vocab.bpe", dir);
+    int rc = tab ? read_merges(b, path, tab, mask, inv, err) : err_set(err, ERR_RUN, "out of memory");
     free(tab);
+    if (rc) {
+        bpe_free(b);
+        return -1;
+    }
     *out = b;
     return 0;
-fail:
-    json_free(j);
-    free(merges);
-    free(tab);
-    bpe_free(b);
-    return -1;
 }
 
 void bpe_free(Bpe *b) {
