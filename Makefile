@@ -115,10 +115,11 @@ $(BUILD)/%.o: %.c | features
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
+# A test is its own .c file, plus any .c file listed below as shared by tests.
 $(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h tests/ref.h
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")
-	$(Q)$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -Itests -o $@ $(filter %.c,$^) $(LIB) $(LDLIBS)
 
 # The parsers' tests again under AddressSanitizer and UBSan (part of make test).
 ASAN_DIR   := $(BUILD)/asan
@@ -136,7 +137,12 @@ $(ASAN_DIR)/libtessera.a: $(ASAN_OBJ)
 $(ASAN_DIR)/tests/%: tests/%.c $(ASAN_DIR)/libtessera.a tests/test.h tests/ref.h
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  ASAN  $<")
-	$(Q)$(CC) $(filter-out $(OPT),$(CFLAGS)) $(ASAN_FLAGS) -Itests -o $@ $< $(ASAN_DIR)/libtessera.a $(LDLIBS)
+	$(Q)$(CC) $(filter-out $(OPT),$(CFLAGS)) $(ASAN_FLAGS) -Itests -o $@ $(filter %.c,$^) $(ASAN_DIR)/libtessera.a $(LDLIBS)
+
+# The tokenizer tests share their harness (reference cases, whole files,
+# round trips).
+TOK_TESTS := tests/data/test_bpe tests/data/test_spm
+$(TOK_TESTS:%=$(BUILD)/%) $(TOK_TESTS:%=$(ASAN_DIR)/%): tests/data/tok_cases.c tests/data/tok_cases.h
 
 # The command itself under both sanitizers: tests/cli/test_asan_cli.sh runs
 # the hardening and corpora tests with it.

@@ -8,6 +8,7 @@
 
 #include "core/fileio.h"
 #include "core/json.h"
+#include "data/heap.h"
 #include "data/unicode.h"
 
 // ---- pre-tokenizer ----
@@ -157,65 +158,53 @@ static int str_lookup(const Bpe *b, const StrSlot *t, size_t mask, const unsigne
     }
 }
 
-
-int bpe_load(Bpe **out, const char *dir, Err *err) {
-    *out = NULL;
-    char path[4200];
+// Reads encoder.json (token in GPT-2's printable form: id) into b's vocab,
+// eot and token bytes.
+static int read_encoder(Bpe *b, const char *path, const int16_t inv[512], Err *err) {
     size_t len;
-    snprintf(path, sizeof path, "%s/encoder.json", dir);
     char *text;
     if (file_read(path, &text, &len, 0, err)) return -1;
     Json *j = json_parse(text, len, err);
     free(text);
     if (!j) { err_prefix(err, path); return -1; }
-    Bpe *b = calloc(1, sizeof *b);
-    StrSlot *tab = NULL;
-    char *merges = NULL;
-    int16_t inv[512];
-    unicode_to_byte_table(inv);
-    if (!b) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
+    int rc = -1;
+    size_t *blen = NULL, *bstart = NULL;
+    int *seen = NULL;
+    unsigned char *tmp = NULL;
     if (j->type != JSON_OBJ || j->len < 256 || j->len > (1u << 24)) {
         err_set(err, ERR_USAGE, "%s: expected an object of at least 256 token: id entries", path);
-        goto fail;
+        goto done;
     }
     b->vocab = (int)j->len;
-    b->eot = -1;
     size_t total = 0;
     for (const Json *m = j->child; m; m = m->next) total += strlen(m->key);
     b->bytes = malloc(total + 1);
     b->off = calloc((size_t)b->vocab + 1, sizeof *b->off);
-    size_t *blen = calloc((size_t)b->vocab, sizeof *blen);
-    size_t *bstart = calloc((size_t)b->vocab, sizeof *bstart);
-    int *seen = calloc((size_t)b->vocab, sizeof *seen);
-    if (!b->bytes || !b->off || !blen || !bstart || !seen) {
-        free(blen); free(bstart); free(seen);
+    blen = calloc((size_t)b->vocab, sizeof *blen);
+    bstart = calloc((size_t)b->vocab, sizeof *bstart);
+    seen = calloc((size_t)b->vocab, sizeof *seen);
+    tmp = malloc(total + 1);
+    if (!b->bytes || !b->off || !blen || !bstart || !seen || !tmp) {
         err_set(err, ERR_RUN, "out of memory");
-        goto fail;
+        goto done;
     }
     // Token bytes go in the order of the file, then are re-laid by id.
-    unsigned char *tmp = malloc(total + 1);
     size_t pos = 0;
     for (const Json *m = j->child; m; m = m->next) {
         int64_t id;
         if (json_int64(m, &id) || id < 0 || id >= b->vocab || seen[id]) {
             err_set(err, ERR_USAGE, "%s: token '%s' has a missing, duplicate or out-of-range id", path, m->key);
-            free(blen); free(bstart); free(seen); free(tmp);
-            goto fail;
+            goto done;
         }
         seen[id] = 1;
+        int n;
         if (!strcmp(m->key, "<|endoftext|>")) {
             b->eot = (int)id;
             memcpy(tmp + pos, m->key, 13);
-            bstart[id] = pos;
-            blen[id] = 13;
-            pos += 13;
-            continue;
-        }
-        int n = to_bytes(m->key, strlen(m->key), inv, tmp + pos);
-        if (n <= 0) {
+            n = 13;
+        } else if ((n = to_bytes(m->key, strlen(m->key), inv, tmp + pos)) <= 0) {
             err_set(err, ERR_USAGE, "%s: token '%s' is not in GPT-2's byte encoding", path, m->key);
-            free(blen); free(bstart); free(seen); free(tmp);
-            goto fail;
+            goto done;
         }
         bstart[id] = pos;
         blen[id] = (size_t)n;
@@ -225,37 +214,75 @@ int bpe_load(Bpe **out, const char *dir, Err *err) {
         b->off[i + 1] = b->off[i] + blen[i];
         memcpy(b->bytes + b->off[i], tmp + bstart[i], blen[i]);
     }
+    rc = 0;
+done:
     free(tmp); free(blen); free(bstart); free(seen);
     json_free(j);
-    j = NULL;
+    return rc;
+}
+
+// b's byte_id: the token of each single byte (every byte has one, or an
+// error naming path).
+static int find_byte_ids(Bpe *b, const char *path, Err *err) {
     for (int c = 0; c < 256; c++) b->byte_id[c] = -1;
-    size_t mask = 1;
-    while (mask < 2 * (size_t)b->vocab) mask <<= 1;
-    tab = calloc(mask, sizeof *tab);
-    mask--;
+    for (int i = 0; i < b->vocab; i++)
+        if (i != b->eot && b->off[i + 1] - b->off[i] == 1) b->byte_id[b->bytes[b->off[i]]] = i;
+    for (int c = 0; c < 256; c++)
+        if (b->byte_id[c] < 0) return err_set(err, ERR_USAGE, "%s: byte 0x%02x has no token", path, c);
+    return 0;
+}
+
+// The byte-string -> id table of b's tokens but end-of-text (*mask + 1
+// slots), which reading vocab.bpe looks tokens up in; NULL when out of memory.
+static StrSlot *str_table_new(const Bpe *b, size_t *mask) {
+    size_t m = 1;
+    while (m < 2 * (size_t)b->vocab) m <<= 1;
+    StrSlot *tab = calloc(m, sizeof *tab);
+    if (!tab) return NULL;
+    m--;
     for (int i = 0; i < b->vocab; i++) {
-        size_t n = b->off[i + 1] - b->off[i];
         if (i == b->eot) continue;
-        if (n == 1) b->byte_id[b->bytes[b->off[i]]] = i;
-        uint64_t h = hash_bytes(b->bytes + b->off[i], n);
-        size_t k = h & mask;
-        while (tab[k].h) k = (k + 1) & mask;
+        uint64_t h = hash_bytes(b->bytes + b->off[i], b->off[i + 1] - b->off[i]);
+        size_t k = h & m;
+        while (tab[k].h) k = (k + 1) & m;
         tab[k] = (StrSlot){h, i};
     }
-    for (int c = 0; c < 256; c++)
-        if (b->byte_id[c] < 0) {
-            err_set(err, ERR_USAGE, "%s: byte 0x%02x has no token", path, c);
-            goto fail;
-        }
+    *mask = m;
+    return tab;
+}
 
-    snprintf(path, sizeof path, "%s/vocab.bpe", dir);
-    if (file_read(path, &merges, &len, 0, err)) goto fail;
+// One line of vocab.bpe, "a b" in GPT-2's printable form (ll bytes, no line
+// end), into b's pair table as the merge of this rank. buf has room for ll
+// bytes. Returns NULL, or what is wrong with the line.
+static const char *add_merge(Bpe *b, const char *p, size_t ll, int rank, const StrSlot *tab, size_t mask,
+                             const int16_t inv[512], unsigned char *buf) {
+    const char *sp = memchr(p, ' ', ll);
+    if (!sp || sp == p || sp == p + ll - 1 || memchr(sp + 1, ' ', (size_t)(p + ll - sp - 1)))
+        return "expected two tokens separated by one space";
+    // a's bytes, then b's right after them: buf[0, na + nb) is the merged token
+    int na = to_bytes(p, (size_t)(sp - p), inv, buf);
+    if (na <= 0) return "not in GPT-2's byte encoding";
+    int nb = to_bytes(sp + 1, (size_t)(p + ll - sp - 1), inv, buf + na);
+    if (nb <= 0) return "not in GPT-2's byte encoding";
+    int ia = str_lookup(b, tab, mask, buf, (size_t)na), ib = str_lookup(b, tab, mask, buf + na, (size_t)nb);
+    int ic = str_lookup(b, tab, mask, buf, (size_t)(na + nb));
+    if (ia < 0 || ib < 0 || ic < 0) return "merge of tokens not in encoder.json";
+    if (pair_insert(b, ia, ib, rank, ic)) return "duplicate merge";
+    return NULL;
+}
+
+// Reads vocab.bpe (an optional #version line, then one merge a line, ranked
+// in file order) into b's pair table. Errors name the file and line.
+static int read_merges(Bpe *b, const char *path, const StrSlot *tab, size_t mask, const int16_t inv[512], Err *err) {
+    char *merges;
+    size_t len;
+    if (file_read(path, &merges, &len, 0, err)) return -1;
     b->pair_mask = 1;
     while (b->pair_mask < 2 * (size_t)b->vocab) b->pair_mask <<= 1;
     b->pairs = calloc(b->pair_mask, sizeof *b->pairs);
     b->pair_mask--;
-    unsigned char *ba = malloc(len + 1), *bb = malloc(len + 1), *bc = malloc(2 * len + 2);
-    int line = 0, rank = 0, bad = !b->pairs || !ba || !bb || !bc;
+    unsigned char *buf = malloc(len + 1);
+    int line = 0, rank = 0, bad = !b->pairs || !buf;
     if (bad) err_set(err, ERR_RUN, "out of memory");
     for (char *p = merges; !bad && p < merges + len;) {
         char *e = memchr(p, '\n', (size_t)(merges + len - p));
@@ -263,53 +290,48 @@ int bpe_load(Bpe **out, const char *dir, Err *err) {
         line++;
         size_t ll = (size_t)(e - p);
         if (ll && p[ll - 1] == '\r') ll--;
-        if (line == 1 && ll >= 8 && !memcmp(p, "#version", 8)) { p = e + 1; continue; }
-        if (ll == 0) { p = e + 1; continue; }
-        char *sp = memchr(p, ' ', ll);
-        if (!sp || sp == p || sp == p + ll - 1 || memchr(sp + 1, ' ', (size_t)(p + ll - sp - 1))) {
-            err_set(err, ERR_USAGE, "%s line %d: expected two tokens separated by one space", path, line);
-            bad = 1;
-            break;
-        }
-        int na = to_bytes(p, (size_t)(sp - p), inv, ba), nb = to_bytes(sp + 1, (size_t)(p + ll - sp - 1), inv, bb);
-        if (na <= 0 || nb <= 0) {
-            err_set(err, ERR_USAGE, "%s line %d: not in GPT-2's byte encoding", path, line);
-            bad = 1;
-            break;
-        }
-        memcpy(bc, ba, (size_t)na);
-        memcpy(bc + na, bb, (size_t)nb);
-        int ia = str_lookup(b, tab, mask, ba, (size_t)na), ib = str_lookup(b, tab, mask, bb, (size_t)nb);
-        int ic = str_lookup(b, tab, mask, bc, (size_t)(na + nb));
-        if (ia < 0 || ib < 0 || ic < 0) {
-            err_set(err, ERR_USAGE, "%s line %d: merge of tokens not in encoder.json", path, line);
-            bad = 1;
-            break;
-        }
-        if (pair_insert(b, ia, ib, rank++, ic)) {
-            err_set(err, ERR_USAGE, "%s line %d: duplicate merge", path, line);
-            bad = 1;
-            break;
-        }
-        if ((size_t)rank >= b->pair_mask / 2) {
-            err_set(err, ERR_USAGE, "%s: more merges than tokens", path);
-            bad = 1;
-            break;
+        int header = line == 1 && ll >= 8 && !memcmp(p, "#version", 8);
+        if (ll > 0 && !header) {
+            const char *why = add_merge(b, p, ll, rank++, tab, mask, inv, buf);
+            if (why) {
+                err_set(err, ERR_USAGE, "%s line %d: %s", path, line, why);
+                bad = 1;
+            } else if ((size_t)rank >= b->pair_mask / 2) {
+                err_set(err, ERR_USAGE, "%s: more merges than tokens", path);
+                bad = 1;
+            }
         }
         p = e + 1;
     }
-    free(ba); free(bb); free(bc);
-    if (bad) goto fail;
+    free(buf);
     free(merges);
+    return bad ? -1 : 0;
+}
+
+int bpe_load(Bpe **out, const char *dir, Err *err) {
+    *out = NULL;
+    char path[4200];
+    Bpe *b = calloc(1, sizeof *b);
+    if (!b) return err_set(err, ERR_RUN, "out of memory");
+    b->eot = -1;
+    int16_t inv[512];
+    unicode_to_byte_table(inv);
+    snprintf(path, sizeof path, "%s/encoder.json", dir);
+    if (read_encoder(b, path, inv, err) || find_byte_ids(b, path, err)) {
+        bpe_free(b);
+        return -1;
+    }
+    size_t mask;
+    StrSlot *tab = str_table_new(b, &mask);
+    snprintf(path, sizeof path, "%s/vocab.bpe", dir);
+    int rc = tab ? read_merges(b, path, tab, mask, inv, err) : err_set(err, ERR_RUN, "out of memory");
     free(tab);
+    if (rc) {
+        bpe_free(b);
+        return -1;
+    }
     *out = b;
     return 0;
-fail:
-    json_free(j);
-    free(merges);
-    free(tab);
-    bpe_free(b);
-    return -1;
 }
 
 void bpe_free(Bpe *b) {
@@ -334,7 +356,6 @@ const unsigned char *bpe_token(const Bpe *b, int id, size_t *len) {
 enum { CACHE_SLOTS = 1 << 16, CACHE_MAX_PIECE = 64 };
 
 typedef struct { uint64_t h; uint32_t off; uint16_t nbytes, nids; } CacheSlot;
-typedef struct { int rank, pos; } HeapItem;
 
 struct BpeState {
     const Bpe *b;
@@ -344,7 +365,7 @@ struct BpeState {
     size_t keys_used, ids_used, cap, used_slots;
     // merge scratch, grown as needed
     int *sym, *prev, *next;
-    HeapItem *heap;
+    Heap heap;                // candidate merges by (rank, position)
     size_t scratch;
 };
 
@@ -363,31 +384,15 @@ BpeState *bpe_state_new(const Bpe *b) {
 void bpe_state_free(BpeState *s) {
     if (!s) return;
     free(s->slots); free(s->keys); free(s->ids);
-    free(s->sym); free(s->prev); free(s->next); free(s->heap);
+    free(s->sym); free(s->prev); free(s->next);
+    heap_free(&s->heap);
     free(s);
 }
 
-static int heap_less(HeapItem a, HeapItem b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
-
-static void heap_push(HeapItem *h, size_t *n, HeapItem x) {
-    size_t i = (*n)++;
-    while (i && heap_less(x, h[(i - 1) / 2])) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
-    h[i] = x;
-}
-
-static HeapItem heap_pop(HeapItem *h, size_t *n) {
-    HeapItem top = h[0], x = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && heap_less(h[c + 1], h[c])) c++;
-        if (!heap_less(h[c], x)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = x;
-    return top;
+// The pair starting at position pos, merged by the merge of this rank: the
+// heap takes the lowest rank first, the leftmost pair among equal ranks.
+static HeapItem merge_item(int rank, int pos) {
+    return (HeapItem){(uint64_t)(uint32_t)rank << 32 | (uint32_t)pos, pos, rank};
 }
 
 // Merges the bytes p[0..n) into ids; returns the count written to out (n at most).
@@ -395,17 +400,17 @@ static size_t merge_piece(BpeState *s, const unsigned char *p, size_t n, int *ou
     const Bpe *b = s->b;
     if (n > s->scratch) {
         size_t cap = n * 2;
-        free(s->sym); free(s->prev); free(s->next); free(s->heap);
+        free(s->sym); free(s->prev); free(s->next);
         s->sym = malloc(cap * sizeof *s->sym);
         s->prev = malloc(cap * sizeof *s->prev);
         s->next = malloc(cap * sizeof *s->next);
-        s->heap = malloc(3 * cap * sizeof *s->heap);
-        CHECKF(s->sym && s->prev && s->next && s->heap, "out of memory in the tokenizer");
+        int heap_ok = heap_reserve(&s->heap, 3 * cap) == 0;
+        CHECKF(s->sym && s->prev && s->next && heap_ok, "out of memory in the tokenizer");
         s->scratch = cap;
     }
     int *sym = s->sym, *prv = s->prev, *nxt = s->next;
-    HeapItem *heap = s->heap;
-    size_t hn = 0;
+    Heap *heap = &s->heap;
+    heap_clear(heap);
     for (size_t i = 0; i < n; i++) {
         sym[i] = b->byte_id[p[i]];
         prv[i] = (int)i - 1;
@@ -413,25 +418,25 @@ static size_t merge_piece(BpeState *s, const unsigned char *p, size_t n, int *ou
     }
     for (size_t i = 0; i + 1 < n; i++) {
         const PairSlot *ps = pair_find(b, sym[i], sym[i + 1]);
-        if (ps) heap_push(heap, &hn, (HeapItem){ps->rank, (int)i});
+        if (ps) heap_push(heap, merge_item(ps->rank, (int)i));
     }
-    while (hn) {
-        HeapItem it = heap_pop(heap, &hn);
-        int i = it.pos, j = nxt[i];
+    while (heap->n) {
+        HeapItem it = heap_pop(heap);
+        int i = it.node, j = nxt[i];
         if (sym[i] < 0 || j < 0) continue;                  // merged away, or now last
         const PairSlot *ps = pair_find(b, sym[i], sym[j]);
-        if (!ps || ps->rank != it.rank) continue;            // stale entry
+        if (!ps || ps->rank != it.tag) continue;             // stale entry
         sym[i] = ps->merged;
         sym[j] = -1;
         nxt[i] = nxt[j];
         if (nxt[j] >= 0) prv[nxt[j]] = i;
         if (prv[i] >= 0) {
             const PairSlot *q = pair_find(b, sym[prv[i]], sym[i]);
-            if (q) heap_push(heap, &hn, (HeapItem){q->rank, prv[i]});
+            if (q) heap_push(heap, merge_item(q->rank, prv[i]));
         }
         if (nxt[i] >= 0) {
             const PairSlot *q = pair_find(b, sym[i], sym[nxt[i]]);
-            if (q) heap_push(heap, &hn, (HeapItem){q->rank, i});
+            if (q) heap_push(heap, merge_item(q->rank, i));
         }
     }
     size_t k = 0;

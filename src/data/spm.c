@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/fileio.h"
+#include "data/heap.h"
 
 // Open-addressing tables: pieces by their bytes, merges by their pair.
 typedef struct { uint32_t key; int rank, out; } MergeSlot;   // key a·65536 + b + 1 (0: empty)
@@ -147,28 +148,14 @@ fail:
 
 // ---- encoding ----
 
-typedef struct { double prio; int node, version; } Entry;
 typedef struct { int id, pos, prev, next, version, dead; } Node;
 
-static void heap_push(Entry *h, size_t *n, Entry e) {
-    size_t i = (*n)++;
-    while (i > 0 && h[(i - 1) / 2].prio > e.prio) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
-    h[i] = e;
-}
-
-static Entry heap_pop(Entry *h, size_t *n) {
-    Entry top = h[0], last = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && h[c + 1].prio < h[c].prio) c++;
-        if (h[c].prio >= last.prio) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n) h[i] = last;
-    return top;
+// A merge's priority, rank + position / length, as a heap key: a positive
+// double's bits, read as an integer, order as the double does.
+static uint64_t prio_key(double prio) {
+    uint64_t k;
+    memcpy(&k, &prio, sizeof k);
+    return k;
 }
 
 // Bytes of the UTF-8 character at p (1 for a byte that does not start a
@@ -190,11 +177,11 @@ static size_t utf8_char(const unsigned char *p, size_t n, int *units) {
 }
 
 // The pair (node, its next) as a heap entry, when the vocabulary merges it.
-static void consider(const Spm *s, Node *nd, int i, double len16, Entry *h, size_t *nh) {
+static void consider(const Spm *s, Node *nd, int i, double len16, Heap *h) {
     if (nd[i].next < 0) return;
     const MergeSlot *m = merge_slot(s, (uint32_t)nd[i].id * 65536u + (uint32_t)nd[nd[i].next].id + 1);
     if (!m->key || m->out < 0) return;
-    heap_push(h, nh, (Entry){m->rank + nd[i].pos / len16, i, nd[i].version});
+    heap_push(h, (HeapItem){prio_key(m->rank + nd[i].pos / len16), i, nd[i].version});
 }
 
 size_t spm_encode(const Spm *s, const char *text, size_t len, int *ids, size_t cap) {
@@ -202,8 +189,9 @@ size_t spm_encode(const Spm *s, const char *text, size_t len, int *ids, size_t c
     const unsigned char *t = (const unsigned char *)text;
     // initial pieces: <s>, "▁", then each character (a space is "▁")
     Node *nd = malloc((len + 2) * sizeof *nd);
-    Entry *h = malloc(2 * (len + 2) * sizeof *h + sizeof *h);
-    CHECKF(nd && h, "out of memory encoding %zu bytes", len);
+    Heap h = {0};
+    int heap_ok = heap_reserve(&h, 2 * (len + 2) + 1) == 0;
+    CHECKF(nd && heap_ok, "out of memory encoding %zu bytes", len);
     size_t n = 0, u16 = 0;
     int space = piece_id(s, "\xe2\x96\x81", 3);
     nd[n++] = (Node){SPM_BOS, 0, -1, -1, 0, 0};
@@ -226,14 +214,13 @@ size_t spm_encode(const Spm *s, const char *text, size_t len, int *ids, size_t c
         nd[i].prev = (int)i - 1;
         nd[i].next = i + 1 < n ? (int)i + 1 : -1;
     }
-    size_t nh = 0;
-    for (size_t i = 0; i + 1 < n; i++) consider(s, nd, (int)i, len16, h, &nh);
+    for (size_t i = 0; i + 1 < n; i++) consider(s, nd, (int)i, len16, &h);
     // merge the first pair in order; a merge changes its left node (which
     // becomes the merged piece) and the pair ending at it
-    while (nh) {
-        Entry e = heap_pop(h, &nh);
+    while (h.n) {
+        HeapItem e = heap_pop(&h);
         Node *l = &nd[e.node];
-        if (l->dead || l->version != e.version || l->next < 0) continue;
+        if (l->dead || l->version != e.tag || l->next < 0) continue;
         Node *r = &nd[l->next];
         const MergeSlot *m = merge_slot(s, (uint32_t)l->id * 65536u + (uint32_t)r->id + 1);
         r->dead = 1;
@@ -243,9 +230,9 @@ size_t spm_encode(const Spm *s, const char *text, size_t len, int *ids, size_t c
         if (r->next >= 0) nd[r->next].prev = e.node;
         if (l->prev >= 0) {
             nd[l->prev].version++;
-            consider(s, nd, l->prev, len16, h, &nh);
+            consider(s, nd, l->prev, len16, &h);
         }
-        consider(s, nd, e.node, len16, h, &nh);
+        consider(s, nd, e.node, len16, &h);
     }
     size_t out = 0;
     for (int i = 0; i >= 0; i = nd[i].next) {
@@ -253,7 +240,7 @@ size_t spm_encode(const Spm *s, const char *text, size_t len, int *ids, size_t c
         out++;
     }
     free(nd);
-    free(h);
+    heap_free(&h);
     return out;
 }
 
