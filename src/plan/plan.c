@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/comm.h"
+#include "core/volume.h"
 #include "model/arch.h"
 #include "model/stage.h"
 
@@ -158,19 +158,21 @@ void plan_tp_comm(const PlanModel *m, const PlanJob *j, const PlanLayout *l, dou
     // both the embeddings and the head; else the larger of the two ends
     double layers = (double)(m->L / l->pp), N = (double)j->seq * (double)j->micro_batch;
     size_t act = (size_t)(N * (double)m->h);   // floats of one exchange (fp32)
-    double ends = l->pp == 1 ? 2 : 1, ce = (double)(n - 1) * 3 * N * 4;   // loss statistics: allgathers of N and 2N
+    size_t tokens = (size_t)j->seq * (size_t)j->micro_batch;
+    double ends = l->pp == 1 ? 2 : 1;   // loss statistics: allgathers of N and 2N floats
+    double ce = (double)(volume_allgather(tokens, 4, n).sent + volume_allgather(2 * tokens, 4, n).sent);
     ModelConfig padded = m->cfg;
     config_pad_vocab(&padded, (int)m->V, n);
     int rows = stage_head_rows(padded.vocab_padded / n, (int)N);
     double chunks = ceil(N / rows);   // the head's chunks: two statistics exchanges each
     double per;
     if (!l->sp) {
-        per = (4 * layers + ends) * (double)comm_allreduce_sent(act, 4, n, 0) + ce;
+        per = (4 * layers + ends) * (double)volume_allreduce(act, 4, n, 0).sent + ce;
         *messages = ((4 * layers + ends) * 2 + 2 * chunks) * (n - 1);
     } else {
-        double half = (double)(n - 1) * (double)(act / (size_t)n) * 4;   // a reduce-scatter or an allgather
-        per = (4 * layers + ends) * 2 * half + ce + layers * (double)comm_allreduce_sent(4 * (size_t)m->h, 4, n, 0) +
-              (double)comm_allreduce_sent(2 * (size_t)m->h, 4, n, 0);
+        double half = (double)volume_reduce_scatter(act, 4, n).sent;   // a reduce-scatter, or an allgather of its result
+        per = (4 * layers + ends) * 2 * half + ce + layers * (double)volume_allreduce(4 * (size_t)m->h, 4, n, 0).sent +
+              (double)volume_allreduce(2 * (size_t)m->h, 4, n, 0).sent;
         *messages = ((4 * layers + ends) * 2 + 2 * chunks + 2 * (layers + 1)) * (n - 1);
     }
     double M = (double)(j->global_batch / ((int64_t)l->dp * j->micro_batch));
