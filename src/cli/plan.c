@@ -294,20 +294,17 @@ static int plan_flags(PlanArgs *a, int argc, char **argv, int *help, Json **cfg,
 
 // The model: --config's model object (unless --model is on the command
 // line, which wins) or the preset, then the shape flags and --vocab over it.
-// Frees cfg. 0, or -1 with e.
-static int plan_model(const PlanArgs *a, int argc, char **argv, Json *cfg, PlanModel *m, Err *e) {
+// 0, or -1 with e.
+static int plan_model(const PlanArgs *a, int argc, char **argv, const Json *cfg, PlanModel *m, Err *e) {
     const Json *jm = cfg ? json_get(cfg, "model") : NULL;
     int model_on_argv = 0;   // --model on the command line wins over the config file
     for (int i = 0; i < argc; i++) model_on_argv |= !strncmp(argv[i], "--model", 7);
     if (jm && jm->type == JSON_OBJ && !model_on_argv) {
         ModelConfig mc;
-        int bad = config_from_json(&mc, jm, e) || config_validate(&mc, e);
-        json_free(cfg);
-        if (bad) { err_prefix(e, "--config: model"); return -1; }
+        if (config_from_json(&mc, jm, e) || config_validate(&mc, e)) { err_prefix(e, "--config: model"); return -1; }
         plan_model_from_config(m, &mc);
-    } else {
-        json_free(cfg);
-        if (plan_model_preset(m, a->model, e)) return -1;
+    } else if (plan_model_preset(m, a->model, e)) {
+        return -1;
     }
     if (a->arch || a->layers || a->d_model || a->heads || a->kv_heads || a->d_ff || a->positions) {
         ModelConfig mc = m->cfg;
@@ -432,21 +429,24 @@ static int plan_search(const PlanArgs *a, const PlanModel *m, const PlanCluster 
     return 0;
 }
 
+// The flags, the model, then one layout or the search.
 int cmd_plan(int argc, char **argv) {
     PlanArgs a;
-    Json *cfg = NULL;
-    int help = 0;
+    Json *cfg = NULL;   // --config's JSON lives to the end: the flags' strings may point into it
+    int help = 0, rc = -1;
     Err e = {0};
-    if (plan_flags(&a, argc, argv, &help, &cfg, &e)) { json_free(cfg); return cli_fail("plan", &e); }
-    if (help) { json_free(cfg); return 0; }
     PlanModel m;
-    if (plan_model(&a, argc, argv, cfg, &m, &e)) return cli_fail("plan", &e);
-    if (a.tut) { tutorial(&m); return 0; }
     PlanJob j;
     PlanCluster c;
     PlanLayout l;
-    if (plan_setup(&a, &m, &j, &c, &l, &e)) return cli_fail("plan", &e);
-    if (a.why_not && parse_why_not(a.why_not, &a.dp, &a.tp, &a.pp, &a.zero, &e)) return cli_fail("plan", &e);
-    int rc = a.dp || a.tp || a.pp ? plan_layout(&a, &m, &c, &j, &l, &e) : plan_search(&a, &m, &c, &j, &l, &e);
+    if (plan_flags(&a, argc, argv, &help, &cfg, &e)) goto out;
+    if (help) { rc = 0; goto out; }
+    if (plan_model(&a, argc, argv, cfg, &m, &e)) goto out;
+    if (a.tut) { tutorial(&m); rc = 0; goto out; }
+    if (plan_setup(&a, &m, &j, &c, &l, &e)) goto out;
+    if (a.why_not && parse_why_not(a.why_not, &a.dp, &a.tp, &a.pp, &a.zero, &e)) goto out;
+    rc = a.dp || a.tp || a.pp ? plan_layout(&a, &m, &c, &j, &l, &e) : plan_search(&a, &m, &c, &j, &l, &e);
+out:
+    json_free(cfg);
     return rc ? cli_fail("plan", &e) : 0;
 }
