@@ -200,210 +200,253 @@ static int parse_why_not(const char *s, int *dp, int *tp, int *pp, int *zero, Er
     return 0;
 }
 
+// What plan's flags give (their defaults in plan_flags).
+typedef struct {
+    const char *model, *config, *arch, *schedule, *recompute, *precision, *reduce, *attention, *why_not;
+    int64_t devices, per_node, seq, gbatch, mbatch, vocab;
+    double mem, tflops, mfu, bw_intra, bw_inter, alpha, tokens;
+    int dp, tp, pp, zero, sp, json, explain, top, tut, vstages, local;
+    int layers, d_model, heads, kv_heads, d_ff, positions;   // shape flags over the preset or config
+    int given_devices, given_per_node, given_mem, given_tflops;   // on the command line or in --config: --local keeps them
+} PlanArgs;
+
 // --local: this machine as the cluster, a device being one core's thread (as
 // `tessera train --nproc N` runs): devices and devices per node the online
 // cores, the memory the physical memory shared out, the peak the
 // register-only probe's for one thread at the precision (kernels/peak). A
 // flag given on the command line or in --config wins.
-static void local_cluster(Flag *f, int nf, Precision prec, int64_t *devices, int64_t *per_node, double *mem,
-                          double *tflops) {
+static void local_cluster(PlanArgs *a, Precision prec) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (!flags_find(f, nf, "devices")->seen) *devices = cores > 0 ? cores : 1;
-    if (!flags_find(f, nf, "devices-per-node")->seen) *per_node = *devices;
-    if (!flags_find(f, nf, "device-mem")->seen && pages > 0 && page > 0)
-        *mem = (double)pages * (double)page / GiB / (double)*devices;
-    if (!flags_find(f, nf, "device-tflops")->seen) {
+    if (!a->given_devices) a->devices = cores > 0 ? cores : 1;
+    if (!a->given_per_node) a->per_node = a->devices;
+    if (!a->given_mem && pages > 0 && page > 0)
+        a->mem = (double)pages * (double)page / GiB / (double)a->devices;
+    if (!a->given_tflops) {
         Peaks p;
         peak_probe(&p, 1);
-        if (peak_for(&p, prec) > 0) *tflops = peak_for(&p, prec) * 1e-3;
+        if (peak_for(&p, prec) > 0) a->tflops = peak_for(&p, prec) * 1e-3;
     }
 }
 
-int cmd_plan(int argc, char **argv) {
-    const char *model = "gpt2-124m", *schedule = "1f1b", *recompute = "none", *precision = "bf16", *reduce = "fp32",
-               *attention = "fused", *why_not = NULL, *config = NULL;
-    int64_t devices = 8, per_node = 8, seq = 0, gbatch = 512, mbatch = 1, vocab = 0;
-    double mem = 80, tflops = 312, mfu = 0.5, bw_intra = 300, bw_inter = 25, alpha = 5, tokens = 0;
-    int dp = 0, tp = 0, pp = 0, zero = -1, sp = 0, json = 0, explain = 0, top = 5, tut = 0, vstages = 1, local = 0;
-    int layers = 0, d_model = 0, heads = 0, kv_heads = 0, d_ff = 0, positions = 0;
-    const char *arch = NULL;
+// plan's flag table: fills *a from the defaults, --config and the command
+// line, or prints the usage (*help). *cfg holds --config's JSON, which
+// a's strings may point into (json_free it after the last use). 0, or -1
+// with e.
+static int plan_flags(PlanArgs *a, int argc, char **argv, int *help, Json **cfg, Err *e) {
+    *a = (PlanArgs){.model = "gpt2-124m", .schedule = "1f1b", .recompute = "none", .precision = "bf16", .reduce = "fp32",
+                    .attention = "fused", .devices = 8, .per_node = 8, .gbatch = 512, .mbatch = 1, .mem = 80, .tflops = 312,
+                    .mfu = 0.5, .bw_intra = 300, .bw_inter = 25, .alpha = 5, .zero = -1, .top = 5, .vstages = 1};
     Flag f[] = {
-        {"model", FLAG_STR, &model, 0, 0, "PRESET", "model (default gpt2-124m); see the list above", 0, NULL},
-        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama: n_kv_head, rope_theta, norm_eps} (as tessera train's)", 0, NULL},
-        {"vocab", FLAG_U64, &vocab, 2, 1 << 24, "V", "override the model's vocabulary (e.g. 256 for --tokenizer byte)", 0, NULL},
-        {"arch", FLAG_STR, &arch, 0, 0, "A", "override the architecture: gpt2 or llama", 0, NULL},
-        {"layers", FLAG_INT, &layers, 1, 1 << 20, "L", "override the layer count", 0, NULL},
-        {"d-model", FLAG_INT, &d_model, 1, 1 << 24, "C", "override the width", 0, NULL},
-        {"heads", FLAG_INT, &heads, 1, 1 << 20, "NH", "override the attention heads", 0, NULL},
-        {"kv-heads", FLAG_INT, &kv_heads, 1, 1 << 20, "N", "override the key/value heads (grouped-query attention; llama only)", 0, NULL},
-        {"d-ff", FLAG_INT, &d_ff, 1, 1 << 26, "F", "override the FFN width (default with --d-model: 4× it for gpt2)", 0, NULL},
-        {"positions", FLAG_INT, &positions, 1, 1 << 24, "S", "override the positions (max sequence length)", 0, NULL},
-        {"devices", FLAG_U64, &devices, 1, 1e7, "N", "devices in the cluster (default 8)", 0, NULL},
-        {"devices-per-node", FLAG_U64, &per_node, 1, 1e4, "N", "devices per node: a divisor of --devices, or more than it (one node; default 8)", 0, NULL},
-        {"device-mem", FLAG_FLOAT, &mem, 1e-6, 1e7, "GiB", "memory per device (default 80)", 0, NULL},
-        {"device-tflops", FLAG_FLOAT, &tflops, 1e-6, 1e7, "X", "peak TFLOP/s per device at the training precision (default 312; with --local this CPU's, measured)", 0, NULL},
-        {"local", FLAG_BOOL, &local, 0, 0, "", "this machine as the cluster: a device per core, its share of the memory, and the peak of one core's threads measured at --precision (register-only probes: fp32 FMA, or the bf16 dot product where the CPU has it); flags given win", 0, NULL},
-        {"mfu", FLAG_FLOAT, &mfu, 1e-6, 1, "X", "fraction of peak the compute achieves (default 0.5)", 0, NULL},
-        {"bw-intra", FLAG_FLOAT, &bw_intra, 1e-9, 1e9, "GB/s", "bandwidth per device inside a node (default 300)", 0, NULL},
-        {"bw-inter", FLAG_FLOAT, &bw_inter, 1e-9, 1e9, "GB/s", "bandwidth per device between nodes (default 25)", 0, NULL},
-        {"alpha-us", FLAG_FLOAT, &alpha, 0, 1e9, "US", "latency per message in µs (default 5)", 0, NULL},
-        {"seq", FLAG_U64, &seq, 1, 1e9, "S", "sequence length (default: the model's positions)", 0, NULL},
-        {"global-batch", FLAG_U64, &gbatch, 1, 1e12, "B", "sequences per optimizer step (default 512)", 0, NULL},
-        {"micro-batch", FLAG_U64, &mbatch, 1, 1e9, "B", "sequences per micro-batch per device (default 1)", 0, NULL},
-        {"tokens", FLAG_FLOAT, &tokens, 0, 1e30, "T", "tokens to train on, for the time estimate", 0, NULL},
-        {"dp", FLAG_INT, &dp, 1, 1 << 30, "N", "data-parallel size (a layout; without dp/tp/pp: search)", 0, NULL},
-        {"tp", FLAG_INT, &tp, 1, 1 << 30, "N", "tensor-parallel size", 0, NULL},
-        {"pp", FLAG_INT, &pp, 1, 1 << 30, "N", "pipeline-parallel size", 0, NULL},
-        {"zero", FLAG_INT, &zero, 0, 3, "Z", "ZeRO stage 0..3 (default 0 for a layout, all in a search)", 0, NULL},
-        {"schedule", FLAG_STR, &schedule, 0, 0, "S", "1f1b (default) or gpipe", 0, NULL},
-        {"virtual-stages", FLAG_INT, &vstages, 1, 64, "V", "interleaved 1F1B with V chunks per stage (a layout's; the search uses 1)", 0, NULL},
-        {"recompute", FLAG_STR, &recompute, 0, 0, "R", "none (default), selective or full", 0, NULL},
-        {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32, bf16 (default) or fp16", 0, NULL},
-        {"reduce-dtype", FLAG_STR, &reduce, 0, 0, "T", "gradient reduction dtype under bf16/fp16: fp32 (default) or bf16", 0, NULL},
-        {"sp", FLAG_BOOL, &sp, 0, 0, "", "sequence parallelism (default false)", 0, NULL},
-        {"attention", FLAG_STR, &attention, 0, 0, "A", "fused (default, no s² activations) or naive", 0, NULL},
-        {"json", FLAG_BOOL, &json, 0, 0, "", "one JSON object instead of text", 0, NULL},
-        {"explain", FLAG_BOOL, &explain, 0, 0, "", "show the formula behind each figure", 0, NULL},
-        {"top", FLAG_INT, &top, 1, 1000, "N", "layouts to list in a search (default 5)", 0, NULL},
-        {"why-not", FLAG_STR, &why_not, 0, 0, "dp=N,tp=N,pp=N[,zero=Z]", "why a layout was not chosen", 0, NULL},
-        {"tutorial", FLAG_BOOL, &tut, 0, 0, "", "the tutorial's GPT-3 numbers, checked", 0, NULL},
+        {"model", FLAG_STR, &a->model, 0, 0, "PRESET", "model (default gpt2-124m); see the list above", 0, NULL},
+        {"config", FLAG_STR, &a->config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama: n_kv_head, rope_theta, norm_eps} (as tessera train's)", 0, NULL},
+        {"vocab", FLAG_U64, &a->vocab, 2, 1 << 24, "V", "override the model's vocabulary (e.g. 256 for --tokenizer byte)", 0, NULL},
+        {"arch", FLAG_STR, &a->arch, 0, 0, "A", "override the architecture: gpt2 or llama", 0, NULL},
+        {"layers", FLAG_INT, &a->layers, 1, 1 << 20, "L", "override the layer count", 0, NULL},
+        {"d-model", FLAG_INT, &a->d_model, 1, 1 << 24, "C", "override the width", 0, NULL},
+        {"heads", FLAG_INT, &a->heads, 1, 1 << 20, "NH", "override the attention heads", 0, NULL},
+        {"kv-heads", FLAG_INT, &a->kv_heads, 1, 1 << 20, "N", "override the key/value heads (grouped-query attention; llama only)", 0, NULL},
+        {"d-ff", FLAG_INT, &a->d_ff, 1, 1 << 26, "F", "override the FFN width (default with --d-model: 4× it for gpt2)", 0, NULL},
+        {"positions", FLAG_INT, &a->positions, 1, 1 << 24, "S", "override the positions (max sequence length)", 0, NULL},
+        {"devices", FLAG_U64, &a->devices, 1, 1e7, "N", "devices in the cluster (default 8)", 0, NULL},
+        {"devices-per-node", FLAG_U64, &a->per_node, 1, 1e4, "N", "devices per node: a divisor of --devices, or more than it (one node; default 8)", 0, NULL},
+        {"device-mem", FLAG_FLOAT, &a->mem, 1e-6, 1e7, "GiB", "memory per device (default 80)", 0, NULL},
+        {"device-tflops", FLAG_FLOAT, &a->tflops, 1e-6, 1e7, "X", "peak TFLOP/s per device at the training precision (default 312; with --local this CPU's, measured)", 0, NULL},
+        {"local", FLAG_BOOL, &a->local, 0, 0, "", "this machine as the cluster: a device per core, its share of the memory, and the peak of one core's threads measured at --precision (register-only probes: fp32 FMA, or the bf16 dot product where the CPU has it); flags given win", 0, NULL},
+        {"mfu", FLAG_FLOAT, &a->mfu, 1e-6, 1, "X", "fraction of peak the compute achieves (default 0.5)", 0, NULL},
+        {"bw-intra", FLAG_FLOAT, &a->bw_intra, 1e-9, 1e9, "GB/s", "bandwidth per device inside a node (default 300)", 0, NULL},
+        {"bw-inter", FLAG_FLOAT, &a->bw_inter, 1e-9, 1e9, "GB/s", "bandwidth per device between nodes (default 25)", 0, NULL},
+        {"alpha-us", FLAG_FLOAT, &a->alpha, 0, 1e9, "US", "latency per message in µs (default 5)", 0, NULL},
+        {"seq", FLAG_U64, &a->seq, 1, 1e9, "S", "sequence length (default: the model's positions)", 0, NULL},
+        {"global-batch", FLAG_U64, &a->gbatch, 1, 1e12, "B", "sequences per optimizer step (default 512)", 0, NULL},
+        {"micro-batch", FLAG_U64, &a->mbatch, 1, 1e9, "B", "sequences per micro-batch per device (default 1)", 0, NULL},
+        {"tokens", FLAG_FLOAT, &a->tokens, 0, 1e30, "T", "tokens to train on, for the time estimate", 0, NULL},
+        {"dp", FLAG_INT, &a->dp, 1, 1 << 30, "N", "data-parallel size (a layout; without dp/tp/pp: search)", 0, NULL},
+        {"tp", FLAG_INT, &a->tp, 1, 1 << 30, "N", "tensor-parallel size", 0, NULL},
+        {"pp", FLAG_INT, &a->pp, 1, 1 << 30, "N", "pipeline-parallel size", 0, NULL},
+        {"zero", FLAG_INT, &a->zero, 0, 3, "Z", "ZeRO stage 0..3 (default 0 for a layout, all in a search)", 0, NULL},
+        {"schedule", FLAG_STR, &a->schedule, 0, 0, "S", "1f1b (default) or gpipe", 0, NULL},
+        {"virtual-stages", FLAG_INT, &a->vstages, 1, 64, "V", "interleaved 1F1B with V chunks per stage (a layout's; the search uses 1)", 0, NULL},
+        {"recompute", FLAG_STR, &a->recompute, 0, 0, "R", "none (default), selective or full", 0, NULL},
+        {"precision", FLAG_STR, &a->precision, 0, 0, "P", "fp32, bf16 (default) or fp16", 0, NULL},
+        {"reduce-dtype", FLAG_STR, &a->reduce, 0, 0, "T", "gradient reduction dtype under bf16/fp16: fp32 (default) or bf16", 0, NULL},
+        {"sp", FLAG_BOOL, &a->sp, 0, 0, "", "sequence parallelism (default false)", 0, NULL},
+        {"attention", FLAG_STR, &a->attention, 0, 0, "A", "fused (default, no s² activations) or naive", 0, NULL},
+        {"json", FLAG_BOOL, &a->json, 0, 0, "", "one JSON object instead of text", 0, NULL},
+        {"explain", FLAG_BOOL, &a->explain, 0, 0, "", "show the formula behind each figure", 0, NULL},
+        {"top", FLAG_INT, &a->top, 1, 1000, "N", "layouts to list in a search (default 5)", 0, NULL},
+        {"why-not", FLAG_STR, &a->why_not, 0, 0, "dp=N,tp=N,pp=N[,zero=Z]", "why a layout was not chosen", 0, NULL},
+        {"tutorial", FLAG_BOOL, &a->tut, 0, 0, "", "the tutorial's GPT-3 numbers, checked", 0, NULL},
     };
-    int nf = (int)(sizeof f / sizeof f[0]), help;
-    Json *cfg = NULL;
-    Err e = {0};
-    if (flags_parse(f, nf, argc, argv, "plan", &help, &cfg, &e)) { json_free(cfg); return cli_fail("plan", &e); }
-    if (help) {
-        json_free(cfg);
+    int nf = (int)(sizeof f / sizeof f[0]);
+    if (flags_parse(f, nf, argc, argv, "plan", help, cfg, e)) return -1;
+    if (*help) {
         printf("usage: tessera plan --model PRESET | --config FILE.json [--layers L --d-model C --heads NH ...] [cluster] [job] [layout]\n\n"
                "Predicts memory per device, FLOPs, communication, step time and training time; with a layout\n"
                "(--dp/--tp/--pp) for that layout, without one the best layouts. Presets: %s.\n\n", plan_preset_list());
         flags_print(f, nf);
-        return 0;
     }
-    PlanModel m;
+    a->given_devices = flags_find(f, nf, "devices")->seen;
+    a->given_per_node = flags_find(f, nf, "devices-per-node")->seen;
+    a->given_mem = flags_find(f, nf, "device-mem")->seen;
+    a->given_tflops = flags_find(f, nf, "device-tflops")->seen;
+    return 0;
+}
+
+// The model: --config's model object (unless --model is on the command
+// line, which wins) or the preset, then the shape flags and --vocab over it.
+// 0, or -1 with e.
+static int plan_model(const PlanArgs *a, int argc, char **argv, const Json *cfg, PlanModel *m, Err *e) {
     const Json *jm = cfg ? json_get(cfg, "model") : NULL;
     int model_on_argv = 0;   // --model on the command line wins over the config file
     for (int i = 0; i < argc; i++) model_on_argv |= !strncmp(argv[i], "--model", 7);
     if (jm && jm->type == JSON_OBJ && !model_on_argv) {
         ModelConfig mc;
-        int bad = config_from_json(&mc, jm, &e) || config_validate(&mc, &e);
-        json_free(cfg);
-        if (bad) { err_prefix(&e, "--config: model"); return cli_fail("plan", &e); }
-        plan_model_from_config(&m, &mc);
-    } else {
-        json_free(cfg);
-        if (plan_model_preset(&m, model, &e)) return cli_fail("plan", &e);
+        if (config_from_json(&mc, jm, e) || config_validate(&mc, e)) { err_prefix(e, "--config: model"); return -1; }
+        plan_model_from_config(m, &mc);
+    } else if (plan_model_preset(m, a->model, e)) {
+        return -1;
     }
-    if (arch || layers || d_model || heads || kv_heads || d_ff || positions) {   // shape flags over the preset or config
-        ModelConfig mc = m.cfg;
-        if (arch && config_arch_parse(arch, &mc.arch)) {
-            err_set(&e, ERR_USAGE, "--arch: expected gpt2 or llama, got '%s'", arch);
-            return cli_fail("plan", &e);
-        }
+    if (a->arch || a->layers || a->d_model || a->heads || a->kv_heads || a->d_ff || a->positions) {
+        ModelConfig mc = m->cfg;
+        if (a->arch && config_arch_parse(a->arch, &mc.arch))
+            return err_set(e, ERR_USAGE, "--arch: expected gpt2 or llama, got '%s'", a->arch);
         config_clear_foreign(&mc);   // another architecture's fields of the preset or config
-        if (kv_heads && mc.arch != ARCH_LLAMA) {
-            err_set(&e, ERR_USAGE, "--kv-heads: a %s model has no separate key/value heads (grouped-query attention is llama's)",
-                    config_arch_name(mc.arch));
-            return cli_fail("plan", &e);
-        }
-        if (layers) mc.n_layer = layers;
-        if (d_model) { mc.d_model = d_model; if (!d_ff && mc.arch == ARCH_GPT2) mc.d_ff = 4 * d_model; }
-        if (heads) { mc.n_head = heads; if (!kv_heads) mc.n_kv_head = 0; }
-        if (kv_heads) mc.n_kv_head = kv_heads;
-        if (d_ff) mc.d_ff = d_ff;
-        if (positions) mc.max_seq = positions;
+        if (a->kv_heads && mc.arch != ARCH_LLAMA)
+            return err_set(e, ERR_USAGE, "--kv-heads: a %s model has no separate key/value heads (grouped-query attention is llama's)",
+                           config_arch_name(mc.arch));
+        if (a->layers) mc.n_layer = a->layers;
+        if (a->d_model) { mc.d_model = a->d_model; if (!a->d_ff && mc.arch == ARCH_GPT2) mc.d_ff = 4 * a->d_model; }
+        if (a->heads) { mc.n_head = a->heads; if (!a->kv_heads) mc.n_kv_head = 0; }
+        if (a->kv_heads) mc.n_kv_head = a->kv_heads;
+        if (a->d_ff) mc.d_ff = a->d_ff;
+        if (a->positions) mc.max_seq = a->positions;
         snprintf(mc.name, sizeof mc.name, "custom");
-        if (config_validate(&mc, &e)) return cli_fail("plan", &e);
-        plan_model_from_config(&m, &mc);
+        if (config_validate(&mc, e)) return -1;
+        plan_model_from_config(m, &mc);
     }
-    if (vocab) plan_model_set_vocab(&m, vocab);
-    if (tut) { tutorial(&m); return 0; }
-    PlanJob j = {seq ? seq : m.s, gbatch, mbatch, tokens};
-    PlanLayout l = {0};
+    if (a->vocab) plan_model_set_vocab(m, a->vocab);
+    return 0;
+}
+
+// The job, the cluster (--local's figures where no flag gave them) and
+// what every layout shares: schedule, recomputation, precision, reduction
+// dtype, attention, SP, virtual stages. 0, or -1 with e.
+static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *c, PlanLayout *l, Err *e) {
+    *j = (PlanJob){a->seq ? a->seq : m->s, a->gbatch, a->mbatch, a->tokens};
+    *l = (PlanLayout){0};
     int s_ = 0, r_ = 0, p_ = 0, red_ = 0, att_ = 0;
-    if (pick(schedule, sched_name, 2, "schedule", &s_, &e) || pick(recompute, rec_name, 3, "recompute", &r_, &e) ||
-        pick(precision, (const char *[]){"fp32", "bf16", "fp16"}, 3, "precision", &p_, &e) || pick(reduce, (const char *[]){"bf16", "fp32"}, 2, "reduce-dtype", &red_, &e) ||
-        pick(attention, (const char *[]){"naive", "fused"}, 2, "attention", &att_, &e))
-        return cli_fail("plan", &e);
-    if (local) local_cluster(f, nf, (Precision)p_, &devices, &per_node, &mem, &tflops);
-    PlanCluster c = {devices, per_node, mem, tflops, mfu, bw_intra, bw_inter, alpha};
-    if (plan_check_inputs(&m, &c, &j, &e)) return cli_fail("plan", &e);
-    l.schedule = s_;
-    l.recompute = r_;
-    l.precision = p_;
-    l.reduce_fp32 = red_;
-    l.fused_attention = att_;
-    l.sp = sp;
-    l.vstages = vstages;
-    if (why_not && parse_why_not(why_not, &dp, &tp, &pp, &zero, &e)) return cli_fail("plan", &e);
-    PlanResult r;
-    if (dp || tp || pp) {
-        l.tp = tp ? tp : 1;
-        l.pp = pp ? pp : 1;
-        l.dp = dp ? dp : (int)(devices / ((int64_t)l.tp * l.pp) > 0 ? devices / ((int64_t)l.tp * l.pp) : 1);
-        l.zero = zero < 0 ? 0 : zero;
-        if (plan_check(&m, &c, &j, &l, &e)) {
-            if (why_not) { printf("dp=%d,tp=%d,pp=%d,zero=%d is not a valid layout: %s\n", l.dp, l.tp, l.pp, l.zero, e.msg); return 0; }
-            return cli_fail("plan", &e);
-        }
-        plan_eval(&m, &c, &j, &l, &r);
-        if (json) json_layout(&m, &c, &l, &r);
-        else print_layout(&m, &c, &j, &l, &r, explain || why_not);
-        if (why_not && !r.fits) printf("why not: needs %.2f GiB per device, more than the %.0f GiB it has\n", r.total / GiB, mem);
-        else if (why_not) printf("why not: it fits; it was ranked by step time (%.4g s) against the layouts the search lists\n", r.t_step);
-        return 0;
+    if (pick(a->schedule, sched_name, 2, "schedule", &s_, e) || pick(a->recompute, rec_name, 3, "recompute", &r_, e) ||
+        pick(a->precision, (const char *[]){"fp32", "bf16", "fp16"}, 3, "precision", &p_, e) || pick(a->reduce, (const char *[]){"bf16", "fp32"}, 2, "reduce-dtype", &red_, e) ||
+        pick(a->attention, (const char *[]){"naive", "fused"}, 2, "attention", &att_, e))
+        return -1;
+    if (a->local) local_cluster(a, (Precision)p_);
+    *c = (PlanCluster){a->devices, a->per_node, a->mem, a->tflops, a->mfu, a->bw_intra, a->bw_inter, a->alpha};
+    if (plan_check_inputs(m, c, j, e)) return -1;
+    l->schedule = s_;
+    l->recompute = r_;
+    l->precision = p_;
+    l->reduce_fp32 = red_;
+    l->fused_attention = att_;
+    l->sp = a->sp;
+    l->vstages = a->vstages;
+    return 0;
+}
+
+// The layout --dp/--tp/--pp (or --why-not) name: its figures, or why it
+// is not valid or does not fit. 0, or -1 with e.
+static int plan_layout(const PlanArgs *a, const PlanModel *m, const PlanCluster *c, const PlanJob *j, PlanLayout *l, Err *e) {
+    l->tp = a->tp ? a->tp : 1;
+    l->pp = a->pp ? a->pp : 1;
+    l->dp = a->dp ? a->dp : (int)(c->devices / ((int64_t)l->tp * l->pp) > 0 ? c->devices / ((int64_t)l->tp * l->pp) : 1);
+    l->zero = a->zero < 0 ? 0 : a->zero;
+    if (plan_check(m, c, j, l, e)) {
+        if (a->why_not) { printf("dp=%d,tp=%d,pp=%d,zero=%d is not a valid layout: %s\n", l->dp, l->tp, l->pp, l->zero, e->msg); return 0; }
+        return -1;
     }
-    // search
+    PlanResult r;
+    plan_eval(m, c, j, l, &r);
+    if (a->json) json_layout(m, c, l, &r);
+    else print_layout(m, c, j, l, &r, a->explain || a->why_not);
+    if (a->why_not && !r.fits) printf("why not: needs %.2f GiB per device, more than the %.0f GiB it has\n", r.total / GiB, c->mem_gb);
+    else if (a->why_not) printf("why not: it fits; it was ranked by step time (%.4g s) against the layouts the search lists\n", r.t_step);
+    return 0;
+}
+
+// The search: every power-of-two tp inside a node, every pp dividing the
+// layers, every ZeRO stage (or --zero's) and recomputation, ranked by step
+// time, then memory; the best --top, or the best as JSON. 0, or -1 with e
+// when none fits.
+static int plan_search(const PlanArgs *a, const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, Err *e) {
     enum { MAXL = 4096 };
     static PlanLayout cand[MAXL];
     static PlanResult res[MAXL];
     int n = 0, rejected_mem = 0, rejected_rule = 0;
     double best_mem = 1e300;
-    for (int t = 1; t <= c.per_node && t <= m.a; t *= 2)
-        for (int p = 1; p <= m.L; p++) {
-            if (m.L % p || devices % ((int64_t)t * p)) continue;
+    for (int t = 1; t <= c->per_node && t <= m->a; t *= 2)
+        for (int p = 1; p <= m->L; p++) {
+            if (m->L % p || c->devices % ((int64_t)t * p)) continue;
             for (int z = 0; z <= 3; z++) {
-                if (zero >= 0 && z != zero) continue;
+                if (a->zero >= 0 && z != a->zero) continue;
                 for (int rc = 0; rc < 3; rc++) {
-                    PlanLayout x = l;
-                    x.tp = t; x.pp = p; x.dp = (int)(devices / ((int64_t)t * p)); x.zero = z; x.recompute = rc;
+                    PlanLayout x = *l;
+                    x.tp = t; x.pp = p; x.dp = (int)(c->devices / ((int64_t)t * p)); x.zero = z; x.recompute = rc;
                     x.vstages = 1;
                     if (x.dp > 1 << 30) continue;
-                    if (plan_check(&m, &c, &j, &x, NULL)) { rejected_rule++; continue; }
+                    if (plan_check(m, c, j, &x, NULL)) { rejected_rule++; continue; }
                     PlanResult y;
-                    plan_eval(&m, &c, &j, &x, &y);
+                    plan_eval(m, c, j, &x, &y);
                     if (!y.fits) { rejected_mem++; if (y.total < best_mem) best_mem = y.total; continue; }
                     if (n < MAXL) { cand[n] = x; res[n] = y; n++; }
                 }
             }
         }
-    if (n == 0) {
-        err_set(&e, ERR_USAGE, "no layout fits: %d valid layouts need more than %.0f GiB per device (the smallest %.1f GiB), "
-                "%d break a rule (divisibility, batch, TP inside a node); add devices or memory",
-                rejected_mem, mem, best_mem < 1e300 ? best_mem / GiB : 0.0, rejected_rule);
-        return cli_fail("plan", &e);
-    }
+    if (n == 0)
+        return err_set(e, ERR_USAGE, "no layout fits: %d valid layouts need more than %.0f GiB per device (the smallest %.1f GiB), "
+                       "%d break a rule (divisibility, batch, TP inside a node); add devices or memory",
+                       rejected_mem, c->mem_gb, best_mem < 1e300 ? best_mem / GiB : 0.0, rejected_rule);
     // rank by step time, then memory
-    for (int a = 1; a < n; a++)
-        for (int b = a; b > 0 && (res[b].t_step < res[b - 1].t_step ||
+    for (int x = 1; x < n; x++)
+        for (int b = x; b > 0 && (res[b].t_step < res[b - 1].t_step ||
                                   (res[b].t_step == res[b - 1].t_step && res[b].total < res[b - 1].total)); b--) {
             PlanLayout tl = cand[b]; cand[b] = cand[b - 1]; cand[b - 1] = tl;
             PlanResult tr = res[b]; res[b] = res[b - 1]; res[b - 1] = tr;
         }
-    if (json) { json_layout(&m, &c, &cand[0], &res[0]); return 0; }
+    if (a->json) { json_layout(m, c, &cand[0], &res[0]); return 0; }
     char pbuf[32];
-    commas(plan_params(&m), pbuf, sizeof pbuf);
+    commas(plan_params(m), pbuf, sizeof pbuf);
     printf("%s (%s parameters) on %lld devices (%lld per node, %.3g GiB, %.3g TFLOP/s at MFU %.2f), %s, seq %lld, global batch %lld, micro-batch %lld\n",
-           m.name, pbuf, (long long)devices, (long long)per_node, mem, tflops, mfu, prec_name(l.precision), (long long)j.seq,
-           (long long)gbatch, (long long)mbatch);
+           m->name, pbuf, (long long)c->devices, (long long)c->per_node, c->mem_gb, c->tflops, c->mfu, prec_name(l->precision),
+           (long long)j->seq, (long long)j->global_batch, (long long)j->micro_batch);
     printf("%4s %4s %4s %5s %-10s | %9s | %10s | %12s | %6s\n", "dp", "tp", "pp", "zero", "recompute", "GiB/dev", "step (s)",
            "tokens/s", "MFU");
-    for (int k = 0; k < n && k < top; k++)
+    for (int k = 0; k < n && k < a->top; k++)
         printf("%4d %4d %4d %5d %-10s | %9.2f | %10.4g | %12.4g | %5.1f%%\n", cand[k].dp, cand[k].tp, cand[k].pp,
                cand[k].zero, rec_name[cand[k].recompute], res[k].total / GiB, res[k].t_step, res[k].tokens_per_s,
                100 * res[k].mfu);
     printf("%d layouts fit; %d valid ones need more memory than the device has; %d break a rule. Details: --dp/--tp/--pp, --why-not.\n",
            n, rejected_mem, rejected_rule);
-    if (tokens > 0) printf("best layout trains %.4g tokens in %.4g days (%.4g device-hours)\n", tokens, res[0].days, res[0].device_hours);
+    if (j->tokens > 0) printf("best layout trains %.4g tokens in %.4g days (%.4g device-hours)\n", j->tokens, res[0].days, res[0].device_hours);
     return 0;
+}
+
+// The flags, the model, then one layout or the search.
+int cmd_plan(int argc, char **argv) {
+    PlanArgs a;
+    Json *cfg = NULL;   // --config's JSON lives to the end: the flags' strings may point into it
+    int help = 0, rc = -1;
+    Err e = {0};
+    PlanModel m;
+    PlanJob j;
+    PlanCluster c;
+    PlanLayout l;
+    if (plan_flags(&a, argc, argv, &help, &cfg, &e)) goto out;
+    if (help) { rc = 0; goto out; }
+    if (plan_model(&a, argc, argv, cfg, &m, &e)) goto out;
+    if (a.tut) { tutorial(&m); rc = 0; goto out; }
+    if (plan_setup(&a, &m, &j, &c, &l, &e)) goto out;
+    if (a.why_not && parse_why_not(a.why_not, &a.dp, &a.tp, &a.pp, &a.zero, &e)) goto out;
+    rc = a.dp || a.tp || a.pp ? plan_layout(&a, &m, &c, &j, &l, &e) : plan_search(&a, &m, &c, &j, &l, &e);
+out:
+    json_free(cfg);
+    return rc ? cli_fail("plan", &e) : 0;
 }

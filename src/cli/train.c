@@ -276,80 +276,86 @@ static int launch(TrainConfig *tc, int world, RankArgs *ra, double timeout, int 
     }
 }
 
-int cmd_train(int argc, char **argv) {
-    TrainConfig tc = {
-        .tokenizer = "gpt2", .eval_batches = 20, .batch = 8, .accum = 1, .steps = 100, .log_every = 10, .seed = 1337,
-        .lr = {.lr = 6e-4, .min_lr = -1, .warmup = 10}, .adamw = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
-        .clip = 1.0, .bucket_mb = 25,
+// What train's flags give: the run's configuration, and how its ranks
+// start (their defaults in train_flags).
+typedef struct {
+    TrainConfig tc;
+    const char *model, *config, *lr_schedule, *pp_layers, *pipe_sched, *recompute, *precision, *reduce;
+    int nproc, dp, tp, pp, micro, max_restarts;
+    ScalerConfig sc;   // fp16's loss-scale flags, 0 (min: -1) when not given
+    double comm_timeout, restart_delay;
+    int threads_given;   // --threads; else the cores, shared by the ranks on this machine
+} TrainArgs;
+
+// train's flag table: fills *a from the defaults, --config and the command
+// line, or prints the usage (*help). *cfg holds --config's JSON, which a's
+// strings may point into (json_free it after the last use). 0, or -1 with e.
+static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cfg, Err *e) {
+    *a = (TrainArgs){
+        .tc = {.tokenizer = "gpt2", .eval_batches = 20, .batch = 8, .accum = 1, .steps = 100, .log_every = 10, .seed = 1337,
+               .lr = {.lr = 6e-4, .min_lr = -1, .warmup = 10}, .adamw = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
+               .clip = 1.0, .bucket_mb = 25, .virtual_stages = 1},
+        .model = "gpt2-tiny", .lr_schedule = "cosine", .pipe_sched = "1f1b", .recompute = "none", .precision = "fp32", .reduce = "fp32",
+        .tp = 1, .pp = 1, .sc = {.init = 0, .window = 0, .hysteresis = 0, .min = -1}, .restart_delay = 1,
     };
-    const char *model = "gpt2-tiny", *config = NULL, *schedule = "cosine";
-    int nproc = 0, dp = 0, tp = 1, pp = 1, micro = 0;
-    tc.virtual_stages = 1;
-    const char *pp_layers = NULL, *pipe_sched = "1f1b", *recompute = "none", *precision = "fp32", *reduce = "fp32";
-    ScalerConfig sc = {.init = 0, .window = 0, .hysteresis = 0, .min = -1};
-    double comm_timeout = 0, restart_delay = 1;
-    int max_restarts = 0;
     Flag f[] = {
-        {"model", FLAG_STR, &model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, llama-120m, llama-7b, llama2-7b, llama2-13b, llama2-70b", 0, NULL},
-        {"config", FLAG_STR, &config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama only: n_kv_head, rope_theta, norm_eps}", 0, NULL},
-        {"data", FLAG_STR, &tc.data, 0, 0, "PATH", "shard directory (from tessera prepare), shard glob, .bin file, or text file (required)", 0, NULL},
-        {"val-data", FLAG_STR, &tc.val_data, 0, 0, "PATH", "validation data (default: the val shards of a --data directory)", 0, NULL},
-        {"tokenizer", FLAG_STR, &tc.tokenizer, 0, 0, "gpt2|llama|byte", "gpt2 (default, vocabulary 50257), llama (32000) or byte (256)", 0, NULL},
-        {"eval-every", FLAG_INT, &tc.eval_every, 0, 1 << 30, "N", "evaluate every N steps (default 0: only at the end)", 0, NULL},
-        {"eval-batches", FLAG_INT, &tc.eval_batches, 0, 1 << 30, "N", "sequences per evaluation in steps' worth (--batch × --grad-accum × data-parallel ranks each, so every layout evaluates the same ones), 0 = all (default 20)", 0, NULL},
-        {"batch", FLAG_INT, &tc.batch, 1, 1 << 16, "B", "sequences per micro-batch (default 8)", 0, NULL},
-        {"seq", FLAG_INT, &tc.seq, 1, 1 << 20, "T", "tokens per sequence (default: a resumed run's; else the model's max_seq, at most 256)", 0, NULL},
-        {"grad-accum", FLAG_INT, &tc.accum, 1, 1 << 16, "K", "micro-batches per optimizer step (default 1)", 0, NULL},
-        {"steps", FLAG_INT, &tc.steps, 1, 1 << 30, "N", "optimizer steps (default 100)", 0, NULL},
-        {"lr", FLAG_FLOAT, &tc.lr.lr, 0, 10, "X", "peak learning rate (default 6e-4)", 0, NULL},
-        {"min-lr", FLAG_FLOAT, &tc.lr.min_lr, 0, 10, "X", "cosine floor (default lr/10)", 0, NULL},
-        {"warmup", FLAG_INT, &tc.lr.warmup, 0, 1 << 30, "N", "linear warmup steps (default 10)", 0, NULL},
-        {"lr-schedule", FLAG_STR, &schedule, 0, 0, "S", "cosine (default) or constant", 0, NULL},
-        {"weight-decay", FLAG_FLOAT, &tc.adamw.weight_decay, 0, 10, "X", "AdamW decoupled weight decay, not on biases and norms (default 0.1)", 0, NULL},
-        {"clip", FLAG_FLOAT, &tc.clip, 0, 1e9, "X", "max global gradient norm, 0 = off (default 1.0)", 0, NULL},
-        {"beta1", FLAG_FLOAT, &tc.adamw.beta1, 0, 0.999999, "X", "AdamW beta1 (default 0.9)", 0, NULL},
-        {"beta2", FLAG_FLOAT, &tc.adamw.beta2, 0, 0.999999, "X", "AdamW beta2 (default 0.95)", 0, NULL},
-        {"eps", FLAG_FLOAT, &tc.adamw.eps, 1e-30, 1, "X", "AdamW epsilon (default 1e-8)", 0, NULL},
-        {"seed", FLAG_U64, &tc.seed, 0, 9.2e18, "N", "seed of init and data order (default 1337)", 0, NULL},
-        {"log", FLAG_STR, &tc.log_path, 0, 0, "FILE.jsonl", "append one JSON object per logged step, evaluation and restart", 0, NULL},
-        {"log-every", FLAG_INT, &tc.log_every, 1, 1 << 30, "N", "print and log every N steps (default 10)", 0, NULL},
-        {"ckpt-dir", FLAG_STR, &tc.ckpt_dir, 0, 0, "DIR", "save checkpoints under DIR (at the end, and every --ckpt-every)", 0, NULL},
-        {"ckpt-every", FLAG_INT, &tc.ckpt_every, 0, 1 << 30, "N", "steps between checkpoints (default 0: only at the end)", 0, NULL},
-        {"exit-after", FLAG_INT, &tc.exit_after, 0, 1 << 30, "N", "stop after step N with a checkpoint, as if interrupted; the LR schedule still spans --steps", 0, NULL},
-        {"keep", FLAG_INT, &tc.keep, 0, 1 << 30, "K", "keep the newest K checkpoints (default 0: all)", 0, NULL},
-        {"resume", FLAG_STR, &tc.resume, 0, 0, "[PATH]", "continue from a checkpoint or run directory (alone: --ckpt-dir's latest)", 0, "@latest"},
-        {"init-from", FLAG_STR, &tc.init_from, 0, 0, "PATH", "start (step 0, a fresh optimizer) from these weights: a Hugging Face model directory (GPT-2 or LLaMA), a GPT-2 safetensors file, or a tessera checkpoint or run directory; --model, if given, must be their model", 0, NULL},
-        {"threads", FLAG_INT, &tc.threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores; with --nproc or mpirun, cores / ranks on this machine)", 0, NULL},
-        {"dp", FLAG_INT, &dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default: ranks / (--tp × --pp))", 0, NULL},
-        {"tp", FLAG_INT, &tp, 1, 256, "N", "tensor-parallel ranks: each layer's heads, FFN columns and vocabulary split over N neighbouring ranks (default 1)", 0, NULL},
-        {"sp", FLAG_BOOL, &tc.sp, 0, 0, "", "sequence parallelism with --tp: norms and residual stream split by rows, allgather/reduce-scatter instead of allreduce", 0, NULL},
-        {"pp", FLAG_INT, &pp, 1, 256, "N", "pipeline stages: each rank holds a contiguous range of layers, activations sent between stages per micro-batch (default 1)", 0, NULL},
-        {"pp-layers", FLAG_STR, &pp_layers, 0, 0, "N,N,...", "layers of each pipeline stage (default: an even split)", 0, NULL},
-        {"micro-batches", FLAG_INT, &micro, 1, 1 << 16, "M", "micro-batches per step through the pipeline: the same as --grad-accum (give either; both must agree)", 0, NULL},
-        {"schedule", FLAG_STR, &pipe_sched, 0, 0, "S", "pipeline schedule: 1f1b (default; at most --pp micro-batches of activations per rank) or gpipe (all M)", 0, NULL},
-        {"virtual-stages", FLAG_INT, &tc.virtual_stages, 1, 64, "V", "interleaved 1F1B: each rank holds V chunks of layers, P apart, and a micro-batch goes round the stages V times; the bubble shrinks V-fold (default 1; needs --micro-batches a multiple of --pp)", 0, NULL},
-        {"recompute", FLAG_STR, &recompute, 0, 0, "R", "activation recomputation: none (default), selective (the attention core again in backward) or full (each block again; only block outputs kept); the same gradients, bit for bit", 0, NULL},
-        {"precision", FLAG_STR, &precision, 0, 0, "P", "fp32 (default), bf16 or fp16: 16-bit weights (a copy of the fp32 masters) and activations; bf16 multiplies on the CPU's bf16 units (AVX512_BF16) where it has them, fp32 elsewhere; fp16 has no arithmetic unit on CPUs: it stores in 16 bits and computes in fp32, with a dynamic loss scale", 0, NULL},
-        {"reduce-dtype", FLAG_STR, &reduce, 0, 0, "T", "data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes, summed in fp32)", 0, NULL},
-        {"loss-scale", FLAG_FLOAT, &sc.init, 1e-30, 1e30, "S", "fp16: the first loss scale (default 65536; a resumed run continues its checkpoint's)", 0, NULL},
-        {"loss-scale-window", FLAG_INT, &sc.window, 1, 1 << 30, "N", "fp16: steps without overflow before the scale doubles (default 2000)", 0, NULL},
-        {"hysteresis", FLAG_INT, &sc.hysteresis, 1, 1 << 30, "N", "fp16: overflows before the scale first halves (default 1, PyTorch's; Megatron-LM uses 2)", 0, NULL},
-        {"loss-scale-min", FLAG_FLOAT, &sc.min, 0, 1e30, "X", "fp16: stop with an error when the scale falls below X (default 1)", 0, NULL},
-        {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (= --dp × --tp × --pp); under mpirun leave it out", 0, NULL},
-        {"zero", FLAG_INT, &tc.zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0, NULL},
-        {"bucket-mb", FLAG_FLOAT, &tc.bucket_mb, 0.001, 1e6, "MB", "gradient bucket size of --zero 0 (ZeRO reduces layer by layer; default 25)", 0, NULL},
-        {"comm-timeout", FLAG_FLOAT, &comm_timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0, NULL},
-        {"max-restarts", FLAG_INT, &max_restarts, 0, 1000, "K", "when a rank dies or the run fails (exit 1), start every rank again from --ckpt-dir's latest checkpoint, up to K times (default 0)", 0, NULL},
-        {"restart-delay", FLAG_FLOAT, &restart_delay, 0, 3600, "S", "seconds to wait before a restart (default 1)", 0, NULL},
-        {"peak-gflops", FLAG_FLOAT, &tc.peak_gflops, 0, 1e9, "X", "peak GFLOP/s for MFU (default: the register-only probe of the arithmetic the products use)", 0, NULL},
-        {"profile", FLAG_BOOL, &tc.profile, 0, 0, "", "time each kind of work (every GEMM shape, attention, loss, norms, AdamW, loader, communication) and print where the steps' time went", 0, NULL},
+        {"model", FLAG_STR, &a->model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, llama-120m, llama-7b, llama2-7b, llama2-13b, llama2-70b", 0, NULL},
+        {"config", FLAG_STR, &a->config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama only: n_kv_head, rope_theta, norm_eps}", 0, NULL},
+        {"data", FLAG_STR, &a->tc.data, 0, 0, "PATH", "shard directory (from tessera prepare), shard glob, .bin file, or text file (required)", 0, NULL},
+        {"val-data", FLAG_STR, &a->tc.val_data, 0, 0, "PATH", "validation data (default: the val shards of a --data directory)", 0, NULL},
+        {"tokenizer", FLAG_STR, &a->tc.tokenizer, 0, 0, "gpt2|llama|byte", "gpt2 (default, vocabulary 50257), llama (32000) or byte (256)", 0, NULL},
+        {"eval-every", FLAG_INT, &a->tc.eval_every, 0, 1 << 30, "N", "evaluate every N steps (default 0: only at the end)", 0, NULL},
+        {"eval-batches", FLAG_INT, &a->tc.eval_batches, 0, 1 << 30, "N", "sequences per evaluation in steps' worth (--batch × --grad-accum × data-parallel ranks each, so every layout evaluates the same ones), 0 = all (default 20)", 0, NULL},
+        {"batch", FLAG_INT, &a->tc.batch, 1, 1 << 16, "B", "sequences per micro-batch (default 8)", 0, NULL},
+        {"seq", FLAG_INT, &a->tc.seq, 1, 1 << 20, "T", "tokens per sequence (default: a resumed run's; else the model's max_seq, at most 256)", 0, NULL},
+        {"grad-accum", FLAG_INT, &a->tc.accum, 1, 1 << 16, "K", "micro-batches per optimizer step (default 1)", 0, NULL},
+        {"steps", FLAG_INT, &a->tc.steps, 1, 1 << 30, "N", "optimizer steps (default 100)", 0, NULL},
+        {"lr", FLAG_FLOAT, &a->tc.lr.lr, 0, 10, "X", "peak learning rate (default 6e-4)", 0, NULL},
+        {"min-lr", FLAG_FLOAT, &a->tc.lr.min_lr, 0, 10, "X", "cosine floor (default lr/10)", 0, NULL},
+        {"warmup", FLAG_INT, &a->tc.lr.warmup, 0, 1 << 30, "N", "linear warmup steps (default 10)", 0, NULL},
+        {"lr-schedule", FLAG_STR, &a->lr_schedule, 0, 0, "S", "cosine (default) or constant", 0, NULL},
+        {"weight-decay", FLAG_FLOAT, &a->tc.adamw.weight_decay, 0, 10, "X", "AdamW decoupled weight decay, not on biases and norms (default 0.1)", 0, NULL},
+        {"clip", FLAG_FLOAT, &a->tc.clip, 0, 1e9, "X", "max global gradient norm, 0 = off (default 1.0)", 0, NULL},
+        {"beta1", FLAG_FLOAT, &a->tc.adamw.beta1, 0, 0.999999, "X", "AdamW beta1 (default 0.9)", 0, NULL},
+        {"beta2", FLAG_FLOAT, &a->tc.adamw.beta2, 0, 0.999999, "X", "AdamW beta2 (default 0.95)", 0, NULL},
+        {"eps", FLAG_FLOAT, &a->tc.adamw.eps, 1e-30, 1, "X", "AdamW epsilon (default 1e-8)", 0, NULL},
+        {"seed", FLAG_U64, &a->tc.seed, 0, 9.2e18, "N", "seed of init and data order (default 1337)", 0, NULL},
+        {"log", FLAG_STR, &a->tc.log_path, 0, 0, "FILE.jsonl", "append one JSON object per logged step, evaluation and restart", 0, NULL},
+        {"log-every", FLAG_INT, &a->tc.log_every, 1, 1 << 30, "N", "print and log every N steps (default 10)", 0, NULL},
+        {"ckpt-dir", FLAG_STR, &a->tc.ckpt_dir, 0, 0, "DIR", "save checkpoints under DIR (at the end, and every --ckpt-every)", 0, NULL},
+        {"ckpt-every", FLAG_INT, &a->tc.ckpt_every, 0, 1 << 30, "N", "steps between checkpoints (default 0: only at the end)", 0, NULL},
+        {"exit-after", FLAG_INT, &a->tc.exit_after, 0, 1 << 30, "N", "stop after step N with a checkpoint, as if interrupted; the LR schedule still spans --steps", 0, NULL},
+        {"keep", FLAG_INT, &a->tc.keep, 0, 1 << 30, "K", "keep the newest K checkpoints (default 0: all)", 0, NULL},
+        {"resume", FLAG_STR, &a->tc.resume, 0, 0, "[PATH]", "continue from a checkpoint or run directory (alone: --ckpt-dir's latest)", 0, "@latest"},
+        {"init-from", FLAG_STR, &a->tc.init_from, 0, 0, "PATH", "start (step 0, a fresh optimizer) from these weights: a Hugging Face model directory (GPT-2 or LLaMA), a GPT-2 safetensors file, or a tessera checkpoint or run directory; --model, if given, must be their model", 0, NULL},
+        {"threads", FLAG_INT, &a->tc.threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores; with --nproc or mpirun, cores / ranks on this machine)", 0, NULL},
+        {"dp", FLAG_INT, &a->dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default: ranks / (--tp × --pp))", 0, NULL},
+        {"tp", FLAG_INT, &a->tp, 1, 256, "N", "tensor-parallel ranks: each layer's heads, FFN columns and vocabulary split over N neighbouring ranks (default 1)", 0, NULL},
+        {"sp", FLAG_BOOL, &a->tc.sp, 0, 0, "", "sequence parallelism with --tp: norms and residual stream split by rows, allgather/reduce-scatter instead of allreduce", 0, NULL},
+        {"pp", FLAG_INT, &a->pp, 1, 256, "N", "pipeline stages: each rank holds a contiguous range of layers, activations sent between stages per micro-batch (default 1)", 0, NULL},
+        {"pp-layers", FLAG_STR, &a->pp_layers, 0, 0, "N,N,...", "layers of each pipeline stage (default: an even split)", 0, NULL},
+        {"micro-batches", FLAG_INT, &a->micro, 1, 1 << 16, "M", "micro-batches per step through the pipeline: the same as --grad-accum (give either; both must agree)", 0, NULL},
+        {"schedule", FLAG_STR, &a->pipe_sched, 0, 0, "S", "pipeline schedule: 1f1b (default; at most --pp micro-batches of activations per rank) or gpipe (all M)", 0, NULL},
+        {"virtual-stages", FLAG_INT, &a->tc.virtual_stages, 1, 64, "V", "interleaved 1F1B: each rank holds V chunks of layers, P apart, and a micro-batch goes round the stages V times; the bubble shrinks V-fold (default 1; needs --micro-batches a multiple of --pp)", 0, NULL},
+        {"recompute", FLAG_STR, &a->recompute, 0, 0, "R", "activation recomputation: none (default), selective (the attention core again in backward) or full (each block again; only block outputs kept); the same gradients, bit for bit", 0, NULL},
+        {"precision", FLAG_STR, &a->precision, 0, 0, "P", "fp32 (default), bf16 or fp16: 16-bit weights (a copy of the fp32 masters) and activations; bf16 multiplies on the CPU's bf16 units (AVX512_BF16) where it has them, fp32 elsewhere; fp16 has no arithmetic unit on CPUs: it stores in 16 bits and computes in fp32, with a dynamic loss scale", 0, NULL},
+        {"reduce-dtype", FLAG_STR, &a->reduce, 0, 0, "T", "data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes, summed in fp32)", 0, NULL},
+        {"loss-scale", FLAG_FLOAT, &a->sc.init, 1e-30, 1e30, "S", "fp16: the first loss scale (default 65536; a resumed run continues its checkpoint's)", 0, NULL},
+        {"loss-scale-window", FLAG_INT, &a->sc.window, 1, 1 << 30, "N", "fp16: steps without overflow before the scale doubles (default 2000)", 0, NULL},
+        {"hysteresis", FLAG_INT, &a->sc.hysteresis, 1, 1 << 30, "N", "fp16: overflows before the scale first halves (default 1, PyTorch's; Megatron-LM uses 2)", 0, NULL},
+        {"loss-scale-min", FLAG_FLOAT, &a->sc.min, 0, 1e30, "X", "fp16: stop with an error when the scale falls below X (default 1)", 0, NULL},
+        {"nproc", FLAG_INT, &a->nproc, 1, 256, "N", "ranks to fork on this machine (= --dp × --tp × --pp); under mpirun leave it out", 0, NULL},
+        {"zero", FLAG_INT, &a->tc.zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0, NULL},
+        {"bucket-mb", FLAG_FLOAT, &a->tc.bucket_mb, 0.001, 1e6, "MB", "gradient bucket size of --zero 0 (ZeRO reduces layer by layer; default 25)", 0, NULL},
+        {"comm-timeout", FLAG_FLOAT, &a->comm_timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0, NULL},
+        {"max-restarts", FLAG_INT, &a->max_restarts, 0, 1000, "K", "when a rank dies or the run fails (exit 1), start every rank again from --ckpt-dir's latest checkpoint, up to K times (default 0)", 0, NULL},
+        {"restart-delay", FLAG_FLOAT, &a->restart_delay, 0, 3600, "S", "seconds to wait before a restart (default 1)", 0, NULL},
+        {"peak-gflops", FLAG_FLOAT, &a->tc.peak_gflops, 0, 1e9, "X", "peak GFLOP/s for MFU (default: the register-only probe of the arithmetic the products use)", 0, NULL},
+        {"profile", FLAG_BOOL, &a->tc.profile, 0, 0, "", "time each kind of work (every GEMM shape, attention, loss, norms, AdamW, loader, communication) and print where the steps' time went", 0, NULL},
     };
-    int nf = (int)(sizeof f / sizeof f[0]), help;
-    Json *cfg = NULL;
-    int *layers = NULL;
-    Err e = {0};
-    if (flags_parse(f, nf, argc, argv, "train", &help, &cfg, &e)) return cli_fail("train", &e);
-    if (help) {
+    int nf = (int)(sizeof f / sizeof f[0]);
+    if (flags_parse(f, nf, argc, argv, "train", help, cfg, e)) return -1;
+    if (*help) {
         printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 or LLaMA model (fp32, bf16 or fp16) on one process, or on a 3D mesh of\n"
                "--nproc forked ranks or the ranks mpirun starts: data parallel with ZeRO 0-3 (--dp, --zero),\n"
                "tensor parallel (Megatron-style, --tp, --sp) and pipeline parallel (--pp, --micro-batches,\n"
@@ -357,102 +363,128 @@ int cmd_train(int argc, char **argv) {
                "Every layout trains the same model as one process.\n"
                "Without --val-data, a --data directory's val_*.bin shards are the validation set.\n\n");
         flags_print(f, nf);
-        return 0;
     }
-    int rc = 2;
+    return 0;
+}
+
+// The model: --config's model object (unless --model is on the command
+// line, which wins) or the preset. 0, or -1 with e.
+static int train_model(TrainArgs *a, int argc, char **argv, const Json *cfg, Err *e) {
+    TrainConfig *tc = &a->tc;
     const Json *jm = cfg ? json_get(cfg, "model") : NULL;
     int model_on_argv = 0;   // --model on the command line wins over the config file
     for (int i = 0; i < argc; i++) model_on_argv |= !strncmp(argv[i], "--model", 7);
-    tc.model_given = model_on_argv || jm;
+    tc->model_given = model_on_argv || jm;
     if (jm && jm->type == JSON_OBJ && !model_on_argv) {
-        if (config_from_json(&tc.model, jm, &e) || config_validate(&tc.model, &e)) { err_prefix(&e, "--config: model"); goto out; }
-    } else if (config_preset(&tc.model, model, &e)) {
-        err_prefix(&e, "--model");
-        goto out;
+        if (config_from_json(&tc->model, jm, e) || config_validate(&tc->model, e)) { err_prefix(e, "--config: model"); return -1; }
+    } else if (config_preset(&tc->model, a->model, e)) {
+        err_prefix(e, "--model");
+        return -1;
     }
-    if (!tc.data) { err_set(&e, ERR_USAGE, "--data PATH is required (a text file to train on)"); goto out; }
-    if (strcmp(schedule, "cosine") && strcmp(schedule, "constant")) {
-        err_set(&e, ERR_USAGE, "--lr-schedule: expected cosine or constant, got '%s'", schedule);
-        goto out;
+    return 0;
+}
+
+// The rest of the flags into a->tc, and what can be checked before any rank
+// starts, in one order for every run: the data, the LR schedule, resume,
+// restarts and checkpoints, the pipeline, recomputation and precision, and
+// the layout's split of the model (on resume the checkpoint's). *layers:
+// --pp-layers' counts (free them after the run). 0, or -1 with e.
+static int train_config(TrainArgs *a, int **layers, Err *e) {
+    TrainConfig *tc = &a->tc;
+    if (!tc->data) return err_set(e, ERR_USAGE, "--data PATH is required (a text file to train on)");
+    if (strcmp(a->lr_schedule, "cosine") && strcmp(a->lr_schedule, "constant"))
+        return err_set(e, ERR_USAGE, "--lr-schedule: expected cosine or constant, got '%s'", a->lr_schedule);
+    tc->lr.shape = strcmp(a->lr_schedule, "constant") ? LR_COSINE : LR_CONSTANT;
+    tc->lr.steps = tc->steps;
+    if (tc->lr.min_lr < 0) tc->lr.min_lr = tc->lr.lr / 10;
+    if ((float)tc->lr.min_lr > (float)tc->lr.lr) return err_set(e, ERR_USAGE, "--min-lr %g is above --lr %g", tc->lr.min_lr, tc->lr.lr);
+    if (tc->resume && !strcmp(tc->resume, "@latest")) {
+        if (!tc->ckpt_dir) return err_set(e, ERR_USAGE, "--resume without a path needs --ckpt-dir");
+        tc->resume = tc->ckpt_dir;
     }
-    tc.lr.shape = strcmp(schedule, "constant") ? LR_COSINE : LR_CONSTANT;
-    tc.lr.steps = tc.steps;
-    if (tc.lr.min_lr < 0) tc.lr.min_lr = tc.lr.lr / 10;
-    if ((float)tc.lr.min_lr > (float)tc.lr.lr) {
-        err_set(&e, ERR_USAGE, "--min-lr %g is above --lr %g", tc.lr.min_lr, tc.lr.lr);
-        goto out;
-    }
-    if (tc.resume && !strcmp(tc.resume, "@latest")) {
-        if (!tc.ckpt_dir) { err_set(&e, ERR_USAGE, "--resume without a path needs --ckpt-dir"); goto out; }
-        tc.resume = tc.ckpt_dir;
-    }
-    ModelConfig split = tc.model;   // the model the layout splits: the flags', or on resume the checkpoint's
-    int split_known = !tc.init_from && (!tc.resume || resumed_model(&tc, &split));
-    if (!tc.seq) tc.seq = tc.model.max_seq < 256 ? tc.model.max_seq : 256;
-    if (tc.resume && tc.init_from) { err_set(&e, ERR_USAGE, "--resume and --init-from exclude each other"); goto out; }
-    if (max_restarts && !tc.ckpt_dir) {
-        err_set(&e, ERR_USAGE, "--max-restarts %d resumes from the run's checkpoints: it needs --ckpt-dir (and --ckpt-every)",
-                max_restarts);
-        goto out;
-    }
-    if (max_restarts && comm_mpi_launched()) {
-        err_set(&e, ERR_USAGE, "--max-restarts restarts the ranks this command forks (--nproc); under mpirun or srun, "
-                "resubmit the job (Slurm: --requeue) with --resume");
-        goto out;
-    }
-    if (tc.exit_after && !tc.ckpt_dir) {
-        err_set(&e, ERR_USAGE, "--exit-after %d stops with a checkpoint to resume from: it needs --ckpt-dir", tc.exit_after);
-        goto out;
-    }
+    ModelConfig split = tc->model;   // the model the layout splits: the flags', or on resume the checkpoint's
+    int split_known = !tc->init_from && (!tc->resume || resumed_model(tc, &split));
+    if (!tc->seq) tc->seq = tc->model.max_seq < 256 ? tc->model.max_seq : 256;
+    if (tc->resume && tc->init_from) return err_set(e, ERR_USAGE, "--resume and --init-from exclude each other");
+    if (a->max_restarts && !tc->ckpt_dir)
+        return err_set(e, ERR_USAGE, "--max-restarts %d resumes from the run's checkpoints: it needs --ckpt-dir (and --ckpt-every)",
+                       a->max_restarts);
+    if (a->max_restarts && comm_mpi_launched())
+        return err_set(e, ERR_USAGE, "--max-restarts restarts the ranks this command forks (--nproc); under mpirun or srun, "
+                       "resubmit the job (Slurm: --requeue) with --resume");
+    if (tc->exit_after && !tc->ckpt_dir)
+        return err_set(e, ERR_USAGE, "--exit-after %d stops with a checkpoint to resume from: it needs --ckpt-dir", tc->exit_after);
     // what can be checked before any rank starts: one line, exit 2
-    if (check_inputs(&tc, &e) || (tc.ckpt_dir && ckpt_prepare_dir(tc.ckpt_dir, &e))) goto out;
-    int threads_given = tc.threads > 0;
-    if (!threads_given) tc.threads = omp_get_num_procs();
+    if (check_inputs(tc, e) || (tc->ckpt_dir && ckpt_prepare_dir(tc->ckpt_dir, e))) return -1;
+    a->threads_given = tc->threads > 0;
+    if (!a->threads_given) tc->threads = omp_get_num_procs();
     // the bar only when the launcher's stdout is a terminal: mpirun hands its
     // ranks a terminal of its own even when its output goes to a file or pipe,
     // so a rank under it cannot tell, and draws none
-    tc.progress = isatty(STDOUT_FILENO) && !comm_mpi_launched();
-    if (tc.sp && tp == 1) { err_set(&e, ERR_USAGE, "--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more"); goto out; }
-    if (pipeline_flags(&tc, pp, pp_layers, pipe_sched, micro, &layers, &e)) goto out;
-    if (!strcmp(recompute, "full")) tc.recompute = STAGE_RECOMPUTE_FULL;
-    else if (!strcmp(recompute, "selective")) tc.recompute = STAGE_RECOMPUTE_SELECTIVE;
-    else if (strcmp(recompute, "none")) {
-        err_set(&e, ERR_USAGE, "--recompute: expected none, selective or full, got '%s'", recompute);
-        goto out;
-    }
-    if (precision_flags(&tc, precision, reduce, &sc, &e)) goto out;
+    tc->progress = isatty(STDOUT_FILENO) && !comm_mpi_launched();
+    if (tc->sp && a->tp == 1) return err_set(e, ERR_USAGE, "--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more");
+    if (pipeline_flags(tc, a->pp, a->pp_layers, a->pipe_sched, a->micro, layers, e)) return -1;
+    if (!strcmp(a->recompute, "full")) tc->recompute = STAGE_RECOMPUTE_FULL;
+    else if (!strcmp(a->recompute, "selective")) tc->recompute = STAGE_RECOMPUTE_SELECTIVE;
+    else if (strcmp(a->recompute, "none"))
+        return err_set(e, ERR_USAGE, "--recompute: expected none, selective or full, got '%s'", a->recompute);
+    if (precision_flags(tc, a->precision, a->reduce, &a->sc, e)) return -1;
     // the same layout rules for a fresh run and a resumed one, before any
     // rank starts (an --init-from file's model is checked by every rank)
     if (split_known) {   // padded as the trainer pads it
-        config_pad_vocab(&split, split.vocab, tp);
-        if (stage_check_split(&split, tp, tc.sp, tc.seq, &e)) goto out;
+        config_pad_vocab(&split, split.vocab, a->tp);
+        if (stage_check_split(&split, a->tp, tc->sp, tc->seq, e)) return -1;
     }
-    // ZeRO runs over a communicator, even of one rank; restarts need a
-    // launcher that outlives the ranks
-    if (comm_mpi_launched() || nproc > 1 || dp > 1 || tp > 1 || pp > 1 || tc.zero > 0 || max_restarts > 0) {
-        int world = comm_mpi_launched() ? -1 : nproc ? nproc : (dp ? dp : 1) * tp * pp;
-        if (!dp && world > 0) dp = world / (tp * pp);   // under mpirun the rank takes the world size / (tp·pp)
-        if (world > 0 && (int64_t)dp * tp * pp != world) {
-            if (nproc % (tp * pp) && pp == 1) err_set(&e, ERR_USAGE, "--tp %d does not divide --nproc %d", tp, nproc);
-            else if (nproc % (tp * pp)) err_set(&e, ERR_USAGE, "--tp %d × --pp %d = %d does not divide --nproc %d", tp, pp, tp * pp, nproc);
-            else err_set(&e, ERR_USAGE, "--dp %d with --nproc %d: dp × tp × pp = %d × %d × %d ranks must be the ranks started",
-                         dp, nproc, dp, tp, pp);
-            goto out;
-        }
-        if (world > 0 && (local_room(world, dp, tp, pp, tc.virtual_stages, &e) || overflow_rank_check(&tc, world, &e)))
-            goto out;
-        if (!threads_given) {   // the cores shared by the ranks on this machine
-            int local = world > 0 ? world : mpi_local_ranks();
-            tc.threads = omp_get_num_procs() / local > 0 ? omp_get_num_procs() / local : 1;
-        }
-        RankArgs ra = {&tc, dp, tp, pp};
-        rc = launch(&tc, world, &ra, comm_timeout > 0 ? comm_timeout : comm_timeout_default(), max_restarts, restart_delay);
-        e.msg[0] = 0;
+    return 0;
+}
+
+// Whether the run needs ranks: under mpirun, or a mesh, or ZeRO (which runs
+// over a communicator, even of one rank), or restarts (which need a
+// launcher that outlives the ranks).
+static int needs_ranks(const TrainArgs *a) {
+    return comm_mpi_launched() || a->nproc > 1 || a->dp > 1 || a->tp > 1 || a->pp > 1 || a->tc.zero > 0 || a->max_restarts > 0;
+}
+
+// The ranks: forked here (--nproc, or dp·tp·pp) or the ones mpirun started,
+// their mesh checked against the world first. The run's exit status, or -1
+// with e when a check failed before any rank started.
+static int train_ranks(TrainArgs *a, Err *e) {
+    TrainConfig *tc = &a->tc;
+    int nproc = a->nproc, tp = a->tp, pp = a->pp, dp = a->dp;
+    int world = comm_mpi_launched() ? -1 : nproc ? nproc : (dp ? dp : 1) * tp * pp;
+    if (!dp && world > 0) dp = world / (tp * pp);   // under mpirun the rank takes the world size / (tp·pp)
+    if (world > 0 && (int64_t)dp * tp * pp != world) {
+        if (nproc % (tp * pp) && pp == 1) return err_set(e, ERR_USAGE, "--tp %d does not divide --nproc %d", tp, nproc);
+        if (nproc % (tp * pp)) return err_set(e, ERR_USAGE, "--tp %d × --pp %d = %d does not divide --nproc %d", tp, pp, tp * pp, nproc);
+        return err_set(e, ERR_USAGE, "--dp %d with --nproc %d: dp × tp × pp = %d × %d × %d ranks must be the ranks started",
+                       dp, nproc, dp, tp, pp);
+    }
+    if (world > 0 && (local_room(world, dp, tp, pp, tc->virtual_stages, e) || overflow_rank_check(tc, world, e))) return -1;
+    if (!a->threads_given) {   // the cores shared by the ranks on this machine
+        int local = world > 0 ? world : mpi_local_ranks();
+        tc->threads = omp_get_num_procs() / local > 0 ? omp_get_num_procs() / local : 1;
+    }
+    RankArgs ra = {tc, dp, tp, pp};
+    return launch(tc, world, &ra, a->comm_timeout > 0 ? a->comm_timeout : comm_timeout_default(), a->max_restarts,
+                  a->restart_delay);
+}
+
+int cmd_train(int argc, char **argv) {
+    TrainArgs a;
+    Json *cfg = NULL;   // --config's JSON lives to the end: the flags' strings may point into it
+    int *layers = NULL, help = 0, rc = 2;
+    Err e = {0};
+    if (train_flags(&a, argc, argv, &help, &cfg, &e)) return cli_fail("train", &e);
+    if (help) { rc = 0; goto out; }
+    if (train_model(&a, argc, argv, cfg, &e) || train_config(&a, &layers, &e)) goto out;
+    if (needs_ranks(&a)) {
+        rc = train_ranks(&a, &e);
+        if (rc >= 0) e.msg[0] = 0;   // the ranks reported their own errors
         goto out;
     }
-    if (overflow_rank_check(&tc, 1, &e)) goto out;
+    if (overflow_rank_check(&a.tc, 1, &e)) goto out;
     Mesh one = mesh_single();
-    rc = train_run(&tc, &one, &e) ? e.code : 0;
+    rc = train_run(&a.tc, &one, &e) ? e.code : 0;
 out:
     json_free(cfg);
     free(layers);

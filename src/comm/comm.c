@@ -339,17 +339,7 @@ void comm_free(Comm *c) {
     free(c);
 }
 
-uint64_t comm_allreduce_sent(size_t count, size_t esize, int n, int rank) {
-    size_t per = COMM_PIECE_BYTES / esize;
-    uint64_t sent = 0;
-    for (size_t off = 0; off < count; off += per) {
-        size_t m = count - off < per ? count - off : per;
-        if (m * esize <= COMM_SMALL_BYTES || n == 1) {
-            sent += (uint64_t)(n - 1) * m * esize;   // every peer reads my piece
-        } else {   // reduce-scatter then allgather: (n−1)/n of the piece each way
-            size_t lo = m * (size_t)rank / (size_t)n, hi = m * (size_t)(rank + 1) / (size_t)n;
-            sent += 2 * (uint64_t)(m - (hi - lo)) * esize;
-        }
-    }
-    return sent;
+void comm_add_volume(Volume v, uint64_t *sent, uint64_t *recv) {
+    *sent += v.sent;
+    *recv += v.recv;
 }

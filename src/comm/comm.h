@@ -95,15 +95,6 @@ int comm_test(CommRequest *r);
 // it; under MPI the rank writes it at once.
 void comm_rank_error(Comm *world, const char *who, const Err *e);
 
-// How the shared-memory backend (comm/local) moves an allreduce, so that
-// a byte count computed elsewhere (plan/) matches its counters: the data
-// goes in pieces of COMM_PIECE_BYTES; every rank reads a piece of at most
-// COMM_SMALL_BYTES whole from every other, a larger piece is
-// reduce-scattered and allgathered. The bytes rank `rank` of n sends for
-// an allreduce of count elements of esize bytes.
-enum { COMM_PIECE_BYTES = 1 << 20, COMM_SMALL_BYTES = 16 << 10 };
-uint64_t comm_allreduce_sent(size_t count, size_t esize, int n, int rank);
-
 // The communication timeout in seconds: --comm-timeout, else
 // $TESSERA_COMM_TIMEOUT, else 300.
 double comm_timeout_default(void);

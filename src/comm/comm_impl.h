@@ -4,11 +4,13 @@
 // the bookkeeping: sequence numbers, history, counters, the request queue
 // and the progress thread. Every backend call gets the sequence number of
 // the collective and an OpDesc for mismatch checks, and reports the bytes
-// it sent and received by its algorithm's volume.
+// it sent and received by its algorithm's volume (core/volume, the
+// formulas plan/ predicts from).
 #ifndef TSR_COMM_COMM_IMPL_H
 #define TSR_COMM_COMM_IMPL_H
 
 #include "comm/comm.h"
+#include "core/volume.h"
 
 typedef struct OpDesc {
     uint64_t seq;
@@ -38,6 +40,9 @@ typedef struct CommBackendOps {
 
 // Wraps a backend state into a Comm (generic layer).
 Comm *comm_wrap(const CommBackendOps *ops, void *be, int rank, int size, const char *name, double timeout);
+
+// Adds a collective's volume to a backend call's byte counts.
+void comm_add_volume(Volume v, uint64_t *sent, uint64_t *recv);
 
 // Element-wise reduction in rank order: out[i] = src[0][i] op src[1][i] op ...
 // (bf16/f16 accumulate in fp32; out may alias src[0]).

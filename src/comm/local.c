@@ -20,10 +20,10 @@
 
 enum {
     MAX_RANKS = 256,
-    SLOT = COMM_PIECE_BYTES,   // staging bytes per rank
-    P2P = 256 << 10,       // mailbox bytes per ordered pair
-    SMALL = COMM_SMALL_BYTES,  // allreduce pieces up to this many bytes skip the split
-    SEG_BYTES = 1 << 30,   // virtual size of the segment (pages appear when touched)
+    SLOT = VOLUME_PIECE_BYTES,    // staging bytes per rank
+    P2P = 256 << 10,              // mailbox bytes per ordered pair
+    SMALL = VOLUME_SMALL_BYTES,   // allreduce pieces up to this many bytes skip the split
+    SEG_BYTES = 1 << 30,          // virtual size of the segment (pages appear when touched)
 };
 
 #define SEQ_BUSY UINT64_MAX      // a descriptor being rewritten
@@ -245,18 +245,15 @@ static int l_allreduce(void *be, const OpDesc *d, const void *in, void *out, uin
         if (staged(l, d, off == 0, err)) return -1;
         if (m * es <= SMALL || n == 1) {
             for (int r = 0; r < n; r++) srcs[r] = slot(l, r);
-            comm_reduce((char *)out + off * es, srcs, n, m, d->dtype, d->redop);
-            *sent += comm_allreduce_sent(m, es, n, l->me);   // every peer reads my piece
-            *recv += (uint64_t)(n - 1) * m * es;
-        } else {
+            comm_reduce((char *)out + off * es, srcs, n, m, d->dtype, d->redop);   // every peer reads my piece
+        } else {   // reduce-scatter, then allgather
             size_t lo = m * (size_t)l->me / (size_t)n, hi = m * (size_t)(l->me + 1) / (size_t)n;
             for (int r = 0; r < n; r++) srcs[r] = slot(l, r) + lo * es;
             comm_reduce(slot(l, n) + lo * es, srcs, n, hi - lo, d->dtype, d->redop);
             if (barrier(l, err)) return -1;
             memcpy((char *)out + off * es, slot(l, n), m * es);
-            *sent += comm_allreduce_sent(m, es, n, l->me);   // (n−1)/n of the piece each way, twice
-            *recv += 2 * (uint64_t)(m - (hi - lo)) * es;
         }
+        comm_add_volume(volume_allreduce(m, es, n, l->me), sent, recv);
     }
     return 0;
 }
@@ -277,8 +274,7 @@ static int l_reduce_scatter(void *be, const OpDesc *d, const void *in, void *out
         if (staged(l, d, off == 0, err)) return -1;
         for (int r = 0; r < n; r++) srcs[r] = slot(l, r) + (size_t)l->me * m * es;
         comm_reduce((char *)out + off * es, srcs, n, m, d->dtype, d->redop);
-        *sent += (uint64_t)(n - 1) * m * es;
-        *recv += (uint64_t)(n - 1) * m * es;
+        comm_add_volume(volume_reduce_scatter((size_t)n * m, es, n), sent, recv);   // piece [off, off+m) of n blocks
     }
     return 0;
 }
@@ -295,8 +291,7 @@ static int l_allgather(void *be, const OpDesc *d, const void *in, void *out, uin
         memcpy(slot(l, l->me), (const char *)in + off * es, m * es);
         if (staged(l, d, off == 0, err)) return -1;
         for (int r = 0; r < n; r++) memcpy((char *)out + ((size_t)r * k + off) * es, slot(l, r), m * es);
-        *sent += (uint64_t)(n - 1) * m * es;
-        *recv += (uint64_t)(n - 1) * m * es;
+        comm_add_volume(volume_allgather(m, es, n), sent, recv);
     }
     return 0;
 }
@@ -311,12 +306,8 @@ static int l_broadcast(void *be, const OpDesc *d, void *buf, uint64_t *sent, uin
         l->use++;
         if (l->me == d->root) memcpy(slot(l, l->n), (char *)buf + off * es, m * es);
         if (staged(l, d, off == 0, err)) return -1;
-        if (l->me != d->root) {
-            memcpy((char *)buf + off * es, slot(l, l->n), m * es);
-            *recv += m * es;
-        } else {
-            *sent += (uint64_t)(l->n - 1) * m * es;
-        }
+        if (l->me != d->root) memcpy((char *)buf + off * es, slot(l, l->n), m * es);
+        comm_add_volume(volume_broadcast(m, es, l->n, l->me, d->root), sent, recv);
     }
     return 0;
 }

@@ -239,17 +239,14 @@ static int m_allreduce(void *be, const OpDesc *d, const void *in, void *out, uin
     free(rc);
     free(red);
     if (e != MPI_SUCCESS) return mpi_fail(err, d, e);
-    *sent += 2 * (uint64_t)(count - mine) * es;
-    *recv += 2 * (uint64_t)(count - mine) * es;
+    comm_add_volume(volume_allreduce_split(count, es, n, m->me), sent, recv);
     return 0;
 }
 
 static int m_reduce_scatter(void *be, const OpDesc *d, const void *in, void *out, uint64_t *sent, uint64_t *recv, Err *err) {
     Mpi *m = be;
-    size_t es = comm_dtype_size(d->dtype), k = d->count / (size_t)m->n;
     if (scatter_reduce(m, d, in, out, d->count, err)) return -1;
-    *sent += (uint64_t)(m->n - 1) * k * es;
-    *recv += (uint64_t)(m->n - 1) * k * es;
+    comm_add_volume(volume_reduce_scatter(d->count, comm_dtype_size(d->dtype), m->n), sent, recv);
     return 0;
 }
 
@@ -259,8 +256,7 @@ static int m_allgather(void *be, const OpDesc *d, const void *in, void *out, uin
     int inplace = (const char *)in == (const char *)out + (size_t)m->me * bytes;   // MPI wants MPI_IN_PLACE then
     int e = GUARDED(d, MPI_Allgather(inplace ? MPI_IN_PLACE : in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, m->comm));
     if (e != MPI_SUCCESS) return mpi_fail(err, d, e);
-    *sent += (uint64_t)(m->n - 1) * bytes;
-    *recv += (uint64_t)(m->n - 1) * bytes;
+    comm_add_volume(volume_allgather(d->count, comm_dtype_size(d->dtype), m->n), sent, recv);
     return 0;
 }
 
@@ -269,7 +265,7 @@ static int m_broadcast(void *be, const OpDesc *d, void *buf, uint64_t *sent, uin
     size_t bytes = d->count * comm_dtype_size(d->dtype);
     int e = GUARDED(d, MPI_Bcast(buf, (int)bytes, MPI_BYTE, d->root, m->comm));
     if (e != MPI_SUCCESS) return mpi_fail(err, d, e);
-    if (m->me == d->root) *sent += (uint64_t)(m->n - 1) * bytes; else *recv += bytes;
+    comm_add_volume(volume_broadcast(d->count, comm_dtype_size(d->dtype), m->n, m->me, d->root), sent, recv);
     return 0;
 }
 

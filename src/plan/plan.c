@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/comm.h"
+#include "core/volume.h"
 #include "model/arch.h"
 #include "model/stage.h"
 
@@ -158,19 +158,21 @@ void plan_tp_comm(const PlanModel *m, const PlanJob *j, const PlanLayout *l, dou
     // both the embeddings and the head; else the larger of the two ends
     double layers = (double)(m->L / l->pp), N = (double)j->seq * (double)j->micro_batch;
     size_t act = (size_t)(N * (double)m->h);   // floats of one exchange (fp32)
-    double ends = l->pp == 1 ? 2 : 1, ce = (double)(n - 1) * 3 * N * 4;   // loss statistics: allgathers of N and 2N
+    size_t tokens = (size_t)j->seq * (size_t)j->micro_batch;
+    double ends = l->pp == 1 ? 2 : 1;   // loss statistics: allgathers of N and 2N floats
+    double ce = (double)(volume_allgather(tokens, 4, n).sent + volume_allgather(2 * tokens, 4, n).sent);
     ModelConfig padded = m->cfg;
     config_pad_vocab(&padded, (int)m->V, n);
     int rows = stage_head_rows(padded.vocab_padded / n, (int)N);
     double chunks = ceil(N / rows);   // the head's chunks: two statistics exchanges each
     double per;
     if (!l->sp) {
-        per = (4 * layers + ends) * (double)comm_allreduce_sent(act, 4, n, 0) + ce;
+        per = (4 * layers + ends) * (double)volume_allreduce(act, 4, n, 0).sent + ce;
         *messages = ((4 * layers + ends) * 2 + 2 * chunks) * (n - 1);
     } else {
-        double half = (double)(n - 1) * (double)(act / (size_t)n) * 4;   // a reduce-scatter or an allgather
-        per = (4 * layers + ends) * 2 * half + ce + layers * (double)comm_allreduce_sent(4 * (size_t)m->h, 4, n, 0) +
-              (double)comm_allreduce_sent(2 * (size_t)m->h, 4, n, 0);
+        double half = (double)volume_reduce_scatter(act, 4, n).sent;   // a reduce-scatter, or an allgather of its result
+        per = (4 * layers + ends) * 2 * half + ce + layers * (double)volume_allreduce(4 * (size_t)m->h, 4, n, 0).sent +
+              (double)volume_allreduce(2 * (size_t)m->h, 4, n, 0).sent;
         *messages = ((4 * layers + ends) * 2 + 2 * chunks + 2 * (layers + 1)) * (n - 1);
     }
     double M = (double)(j->global_batch / ((int64_t)l->dp * j->micro_batch));
@@ -178,24 +180,37 @@ void plan_tp_comm(const PlanModel *m, const PlanJob *j, const PlanLayout *l, dou
     *messages *= M;
 }
 
-void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r) {
-    memset(r, 0, sizeof *r);
-    double t = l->tp, d = l->dp, p = l->pp;
-    r->params = plan_params(m);
-    // the busiest device: a stage of L/pp layers plus the first stage's
-    // embeddings (with pp=1 also the last stage's final norm and head; a
-    // tied head is the first stage's embedding, held by the last stage too
-    // when pp > 1), every count from the architecture's tensor table
-    ModelConfig padded = m->cfg;   // the vocabulary padded for tp ranks, as the trainer pads it
-    config_pad_vocab(&padded, (int)m->V, l->tp);
-    const ModelConfig *mc = &padded;
-    int64_t layers = m->L / l->pp, layer = arch_part_params(mc, PART_BLOCK, l->tp, 1);
-    int64_t emb = arch_part_params(mc, PART_EMBED, l->tp, 1);
-    int64_t last = (l->pp > 1 ? arch_tied_copy(mc, l->tp, 1) : 0) + arch_part_params(mc, PART_FINAL, l->tp, 1);
-    int64_t body = layers * layer;
-    int64_t first_stage = emb + body + (l->pp == 1 ? last : 0), last_stage = body + last;
+// The busiest device's parameters by part: a stage of L/pp layers plus the
+// first stage's embeddings (with pp=1 also the last stage's final norm and
+// head; a tied head is the first stage's embedding, held by the last stage
+// too when pp > 1), every count from the architecture's tensor table with
+// the vocabulary padded for tp ranks, as the trainer pads it.
+typedef struct {
+    ModelConfig padded;
+    int64_t layers;   // the stage's
+    int64_t layer;    // one layer's parameters
+    int64_t emb;      // the embeddings'
+    int64_t last;     // the last stage's beyond its layers: final norm, head, tied copy
+} DeviceParams;
+
+static void device_params(const PlanModel *m, const PlanLayout *l, DeviceParams *dv, PlanResult *r) {
+    dv->padded = m->cfg;
+    config_pad_vocab(&dv->padded, (int)m->V, l->tp);
+    const ModelConfig *mc = &dv->padded;
+    dv->layers = m->L / l->pp;
+    dv->layer = arch_part_params(mc, PART_BLOCK, l->tp, 1);
+    dv->emb = arch_part_params(mc, PART_EMBED, l->tp, 1);
+    dv->last = (l->pp > 1 ? arch_tied_copy(mc, l->tp, 1) : 0) + arch_part_params(mc, PART_FINAL, l->tp, 1);
+    int64_t body = dv->layers * dv->layer;
+    int64_t first_stage = dv->emb + body + (l->pp == 1 ? dv->last : 0), last_stage = body + dv->last;
     r->params_device = first_stage > last_stage ? first_stage : last_stage;
-    double psi = (double)r->params_device;
+}
+
+// Weights, gradients and optimizer state on the busiest device: 4 + 4 + 8
+// bytes per parameter in fp32, the ZeRO paper's 2 + 2 + 12 under 16-bit,
+// the parts ZeRO's stage shards divided by dp.
+static void model_states(const PlanLayout *l, PlanResult *r) {
+    double psi = (double)r->params_device, d = l->dp;
     int mixed = l->precision != PREC_FP32;
     r->weights = (mixed ? 2 : 4) * psi;
     r->grads = (mixed ? 2 : 4) * psi;
@@ -204,17 +219,32 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     if (l->zero >= 2) r->grads /= d;
     if (l->zero >= 3) r->weights /= d;
     r->model_states = r->weights + r->grads + r->optim;
+}
 
+// Micro-batches per step, and how many (interleaved: micro-batch chunks)
+// stage 0 holds in flight under the schedule.
+static void in_flight(const PlanJob *j, const PlanLayout *l, PlanResult *r) {
     r->micro_batches = j->global_batch / ((int64_t)l->dp * j->micro_batch);
-    int64_t V = l->vstages > 1 ? l->vstages : 1, chunk = layers / V;
+    int64_t V = l->vstages > 1 ? l->vstages : 1;
     r->inflight = l->schedule == SCHED_GPIPE ? r->micro_batches : (r->micro_batches < l->pp ? r->micro_batches : l->pp);
     if (V > 1) {   // stage 0's warm-up forwards and one more, each a chunk of the stage's layers
         r->inflight = 2 * (l->pp - 1) + (V - 1) * l->pp + 1;
         if (r->inflight > V * r->micro_batches) r->inflight = V * r->micro_batches;
     }
     if (l->pp == 1) r->inflight = 1;   // micro-batches run one after another
+}
+
+// Activation bytes on the busiest device: the layers of a chunk for every
+// micro-batch in flight by plan_act_layer's formula, with the shared sets
+// of recomputation and 16-bit widening and the stage's input and final norm
+// output; for an architecture tessera trains, its stage's own layout to
+// the byte (the slots of the micro-batches in flight, each a chunk's layers).
+static void activations(const PlanModel *m, const PlanJob *j, const PlanLayout *l, const DeviceParams *dv, PlanResult *r) {
+    const ModelConfig *mc = &dv->padded;
+    int mixed = l->precision != PREC_FP32;
+    int64_t V = l->vstages > 1 ? l->vstages : 1, chunk = dv->layers / V;
+    double t = l->tp, sbh = (double)j->seq * j->micro_batch * m->h;
     r->act_layer = plan_act_layer(m, j, l);
-    double e = mixed ? 2 : 4, sbh = (double)j->seq * j->micro_batch * m->h;
     r->act_korthikanti = sbh * (34 + 5.0 * m->a * j->seq / m->h);
     r->acts = r->act_layer * chunk * r->inflight;
     if (l->recompute == RECOMPUTE_FULL) {   // one layer's full activations while recomputing it
@@ -231,8 +261,6 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     }
     r->acts += sbh * 4 / (l->sp ? t : 1) + sbh * 4;   // stage input (rows split under SP) and final norm output (gathered), fp32
     r->act_formula = r->acts;
-    // an architecture tessera trains: its stage's own layout, to the byte
-    // (the slots of the micro-batches in flight, each a chunk's layers)
     ModelSlice sl = {0, (int)chunk, 0, l->tp, 1, l->sp && l->tp > 1, 1, 0};
     Err ignored;
     unsigned flags = (l->recompute == RECOMPUTE_FULL ? STAGE_RECOMPUTE_FULL : 0) |
@@ -245,13 +273,13 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
             r->act_exact = 1;
         }
     }
-    double grad_bytes = (mixed && !l->reduce_fp32 ? 2 : 4) * psi;
-    r->comm_buf = l->dp > 1 ? (l->zero == 3 ? 2 * (double)layer * e : 2 * 25e6) : 0;
-    r->total = r->model_states + r->acts + r->comm_buf;
-    r->fits = r->total <= c->mem_gb * 1073741824.0;
+}
 
-    // FLOPs
-    double N = (double)r->params, Lhs = (double)m->L * m->h * j->seq;
+// FLOPs per token (6N + 12·L·h·s, and what recomputation adds), the
+// compute time of a step and the pipeline bubble.
+static void compute_time(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r) {
+    double N = (double)r->params, Lhs = (double)m->L * m->h * j->seq, p = l->pp;
+    int64_t V = l->vstages > 1 ? l->vstages : 1;
     r->flops_token = 6 * N + 12 * Lhs;
     r->hw_flops_token = r->flops_token + (l->recompute == RECOMPUTE_FULL ? 2 * N + 4 * Lhs
                                          : l->recompute == RECOMPUTE_SELECTIVE ? 4 * Lhs : 0);
@@ -259,14 +287,18 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     double dev_flops = c->tflops * 1e12 * c->mfu;
     r->t_compute = tokens_step * r->hw_flops_token / ((double)c->devices * dev_flops);
     r->t_bubble = r->micro_batches > 0 ? r->t_compute * (p - 1) / ((double)V * r->micro_batches) : 0;
+}
 
-    // communication per device per step
+// Data-parallel bytes and time per device per step. Ranks are placed
+// tensor-parallel neighbours first (rank = pp·dp·tp + dp·tp + tp): a
+// data-parallel group fits in a node when tp·dp devices do.
+static void dp_comm(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l,
+                    const DeviceParams *dv, PlanResult *r) {
+    double d = l->dp, psi = (double)r->params_device;
+    int mixed = l->precision != PREC_FP32;
+    double grad_bytes = (mixed && !l->reduce_fp32 ? 2 : 4) * psi;
     int64_t tpdp = (int64_t)l->tp * l->dp;
-    // ranks are placed tensor-parallel neighbours first (rank = pp·dp·tp +
-    // dp·tp + tp): a data-parallel group fits in a node when tp·dp
-    // devices do, a pipeline when all of them do
     r->dp_inter = l->dp > 1 && tpdp > c->per_node;
-    r->pp_inter = l->pp > 1 && tpdp * l->pp > c->per_node;
     double bw_dp = (tpdp <= c->per_node ? c->bw_intra : c->bw_inter) * 1e9, alpha = c->alpha_us * 1e-6;
     double ring = d > 1 ? 2 * (d - 1) / d : 0;
     // ZeRO 0/1: one allreduce (or reduce-scatter + allgather) of the
@@ -276,7 +308,7 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     // (the embeddings and the final norm and head are held from forward
     // into the head's backward), and the gradients reduce-scattered.
     double M = (double)r->micro_batches, half = ring / 2;
-    double held = (double)emb + (l->pp == 1 ? (double)last : 0);
+    double held = (double)dv->emb + (l->pp == 1 ? (double)dv->last : 0);
     if (l->zero <= 1) r->bytes_dp = ring * grad_bytes;
     else if (l->zero == 2) r->bytes_dp = half * grad_bytes * (M + 1);
     else r->bytes_dp = half * M * ((mixed ? 2 : 4) * (2 * psi - held) + grad_bytes);
@@ -290,18 +322,47 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     r->t_dp = r->bytes_dp / bw_dp + (d > 1 ? 2 * (d - 1) * alpha : 0);
     // overlapped with the backward pass (two thirds of compute)
     r->t_dp_exposed = r->t_dp > 2.0 / 3 * r->t_compute ? r->t_dp - 2.0 / 3 * r->t_compute : 0;
-    double act_msg = sbh * e;
-    plan_tp_comm(m, j, l, &r->bytes_tp, &r->tp_messages);
-    r->t_tp = r->bytes_tp / (c->bw_intra * 1e9) + r->tp_messages * alpha;
+}
+
+// Pipeline bytes and time per device per step: the busiest stage sends
+// every micro-batch's output forward and its input's gradient back (the
+// two ends only one of them), for each of its chunks (interleaved, the two
+// ends hand V − 1 chunks on to each other); under SP each TP rank sends its
+// rows. A pipeline fits in a node when all the devices do.
+static void pp_comm(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r) {
+    double t = l->tp, p = l->pp, alpha = c->alpha_us * 1e-6;
+    int64_t V = l->vstages > 1 ? l->vstages : 1;
+    double e = l->precision != PREC_FP32 ? 2 : 4, sbh = (double)j->seq * j->micro_batch * m->h;
+    r->pp_inter = l->pp > 1 && (int64_t)l->tp * l->dp * l->pp > c->per_node;
     double bw_pp = ((int64_t)l->tp * l->dp * l->pp <= c->per_node ? c->bw_intra : c->bw_inter) * 1e9;
-    // the busiest stage sends every micro-batch's output forward and its
-    // input's gradient back (the two ends only one of them), for each of
-    // its chunks (interleaved, the two ends hand V − 1 chunks on to each
-    // other); under SP each TP rank sends its rows
+    double act_msg = sbh * e;
     double pp_msgs = p > 2 ? 2.0 * V * r->micro_batches : p > 1 ? (2.0 * V - 1) * r->micro_batches : 0;
     r->bytes_pp = pp_msgs * act_msg / (l->sp ? t : 1);
     r->t_pp = r->bytes_pp / bw_pp + pp_msgs * alpha;
+}
+
+void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r) {
+    memset(r, 0, sizeof *r);
+    r->params = plan_params(m);
+    DeviceParams dv;
+    device_params(m, l, &dv, r);
+    model_states(l, r);
+    in_flight(j, l, r);
+    activations(m, j, l, &dv, r);
+    double e = l->precision != PREC_FP32 ? 2 : 4;
+    r->comm_buf = l->dp > 1 ? (l->zero == 3 ? 2 * (double)dv.layer * e : 2 * 25e6) : 0;
+    r->total = r->model_states + r->acts + r->comm_buf;
+    r->fits = r->total <= c->mem_gb * 1073741824.0;
+
+    compute_time(m, c, j, l, r);
+    dp_comm(m, c, j, l, &dv, r);
+    plan_tp_comm(m, j, l, &r->bytes_tp, &r->tp_messages);
+    double alpha = c->alpha_us * 1e-6;   // latency per message
+    r->t_tp = r->bytes_tp / (c->bw_intra * 1e9) + r->tp_messages * alpha;
+    pp_comm(m, c, j, l, r);
     r->t_step = r->t_compute + r->t_bubble + r->t_dp_exposed + r->t_tp + r->t_pp;
+
+    double tokens_step = (double)j->global_batch * j->seq, N = (double)r->params;
     r->tokens_per_s = tokens_step / r->t_step;
     r->mfu = r->tokens_per_s * r->flops_token / ((double)c->devices * c->tflops * 1e12);
     double seconds = j->tokens / tokens_step * r->t_step;

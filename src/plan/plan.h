@@ -114,7 +114,7 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
 
 // Bytes one device sends in the tensor-parallel group per step, and the
 // messages they take, as tessera's layers exchange them (model/tp) and its
-// shared-memory backend counts them (comm_allreduce_sent): per layer and
+// shared-memory backend counts them (core/volume): per layer and
 // micro-batch 4 allreduces of s·b·h floats (2 forward, 2 backward), plus
 // one each for the vocabulary-parallel embedding and the output head, and
 // the loss statistics (allgathers of 3 floats per token); under sequence

@@ -108,6 +108,13 @@ pj=$("$BIN" plan --layers 32 --d-model 4096 --heads 32 --vocab 50000 --devices 8
 echo "$pj" | grep -q '"params":6653157376' && ok "plan --layers 32 --d-model 4096 --heads 32 --vocab 50000: 6,653,157,376 parameters" ||
   bad "plan with shape flags" "$(echo "$pj" | head -c 300)"
 expect "plan --arch with an unknown name" 2 "--arch: expected gpt2 or llama" "$BIN" plan --arch mamba --devices 1 --dp 1
+# --config's strings (a preset's name, --precision) are read after the model is chosen
+echo '{"model": "gpt2-350m", "precision": "fp32", "dp": 8}' >"$TMP/plan.json"
+pj=$("$BIN" plan --config "$TMP/plan.json" --json 2>&1)
+echo "$pj" | grep -q '"model":"gpt2-350m"' && echo "$pj" | grep -q '"precision":"fp32"' &&
+  ok "plan --config with a preset's name and --precision as strings" || bad "plan --config with strings" "$(echo "$pj" | head -c 300)"
+echo '{"model": "gpt5"}' >"$TMP/plan.json"
+expect "plan --config: a string that is no preset" 2 "unknown preset 'gpt5'" "$BIN" plan --config "$TMP/plan.json"
 
 # ---- an MFU above 100% is explained, never printed silently ----
 "$BIN" "${T[@]}" --peak-gflops 0.001 >"$TMP/x.out" 2>&1

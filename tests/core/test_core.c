@@ -11,6 +11,7 @@
 #include "core/json.h"
 #include "core/prof.h"
 #include "core/rng.h"
+#include "core/volume.h"
 #include "test.h"
 
 static int parses(const char *s) {
@@ -242,6 +243,26 @@ static void test_prof(void) {
            "kind names");
 }
 
+// core/volume against the textbook counts: a ring-like allreduce sends
+// 2(n−1)/n of the vector, a small one (n−1)·B, summed over the ranks of an
+// uneven split 2(n−1)·B; reduce-scatter and allgather (n−1)/n of the full
+// vector; a broadcast (n−1)·B from the root.
+static void test_volume(void) {
+    size_t big = 4 << 20, small = 1000;   // floats: 4 pieces of 1 MiB each; one piece of 4000 bytes
+    Volume v = volume_allreduce(big, 4, 4, 1);
+    EXPECT(v.sent == 2 * 3 * (uint64_t)big * 4 / 4 && v.recv == v.sent, "large allreduce: %llu", (unsigned long long)v.sent);
+    v = volume_allreduce(small, 4, 4, 2);
+    EXPECT(v.sent == 3 * (uint64_t)small * 4 && v.recv == v.sent, "small allreduce: every peer reads it");
+    EXPECT(volume_allreduce(big, 4, 1, 0).sent == 0, "one rank sends nothing");
+    uint64_t sum = 0;
+    for (int r = 0; r < 3; r++) sum += volume_allreduce_split(1001, 2, 3, r).sent;
+    EXPECT(sum == 2 * 2 * 1001 * 2, "uneven split over 3 ranks: %llu bytes in all", (unsigned long long)sum);
+    EXPECT(volume_reduce_scatter(4 * 256, 4, 4).sent == 3 * 256 * 4, "reduce-scatter: (n−1)·k elements");
+    EXPECT(volume_allgather(256, 2, 4).recv == 3 * 256 * 2, "allgather: (n−1)·count elements");
+    Volume root = volume_broadcast(100, 8, 5, 2, 2), leaf = volume_broadcast(100, 8, 5, 0, 2);
+    EXPECT(root.sent == 4 * 800 && root.recv == 0 && leaf.sent == 0 && leaf.recv == 800, "broadcast: root sends, others receive");
+}
+
 int main(void) {
     RUN(test_json_strict);
     RUN(test_json_values);
@@ -250,5 +271,6 @@ int main(void) {
     RUN(test_crc32c);
     RUN(test_half);
     RUN(test_prof);
+    RUN(test_volume);
     return test_finish();
 }
