@@ -10,53 +10,12 @@
 #include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
+#include "model/stage_impl.h"
 #include "model/tp.h"
 
 // The output head runs over at most this many logits at once (rows × Vl),
 // so the (B·T, Vl) logits matrix never exists whole.
 enum { HEAD_CHUNK_FLOATS = 16 << 20 };
-
-// One micro-batch's saved activations.
-typedef struct {
-    float *x0;            // (Ns,C) stage input / embeddings (the rank's rows of the residual stream)
-    float **blk;          // cl × nact: the activations of each of its chunk's blocks (Arch.act_floats)
-    uint16_t **blk16;     // cl × nact: those stored in 16 bits (bf16/fp16), NULL where blk is not
-    float *fin[3];        // final norm: output (N,C) gathered, mean (Ns), rstd (Ns)
-    float *losses;        // (N)
-    float *dres;          // (Ns,C) gradient of the residual stream: the head's leaves it here for stage_backward
-    int rows;             // this backward pass's embedding rows go to the rows hook
-    int chunk;            // the chunk whose blocks it runs
-} Slot;
-
-struct StageActs {
-    const Arch *arch;
-    LocalDims dim;                          // capacity (B, T, N = B·T) and the local slice
-    KvCache *kv;                            // incremental decoding (stage_kv_init), or NULL
-    Tp *tp;                                 // the TP group (NULL: one rank)
-    int nl;                                 // blocks on this stage
-    int recompute;                          // 0, STAGE_RECOMPUTE_FULL or STAGE_RECOMPUTE_SELECTIVE
-    Precision prec;
-    float *rc[ARCH_MAX_BUFS];               // the shared fp32 set of one block's activations that recomputation
-                                            // drops or 16 bits store (NULL: not shared)
-    uint16_t *w16;                          // bf16/fp16: the 16-bit copy of the weights (table.total), or NULL
-    unsigned char *w16_stale;               // per segment: the copy is older than the parameters
-    float *wbuf[PART_COUNT];                // bf16/fp16: one segment of each part's weights as the passes read them
-    void *wbuf_block;
-    int cl;                                 // of them in each chunk (chunk v: blocks v·cl .. v·cl + cl − 1)
-    size_t (*blk_off)[ARCH_MAX_TENSORS];    // flat-buffer offset of each block tensor
-    int *blk_seg;                           // each block's segment
-    int seg_emb, seg_fin, seg_head;         // segments of the embeddings, the final part, the head; -1 if absent
-    size_t off_tok, off_pos, off_head;      // flat offsets (SIZE_MAX: absent)
-    size_t off_fin[ARCH_MAX_TENSORS];
-    Slot *slot;
-    // scratch
-    float *tmp;                             // (N,C): partial sums over TP, gathered rows
-    float *logits;                          // (head_rows, Vl)
-    int head_rows;
-    float *scr[ARCH_MAX_BUFS];              // the arch's block scratch
-    void *act_block, *ws_block;
-    size_t act_bytes, ws_bytes;
-};
 
 // ---- parameters and gradients by segment: the hooks, or the flat buffers ----
 
@@ -397,8 +356,7 @@ void stage_free(Stage *s) {
         mem_free(s->acts->wbuf_block);
         mem_free(s->acts->w16);
         free(s->acts->w16_stale);
-        if (s->acts->kv) mem_free(s->acts->kv->k);
-        free(s->acts->kv);
+        stage_kv_free(s->acts);
         for (int k = 0; s->acts->slot && k < s->slots; k++) {
             free(s->acts->slot[k].blk);
             free(s->acts->slot[k].blk16);
@@ -518,30 +476,6 @@ char *stage_linear_name(const Stage *s, int in, int out, char *buf, size_t n) {
     snprintf(buf, n, "%s%s%s", name ? name : "", name && head ? "/" : "", head ? "head" : "");
     return buf;
 }
-
-int stage_kv_init(Stage *s, Err *err) {
-    StageActs *a = s->acts;
-    CHECKF(slice_is_first(&s->slice) && s->slice.tp_size == 1 && s->B == 1 && s->chunks == 1,
-           "incremental decoding runs a whole model on one rank, one sequence");
-    if (a->kv) return 0;
-    int L = s->cfg.n_layer, S = s->T;
-    size_t kv = (size_t)a->dim.KVl, n = (size_t)L * S * kv;
-    KvCache *c = calloc(1, sizeof *c);
-    float *buf = c ? mem_alloc(MEM_ACTS, 2 * n * sizeof(float)) : NULL;
-    if (!buf) {
-        free(c);
-        return err_set(err, ERR_RUN, "out of memory for the key/value cache (%zu MiB)", (2 * n * sizeof(float)) >> 20);
-    }
-    *c = (KvCache){.k = buf, .v = buf + n, .S = S};
-    a->kv = c;
-    return 0;
-}
-
-void stage_kv_reset(Stage *s) {
-    if (s->acts->kv) s->acts->kv->pos = 0;
-}
-
-int stage_kv_pos(const Stage *s) { return s->acts->kv ? s->acts->kv->pos : 0; }
 
 int stage_head_rows(int Vl, int N) {
     int rows = (int)(HEAD_CHUNK_FLOATS / (size_t)Vl);

@@ -1,0 +1,62 @@
+// model/stage_impl.h — what the stage's files share (internal to model/).
+//
+// A stage's activations are one StageActs: the slots (one micro-batch's
+// saved activations each), the scratch, the 16-bit weights and where each
+// tensor lies in the flat buffers. The files divide the work:
+//   stage.c       the layout, the hooks' callers, the passes;
+//   stage_kv.c    the key/value cache of incremental decoding.
+#ifndef TSR_MODEL_STAGE_IMPL_H
+#define TSR_MODEL_STAGE_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/stage.h"
+
+// One micro-batch's saved activations.
+typedef struct {
+    float *x0;            // (Ns,C) stage input / embeddings (the rank's rows of the residual stream)
+    float **blk;          // cl × nact: the activations of each of its chunk's blocks (Arch.act_floats)
+    uint16_t **blk16;     // cl × nact: those stored in 16 bits (bf16/fp16), NULL where blk is not
+    float *fin[3];        // final norm: output (N,C) gathered, mean (Ns), rstd (Ns)
+    float *losses;        // (N)
+    float *dres;          // (Ns,C) gradient of the residual stream: the head's leaves it here for stage_backward
+    int rows;             // this backward pass's embedding rows go to the rows hook
+    int chunk;            // the chunk whose blocks it runs
+} Slot;
+
+struct StageActs {
+    const Arch *arch;
+    LocalDims dim;                          // capacity (B, T, N = B·T) and the local slice
+    KvCache *kv;                            // incremental decoding (stage_kv_init), or NULL
+    Tp *tp;                                 // the TP group (NULL: one rank)
+    int nl;                                 // blocks on this stage
+    int recompute;                          // 0, STAGE_RECOMPUTE_FULL or STAGE_RECOMPUTE_SELECTIVE
+    Precision prec;
+    float *rc[ARCH_MAX_BUFS];               // the shared fp32 set of one block's activations that recomputation
+                                            // drops or 16 bits store (NULL: not shared)
+    uint16_t *w16;                          // bf16/fp16: the 16-bit copy of the weights (table.total), or NULL
+    unsigned char *w16_stale;               // per segment: the copy is older than the parameters
+    float *wbuf[PART_COUNT];                // bf16/fp16: one segment of each part's weights as the passes read them
+    void *wbuf_block;
+    int cl;                                 // of them in each chunk (chunk v: blocks v·cl .. v·cl + cl − 1)
+    size_t (*blk_off)[ARCH_MAX_TENSORS];    // flat-buffer offset of each block tensor
+    int *blk_seg;                           // each block's segment
+    int seg_emb, seg_fin, seg_head;         // segments of the embeddings, the final part, the head; -1 if absent
+    size_t off_tok, off_pos, off_head;      // flat offsets (SIZE_MAX: absent)
+    size_t off_fin[ARCH_MAX_TENSORS];
+    Slot *slot;
+    // scratch
+    float *tmp;                             // (N,C): partial sums over TP, gathered rows
+    float *logits;                          // (head_rows, Vl)
+    int head_rows;
+    float *scr[ARCH_MAX_BUFS];              // the arch's block scratch
+    void *act_block, *ws_block;
+    size_t act_bytes, ws_bytes;
+};
+
+// ---- stage_kv.c ----
+
+void stage_kv_free(StageActs *a);
+
+#endif
