@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "core/half.h"
 #include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
@@ -19,73 +18,9 @@ enum { HEAD_CHUNK_FLOATS = 16 << 20 };
 
 // ---- parameters and gradients by segment: the hooks, or the flat buffers ----
 
-// Whether the linear layers read the tensor (and nothing else does).
-static int linear_only(Role r) { return r == ROLE_QKV || r == ROLE_LINEAR || r == ROLE_HEAD; }
-
-// Under bf16 on the bf16 units, the linear layers' weights of the stage's
-// own segment: the 16-bit copy made again where it is older than the
-// parameters, and bound for the linear layers to read in place of the
-// floats (matmul_bind16); the segment's other tensors widened into dst.
-static void seg_params_bound(Stage *s, int seg, const float *src, float *dst) {
-    StageActs *a = s->acts;
-    const ParamSeg *g = &s->table.seg[seg];
-    int stale = a->w16_stale[seg];
-    matmul_unbind16(1 + g->part);
-    for (int i = g->first; i < g->first + g->n; i++) {
-        const ParamInfo *t = &s->table.p[i];
-        size_t o = t->offset - g->lo;
-        if (linear_only(t->role)) {
-            if (stale) half_pack(a->prec, a->w16 + t->offset, src + o, t->numel);
-            matmul_bind16(1 + g->part, dst + o, a->w16 + t->offset, t->numel);
-        } else if (stale) {
-            half_pack_widen(a->prec, a->w16 + t->offset, dst + o, src + o, t->numel);
-        } else {
-            half_unpack(a->prec, dst + o, a->w16 + t->offset, t->numel);
-        }
-    }
-    a->w16_stale[seg] = 0;
-}
-
-// Under bf16/fp16 the 16-bit weights, in fp32 for the kernels: the stage's
-// own parameters through their 16-bit copy, gathered ones rounded as they
-// come (the same values).
 static const float *seg_params(Stage *s, int seg, int next) {
     const float *src = s->hooks.params ? s->hooks.params(s->hooks.ctx, seg, next) : s->params + s->table.seg[seg].lo;
-    StageActs *a = s->acts;
-    if (a->prec == PREC_FP32) return src;
-    const ParamSeg *g = &s->table.seg[seg];
-    size_t n = g->hi - g->lo;
-    float *dst = a->wbuf[g->part];
-    if (a->w16 && matmul_bf16()) {
-        seg_params_bound(s, seg, src, dst);
-        return dst;
-    }
-    matmul_unbind16(1 + g->part);
-    if (a->w16 && a->w16_stale[seg]) {   // the copy made again, and widened in the same pass
-        half_pack_widen(a->prec, a->w16 + g->lo, dst, src, n);
-        a->w16_stale[seg] = 0;
-    } else if (a->w16) {
-        half_unpack(a->prec, dst, a->w16 + g->lo, n);
-    } else {
-        half_round(a->prec, dst, src, n);
-    }
-    return dst;
-}
-
-unsigned stage_prec_flag(Precision p) { return p == PREC_BF16 ? STAGE_BF16 : p == PREC_FP16 ? STAGE_FP16 : 0; }
-
-void stage_params_changed(Stage *s) {
-    if (s->acts && s->acts->w16) memset(s->acts->w16_stale, 1, (size_t)s->table.nseg);
-}
-
-uint16_t *stage_params16(Stage *s, Precision *prec) {
-    if (!s->acts || !s->acts->w16) return NULL;
-    *prec = s->acts->prec;
-    return s->acts->w16;
-}
-
-void stage_params16_current(Stage *s) {
-    if (s->acts && s->acts->w16) memset(s->acts->w16_stale, 0, (size_t)s->table.nseg);
+    return s->acts->prec == PREC_FP32 ? src : stage16_params(s, seg, src);
 }
 
 static void seg_params_done(Stage *s, int seg) {
@@ -112,8 +47,7 @@ void stage_set_hooks(Stage *s, const StageHooks *h) { s->hooks = h ? *h : (Stage
 
 // ---- layout ----
 
-// Carves n floats at *off from base (64-byte steps); with base NULL only counts.
-static float *carve(char *base, size_t *off, size_t n) {
+float *stage_carve(char *base, size_t *off, size_t n) {
     float *p = base ? (float *)(base + *off) : NULL;
     *off += (n * sizeof(float) + 63) & ~(size_t)63;
     return p;
@@ -144,21 +78,21 @@ static size_t layout_acts(StageActs *a, int slots, char *base) {
     size_t off = 0, N = (size_t)a->dim.N, Ns = (size_t)a->dim.Ns, C = (size_t)a->dim.C;
     for (int j = 0; j < ar->nact; j++)   // full: one whole block's set (its output too, for the recomputation)
         a->rc[j] = a->recompute == STAGE_RECOMPUTE_FULL || shared_act(a, j) || half_act(a, j)
-                       ? carve(base, &off, ar->act_floats(&a->dim, j)) : NULL;
+                       ? stage_carve(base, &off, ar->act_floats(&a->dim, j)) : NULL;
     for (int k = 0; k < slots; k++) {
         Slot *sl = &a->slot[k];
-        sl->x0 = carve(base, &off, Ns * C);
+        sl->x0 = stage_carve(base, &off, Ns * C);
         for (int i = 0; i < a->cl; i++)
             for (int j = 0; j < ar->nact; j++) {
                 size_t n = ar->act_floats(&a->dim, j);
                 int shared = shared_act(a, j), half = !shared && half_act(a, j);
-                sl->blk[i * ar->nact + j] = shared || half ? NULL : carve(base, &off, n);
+                sl->blk[i * ar->nact + j] = shared || half ? NULL : stage_carve(base, &off, n);
                 sl->blk16[i * ar->nact + j] = half ? carve16(base, &off, n) : NULL;
             }
-        sl->fin[0] = carve(base, &off, N * C);
-        sl->fin[1] = carve(base, &off, Ns);
-        sl->fin[2] = carve(base, &off, Ns);
-        sl->losses = carve(base, &off, N);
+        sl->fin[0] = stage_carve(base, &off, N * C);
+        sl->fin[1] = stage_carve(base, &off, Ns);
+        sl->fin[2] = stage_carve(base, &off, Ns);
+        sl->losses = stage_carve(base, &off, N);
     }
     return off;
 }
@@ -167,10 +101,11 @@ static size_t layout_acts(StageActs *a, int slots, char *base) {
 // from base; returns bytes.
 static size_t layout_scratch(StageActs *a, int slots, char *base) {
     size_t off = 0, N = (size_t)a->dim.N, C = (size_t)a->dim.C;
-    a->tmp = carve(base, &off, N * C);
-    a->logits = carve(base, &off, (size_t)a->head_rows * a->dim.Vl);
-    for (int k = 0; k < slots; k++) a->slot[k].dres = carve(base, &off, (size_t)a->dim.Ns * C);
-    for (int j = 0; j < a->arch->nscratch; j++) a->scr[j] = carve(base, &off, a->arch->scratch_floats(&a->dim, j));
+    a->tmp = stage_carve(base, &off, N * C);
+    a->logits = stage_carve(base, &off, (size_t)a->head_rows * a->dim.Vl);
+    for (int k = 0; k < slots; k++) a->slot[k].dres = stage_carve(base, &off, (size_t)a->dim.Ns * C);
+    for (int j = 0; j < a->arch->nscratch; j++)
+        a->scr[j] = stage_carve(base, &off, a->arch->scratch_floats(&a->dim, j));
     return off;
 }
 
@@ -215,35 +150,6 @@ int stage_check_split(const ModelConfig *c, int tp, int sp, int T, Err *err) {
     if (sp && T % tp)
         return err_set(err, ERR_USAGE, "--sp splits each sequence's rows over the ranks: --seq %d is not a multiple of --tp %d",
                        T, tp);
-    return 0;
-}
-
-// bf16/fp16: the 16-bit copy of the stage's own weights (own: it holds
-// them) and the fp32 buffers the passes read them through, each the size
-// of its part's largest segment.
-static int weight_buffers(Stage *s, int own, Err *err) {
-    StageActs *a = s->acts;
-    size_t most[PART_COUNT] = {0}, off[PART_COUNT] = {0}, bytes = 0;
-    for (int k = 0; k < s->table.nseg; k++) {
-        const ParamSeg *g = &s->table.seg[k];
-        if (g->hi - g->lo > most[g->part]) most[g->part] = g->hi - g->lo;
-    }
-    for (int p = 0; p < PART_COUNT; p++) {
-        off[p] = bytes;
-        carve(NULL, &bytes, most[p]);
-    }
-    a->wbuf_block = mem_alloc(MEM_WORKSPACE, bytes);
-    if (own) {
-        a->w16 = mem_alloc(MEM_PARAMS16, s->table.total * sizeof(uint16_t));
-        a->w16_stale = malloc((size_t)s->table.nseg + 1);
-    }
-    if (!a->wbuf_block || (own && (!a->w16 || !a->w16_stale))) {
-        char b[32];
-        return err_set(err, ERR_RUN, "out of memory allocating the 16-bit weights (%s)",
-                       mem_fmt(s->table.total * sizeof(uint16_t) + bytes, b, sizeof b));
-    }
-    for (int p = 0; p < PART_COUNT; p++) a->wbuf[p] = (float *)((char *)a->wbuf_block + off[p]);
-    stage_params_changed(s);
     return 0;
 }
 
@@ -344,7 +250,7 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     }
     layout_acts(a, slots, a->act_block);
     layout_scratch(a, slots, a->ws_block);
-    if (a->prec != PREC_FP32 && weight_buffers(s, !(flags & STAGE_NO_PARAMS), err)) { stage_free(s); return -1; }
+    if (a->prec != PREC_FP32 && stage16_alloc(s, !(flags & STAGE_NO_PARAMS), err)) { stage_free(s); return -1; }
     return 0;
 }
 
@@ -353,9 +259,7 @@ void stage_free(Stage *s) {
         tp_free(s->acts->tp);
         mem_free(s->acts->act_block);
         mem_free(s->acts->ws_block);
-        mem_free(s->acts->wbuf_block);
-        mem_free(s->acts->w16);
-        free(s->acts->w16_stale);
+        stage16_free(s->acts);
         stage_kv_free(s->acts);
         for (int k = 0; s->acts->slot && k < s->slots; k++) {
             free(s->acts->slot[k].blk);
@@ -452,23 +356,6 @@ static BlockRun run_of(Stage *s, const LocalDims *d, Slot *sl, int j, float *con
                       .prec = a->prec};
 }
 
-// The slot's j-th block's 16-bit activations: stored from the shared set
-// after its forward (out), or back into it before its backward (in).
-static void move16(StageActs *a, Slot *sl, int j, const LocalDims *d, int out) {
-    uint16_t **h = sl->blk16 + j * a->arch->nact;
-    for (int i = 0; i < a->arch->nact; i++) {
-        if (!h[i]) continue;
-        if (out) half_pack(a->prec, h[i], a->rc[i], a->arch->act_floats(d, i));
-        else half_unpack(a->prec, a->rc[i], h[i], a->arch->act_floats(d, i));
-    }
-}
-
-// Under fp16 the gradient leaving a block or the head is held in fp16.
-static void round_grad(const StageActs *a, Slot *sl, const LocalDims *d) {
-    if (a->prec == PREC_FP16) half_round(a->prec, sl->dres, sl->dres, (size_t)d->Ns * d->C);
-}
-
-
 char *stage_linear_name(const Stage *s, int in, int out, char *buf, size_t n) {
     const LocalDims *d = &s->acts->dim;
     const char *name = s->acts->arch->linear_name(d, in, out);
@@ -529,7 +416,7 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
         r.kv = a->kv;
         r.layer = sl->chunk * a->cl + j;
         ar->block_forward(&r);
-        move16(a, sl, j, &d, 1);
+        stage16_move(a, sl, j, &d, 1);
         seg_params_done(s, bseg[j]);
     }
     if (!last) return 0.0;
@@ -577,7 +464,7 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
         memset(sl->dres, 0, (size_t)d.Ns * C * sizeof(float));
         fr.g = g;
         ar->final_backward(&fr);
-        round_grad(a, sl, &d);
+        stage16_round_grad(a, sl, &d);
         seg_grads_done(s, sf);
     }
     seg_params_done(s, sf);
@@ -611,10 +498,10 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         float *buf[ARCH_MAX_BUFS];
         BlockRun r = run_of(s, &d, sl, j, block_acts(a, sl, j, 1, buf), w, g);
         if (a->recompute == STAGE_RECOMPUTE_FULL) a->arch->block_forward(&r);   // the same bits as the first time
-        else move16(a, sl, j, &d, 0);
+        else stage16_move(a, sl, j, &d, 0);
         if (a->recompute == STAGE_RECOMPUTE_SELECTIVE) a->arch->core_forward(&r);
         a->arch->block_backward(&r);
-        round_grad(a, sl, &d);
+        stage16_round_grad(a, sl, &d);
         seg_params_done(s, sg);
         seg_grads_done(s, sg);
     }

@@ -4,6 +4,8 @@
 // saved activations each), the scratch, the 16-bit weights and where each
 // tensor lies in the flat buffers. The files divide the work:
 //   stage.c       the layout, the hooks' callers, the passes;
+//   stage16.c     bf16/fp16: the 16-bit copy of the weights and the
+//                 16-bit store of the activations;
 //   stage_kv.c    the key/value cache of incremental decoding.
 #ifndef TSR_MODEL_STAGE_IMPL_H
 #define TSR_MODEL_STAGE_IMPL_H
@@ -54,6 +56,26 @@ struct StageActs {
     void *act_block, *ws_block;
     size_t act_bytes, ws_bytes;
 };
+
+// ---- stage.c ----
+
+// Carves n floats at *off from base (64-byte steps); with base NULL only counts.
+float *stage_carve(char *base, size_t *off, size_t n);
+
+// ---- stage16.c ----
+
+// Under bf16/fp16 the 16-bit weights of segment seg, whose fp32 values are
+// at src, in fp32 for the kernels (or bound for the linear layers).
+const float *stage16_params(Stage *s, int seg, const float *src);
+// bf16/fp16: the 16-bit copy of the stage's own weights (own: it holds
+// them) and the fp32 buffers the passes read them through. 0, or -1 with err.
+int stage16_alloc(Stage *s, int own, Err *err);
+void stage16_free(StageActs *a);
+// The slot's j-th block's 16-bit activations: stored from the shared set
+// after its forward (out), or back into it before its backward (in).
+void stage16_move(StageActs *a, Slot *sl, int j, const LocalDims *d, int out);
+// Under fp16 the gradient leaving a block or the head is held in fp16.
+void stage16_round_grad(const StageActs *a, Slot *sl, const LocalDims *d);
 
 // ---- stage_kv.c ----
 
