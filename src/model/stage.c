@@ -6,40 +6,35 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
 #include "model/stage_impl.h"
 #include "model/tp.h"
 
-// The output head runs over at most this many logits at once (rows × Vl),
-// so the (B·T, Vl) logits matrix never exists whole.
-enum { HEAD_CHUNK_FLOATS = 16 << 20 };
 
 // ---- parameters and gradients by segment: the hooks, or the flat buffers ----
 
-static const float *seg_params(Stage *s, int seg, int next) {
+const float *stage_seg_params(Stage *s, int seg, int next) {
     const float *src = s->hooks.params ? s->hooks.params(s->hooks.ctx, seg, next) : s->params + s->table.seg[seg].lo;
     return s->acts->prec == PREC_FP32 ? src : stage16_params(s, seg, src);
 }
 
-static void seg_params_done(Stage *s, int seg) {
+void stage_seg_params_done(Stage *s, int seg) {
     if (s->hooks.params_done) s->hooks.params_done(s->hooks.ctx, seg);
 }
 
-static float *seg_grads(Stage *s, int seg) {
+float *stage_seg_grads(Stage *s, int seg) {
     if (s->hooks.grads) return s->hooks.grads(s->hooks.ctx, seg);
     return s->grads + s->table.seg[seg].lo;
 }
 
-static void seg_grads_done(Stage *s, int seg) {
+void stage_seg_grads_done(Stage *s, int seg) {
     if (s->hooks.grads_done) s->hooks.grads_done(s->hooks.ctx, seg);
 }
 
-static int take_rows(Stage *s) { return s->hooks.take_rows && s->hooks.take_rows(s->hooks.ctx); }
+int stage_take_rows(Stage *s) { return s->hooks.take_rows && s->hooks.take_rows(s->hooks.ctx); }
 
-// The tensor at flat offset off in buf, which holds segment seg.
-static float *at(const Stage *s, const float *buf, int seg, size_t off) {
+float *stage_at(const Stage *s, const float *buf, int seg, size_t off) {
     return (float *)buf + (off - s->table.seg[seg].lo);
 }
 
@@ -286,7 +281,7 @@ static LocalDims call_dims(const Stage *s, int B, int T) {
     return d;
 }
 
-static Slot *slot_of(Stage *s, int slot) {
+Slot *stage_slot(Stage *s, int slot) {
     CHECKF(slot >= 0 && slot < s->slots, "stage slot %d of %d", slot, s->slots);
     return &s->acts->slot[slot];
 }
@@ -294,7 +289,7 @@ static Slot *slot_of(Stage *s, int slot) {
 // Whether the slot's chunk starts the model (embeds the tokens) and ends
 // it (has the final norm, the head and the loss).
 static int chunk_first(const Stage *s, const Slot *sl) { return sl->chunk == 0 && slice_is_first(&s->slice); }
-static int chunk_last(const Stage *s, const Slot *sl) {
+int stage_chunk_last(const Stage *s, const Slot *sl) {
     return sl->chunk == s->chunks - 1 && slice_is_last(&s->slice, &s->cfg);
 }
 
@@ -306,13 +301,13 @@ static float *block_output(Stage *s, Slot *sl, int j) {
 
 void stage_bind(Stage *s, int slot, int chunk) {
     CHECKF(chunk >= 0 && chunk < s->chunks, "chunk %d of %d", chunk, s->chunks);
-    slot_of(s, slot)->chunk = chunk;
+    stage_slot(s, slot)->chunk = chunk;
 }
 
-float *stage_input(Stage *s, int slot) { return slot_of(s, slot)->x0; }
-float *stage_output(Stage *s, int slot) { return block_output(s, slot_of(s, slot), s->acts->cl - 1); }
-float *stage_grad_output(Stage *s, int slot) { return slot_of(s, slot)->dres; }
-float *stage_grad_input(Stage *s, int slot) { return slot_of(s, slot)->dres; }
+float *stage_input(Stage *s, int slot) { return stage_slot(s, slot)->x0; }
+float *stage_output(Stage *s, int slot) { return block_output(s, stage_slot(s, slot), s->acts->cl - 1); }
+float *stage_grad_output(Stage *s, int slot) { return stage_slot(s, slot)->dres; }
+float *stage_grad_input(Stage *s, int slot) { return stage_slot(s, slot)->dres; }
 
 size_t stage_boundary_floats(const Stage *s, int B, int T) {
     LocalDims d = call_dims(s, B, T);
@@ -329,12 +324,6 @@ static void block_tensors(const Stage *s, int i, const float *params, const floa
     }
 }
 
-// The final part's tensors in its segment's buffer.
-static void final_tensors(const Stage *s, const float *buf, float **w) {
-    const StageActs *a = s->acts;
-    for (int k = 0; k < a->arch->n[PART_FINAL]; k++) w[k] = at(s, buf, a->seg_fin, a->off_fin[k]);
-}
-
 // The activation buffers of the slot's j-th block for a pass, into buf:
 // the slot's, and the shared set's for those recomputation drops; for the
 // recomputation before a backward (again) under full recomputation, the
@@ -347,9 +336,7 @@ static float *const *block_acts(const StageActs *a, Slot *sl, int j, int again, 
     return buf;
 }
 
-// A pass of the slot's j-th block (j = -1: the final norm, after the last
-// block) of its micro-batch, with its activation buffers act.
-static BlockRun run_of(Stage *s, const LocalDims *d, Slot *sl, int j, float *const *act, float **w, float **g) {
+BlockRun stage_run(Stage *s, const LocalDims *d, Slot *sl, int j, float *const *act, float **w, float **g) {
     StageActs *a = s->acts;
     return (BlockRun){.cfg = &s->cfg, .d = d, .tp = a->tp, .w = w, .g = g, .act = act, .scr = a->scr,
                       .x = block_output(s, sl, j >= 0 ? j - 1 : a->cl - 1), .tmp = a->tmp, .dres = sl->dres,
@@ -364,12 +351,6 @@ char *stage_linear_name(const Stage *s, int in, int out, char *buf, size_t n) {
     return buf;
 }
 
-int stage_head_rows(int Vl, int N) {
-    int rows = (int)(HEAD_CHUNK_FLOATS / (size_t)Vl);
-    if (rows < 64) rows = 64;
-    return rows < N ? rows : N;
-}
-
 int stage_set_tp(Stage *s, Comm *c, Err *err) {
     CHECKF(comm_size(c) == s->slice.tp_size && comm_rank(c) == s->slice.tp_rank,
            "the TP group (rank %d of %d) is not the slice's (%d of %d)", comm_rank(c), comm_size(c), s->slice.tp_rank,
@@ -381,23 +362,26 @@ int stage_set_tp(Stage *s, Comm *c, Err *err) {
 
 int stage_tp_status(const Stage *s, Err *err) { return tp_status(s->acts->tp, err); }
 
+// A forward pass: the embeddings on the first chunk, the chunk's blocks,
+// and on the last chunk the rest (model/stage_head).
 static double forward_pass(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale) {
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     CHECKF(s->slice.tp_size == 1 || s->acts->tp, "a tensor-parallel stage runs after stage_set_tp");
     StageActs *a = s->acts;
     const Arch *ar = a->arch;
-    Slot *sl = slot_of(s, slot);
+    Slot *sl = stage_slot(s, slot);
     LocalDims d = call_dims(s, B, T);
-    int N = d.N, C = d.C, first = chunk_first(s, sl), last = chunk_last(s, sl);
+    int N = d.N, C = d.C, first = chunk_first(s, sl), last = stage_chunk_last(s, sl);
     int se = a->seg_emb, sf = a->seg_fin, nl = a->cl, tied = ar->tied_head;
     const int *bseg = a->blk_seg + sl->chunk * a->cl;   // the chunk's blocks' segments
     int after_blocks = last ? sf : -1;
-    float *w[ARCH_MAX_TENSORS], *g[ARCH_MAX_TENSORS];
+    float *w[ARCH_MAX_TENSORS];
     const float *pe = NULL;
     if (first) {
         // a tied embedding stays at hand for the output head
-        pe = seg_params(s, se, nl ? bseg[0] : after_blocks);
-        const float *wte = at(s, pe, se, a->off_tok), *wpe = a->off_pos != SIZE_MAX ? at(s, pe, se, a->off_pos) : NULL;
+        pe = stage_seg_params(s, se, nl ? bseg[0] : after_blocks);
+        const float *wte = stage_at(s, pe, se, a->off_tok);
+        const float *wpe = a->off_pos != SIZE_MAX ? stage_at(s, pe, se, a->off_pos) : NULL;
         if (!a->tp) {
             // decoding: the pass's positions start at the cache's
             const float *pos = wpe && a->kv ? wpe + (size_t)a->kv->pos * C : wpe;
@@ -406,69 +390,21 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
             embedding_forward(a->tmp, tokens, wte, NULL, B, T, C, d.v0, d.Vl);
             embedding_add_positions(sl->x0, tp_reduce(a->tp, a->tmp, N, C), wpe, d.Ns, d.s0, T, C);
         }
-        if (!last || !tied) seg_params_done(s, se);
+        if (!last || !tied) stage_seg_params_done(s, se);
     }
     for (int j = 0; j < nl; j++) {
-        const float *pb = seg_params(s, bseg[j], j + 1 < nl ? bseg[j + 1] : after_blocks);
+        const float *pb = stage_seg_params(s, bseg[j], j + 1 < nl ? bseg[j + 1] : after_blocks);
         block_tensors(s, sl->chunk * a->cl + j, pb, NULL, w, NULL);
         float *buf[ARCH_MAX_BUFS];
-        BlockRun r = run_of(s, &d, sl, j, block_acts(a, sl, j, 0, buf), w, NULL);
+        BlockRun r = stage_run(s, &d, sl, j, block_acts(a, sl, j, 0, buf), w, NULL);
         r.kv = a->kv;
         r.layer = sl->chunk * a->cl + j;
         ar->block_forward(&r);
         stage16_move(a, sl, j, &d, 1);
-        seg_params_done(s, bseg[j]);
+        stage_seg_params_done(s, bseg[j]);
     }
     if (!last) return 0.0;
-
-    // backward starts with the last block: fetch it during the head
-    const float *pf = seg_params(s, sf, dscale != 0.0f && nl ? bseg[nl - 1] : -1);
-    if (tied && !pe) pe = seg_params(s, se, -1);
-    final_tensors(s, pf, w);
-    BlockRun fr = run_of(s, &d, sl, -1, sl->fin, w, NULL);
-    ar->final_forward(&fr);
-    if (a->kv) a->kv->pos += T;   // the pass's positions are cached
-    if (!targets) {
-        if (tied) seg_params_done(s, se);
-        seg_params_done(s, sf);
-        return 0.0;
-    }
-    int sh = a->seg_head;
-    const float *head = at(s, tied ? pe : pf, sh, a->off_head);
-    float *dhead = dscale != 0.0f ? at(s, seg_grads(s, sh), sh, a->off_head) : NULL;
-    sl->rows = first && dscale != 0.0f && take_rows(s);
-    int V = s->cfg.vocab, Vl = d.Vl;
-    const float *lnf = sl->fin[0];
-    // The head in chunks of rows: logits, loss and logits gradient, then the
-    // gradient into the final norm's output and the head, chunk by chunk.
-    // The chunks are as even as the logits buffer allows (2048 rows in 7
-    // chunks of 293 or fewer, not 6 of 333 and a GEMM of 50 rows).
-    int nchunk = (N + a->head_rows - 1) / a->head_rows, per = (N + nchunk - 1) / nchunk;
-    matmul_hold(head);   // every chunk multiplies by the same weight
-    for (int r0 = 0; r0 < N; r0 += per) {
-        int nr = N - r0 < per ? N - r0 : per;
-        linear_forward(a->logits, lnf + (size_t)r0 * C, head, NULL, nr, C, Vl);
-        tp_crossentropy(a->tp, a->logits, sl->losses + r0, targets + r0, nr, V, Vl, d.v0, dscale);
-        if (dscale != 0.0f)
-            linear_backward(a->tmp + (size_t)r0 * C, dhead, NULL, a->logits, lnf + (size_t)r0 * C, head, nr, C, Vl, 0);
-    }
-    matmul_release();
-    if (tied) seg_params_done(s, se);
-    // a tied head on a pipeline's last stage, or a deferred lookup: the
-    // embeddings' gradient here is complete
-    if (dscale != 0.0f && tied && se >= 0 && (!first || sl->rows)) seg_grads_done(s, se);
-    double sum = 0.0;
-    for (int n = 0; n < N; n++) sum += sl->losses[n];
-    if (dscale != 0.0f) {
-        final_tensors(s, seg_grads(s, sf), g);
-        memset(sl->dres, 0, (size_t)d.Ns * C * sizeof(float));
-        fr.g = g;
-        ar->final_backward(&fr);
-        stage16_round_grad(a, sl, &d);
-        seg_grads_done(s, sf);
-    }
-    seg_params_done(s, sf);
-    return sum;
+    return stage_head_forward(s, sl, &d, first, pe, targets, dscale);
 }
 
 // Under bf16 the passes' products run on the bf16 units where the CPU has them.
@@ -484,26 +420,26 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
     int prev = matmul_set_bf16(s->acts->prec == PREC_BF16);
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     StageActs *a = s->acts;
-    Slot *sl = slot_of(s, slot);
+    Slot *sl = stage_slot(s, slot);
     LocalDims d = call_dims(s, B, T);
     // the slot's output head is the tied token embedding (its segment's
     // gradient was reported done right after the head)
-    int first = chunk_first(s, sl), tied_head_here = a->arch->tied_head && chunk_last(s, sl);
-    if (first && !chunk_last(s, sl)) sl->rows = take_rows(s);
+    int first = chunk_first(s, sl), tied_head_here = a->arch->tied_head && stage_chunk_last(s, sl);
+    if (first && !stage_chunk_last(s, sl)) sl->rows = stage_take_rows(s);
     float *w[ARCH_MAX_TENSORS], *g[ARCH_MAX_TENSORS];
     for (int j = a->cl - 1; j >= 0; j--) {
         int i = sl->chunk * a->cl + j, sg = a->blk_seg[i];
-        const float *pb = seg_params(s, sg, j > 0 ? a->blk_seg[i - 1] : -1);
-        block_tensors(s, i, pb, seg_grads(s, sg), w, g);
+        const float *pb = stage_seg_params(s, sg, j > 0 ? a->blk_seg[i - 1] : -1);
+        block_tensors(s, i, pb, stage_seg_grads(s, sg), w, g);
         float *buf[ARCH_MAX_BUFS];
-        BlockRun r = run_of(s, &d, sl, j, block_acts(a, sl, j, 1, buf), w, g);
+        BlockRun r = stage_run(s, &d, sl, j, block_acts(a, sl, j, 1, buf), w, g);
         if (a->recompute == STAGE_RECOMPUTE_FULL) a->arch->block_forward(&r);   // the same bits as the first time
         else stage16_move(a, sl, j, &d, 0);
         if (a->recompute == STAGE_RECOMPUTE_SELECTIVE) a->arch->core_forward(&r);
         a->arch->block_backward(&r);
         stage16_round_grad(a, sl, &d);
-        seg_params_done(s, sg);
-        seg_grads_done(s, sg);
+        stage_seg_params_done(s, sg);
+        stage_seg_grads_done(s, sg);
     }
     // the embeddings' gradient rows, all N of them (gathered under sequence parallelism)
     const float *dx = sl->dres;
@@ -514,33 +450,18 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
     }
     if (first && sl->rows) {
         if (!tied_head_here) {   // no head wrote into the embeddings: their (zero) dense part is done now
-            seg_grads(s, a->seg_emb);
-            seg_grads_done(s, a->seg_emb);
+            stage_seg_grads(s, a->seg_emb);
+            stage_seg_grads_done(s, a->seg_emb);
         }
         s->hooks.rows(s->hooks.ctx, tokens, dx, B, T);
     } else if (first) {
         int se = a->seg_emb;
-        float *ge = seg_grads(s, se);
-        embedding_backward(at(s, ge, se, a->off_tok), a->off_pos != SIZE_MAX ? at(s, ge, se, a->off_pos) : NULL, dx,
-                           tokens, B, T, d.C, d.v0, d.Vl);
-        seg_grads_done(s, se);
+        float *ge = stage_seg_grads(s, se);
+        float *gpe = a->off_pos != SIZE_MAX ? stage_at(s, ge, se, a->off_pos) : NULL;
+        embedding_backward(stage_at(s, ge, se, a->off_tok), gpe, dx, tokens, B, T, d.C, d.v0, d.Vl);
+        stage_seg_grads_done(s, se);
     }
     sl->rows = 0;
-    matmul_unbind16(0);
-    matmul_set_bf16(prev);
-}
-
-void stage_logits(Stage *s, int slot, int B, int T, int pos, float *logits) {
-    int prev = matmul_set_bf16(s->acts->prec == PREC_BF16);
-    StageActs *a = s->acts;
-    Slot *sl = slot_of(s, slot);
-    CHECK(chunk_last(s, sl) && pos >= 0 && pos < T);
-    int C = s->cfg.d_model, sh = a->seg_head;
-    const float *head = at(s, seg_params(s, sh, -1), sh, a->off_head);
-    for (int b = 0; b < B; b++)
-        linear_forward(logits + (size_t)b * a->dim.Vl, sl->fin[0] + ((size_t)b * T + pos) * C, head, NULL, 1, C,
-                       a->dim.Vl);
-    seg_params_done(s, sh);
     matmul_unbind16(0);
     matmul_set_bf16(prev);
 }

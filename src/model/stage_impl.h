@@ -3,7 +3,9 @@
 // A stage's activations are one StageActs: the slots (one micro-batch's
 // saved activations each), the scratch, the 16-bit weights and where each
 // tensor lies in the flat buffers. The files divide the work:
-//   stage.c       the layout, the hooks' callers, the passes;
+//   stage.c       the layout, the hooks' callers, the embeddings and the
+//                 blocks' forward and backward;
+//   stage_head.c  the final part, the output head and the loss;
 //   stage16.c     bf16/fp16: the 16-bit copy of the weights and the
 //                 16-bit store of the activations;
 //   stage_kv.c    the key/value cache of incremental decoding.
@@ -59,8 +61,30 @@ struct StageActs {
 
 // ---- stage.c ----
 
+// Segment seg's parameters as the passes read them: through the params
+// hook (next: its prefetch hint) or from the flat buffer, under bf16/fp16
+// through the 16-bit copy (stage16_params). Each is followed by
+// stage_seg_params_done.
+const float *stage_seg_params(Stage *s, int seg, int next);
+void stage_seg_params_done(Stage *s, int seg);
+// The buffer segment seg's gradients are added into (the grads hook or
+// the flat buffer), and the hook call saying they are complete.
+float *stage_seg_grads(Stage *s, int seg);
+void stage_seg_grads_done(Stage *s, int seg);
+// Whether the take_rows hook takes this backward pass's embedding rows.
+int stage_take_rows(Stage *s);
+// The tensor at flat offset off in buf, which holds segment seg.
+float *stage_at(const Stage *s, const float *buf, int seg, size_t off);
 // Carves n floats at *off from base (64-byte steps); with base NULL only counts.
 float *stage_carve(char *base, size_t *off, size_t n);
+// The slot's activations (a checked index).
+Slot *stage_slot(Stage *s, int slot);
+// Whether the slot's chunk ends the model (has the final norm, the head
+// and the loss).
+int stage_chunk_last(const Stage *s, const Slot *sl);
+// A pass of the slot's j-th block (j = -1: the final norm, after the last
+// block) of its micro-batch, with its activation buffers act.
+BlockRun stage_run(Stage *s, const LocalDims *d, Slot *sl, int j, float *const *act, float **w, float **g);
 
 // ---- stage16.c ----
 
@@ -76,6 +100,15 @@ void stage16_free(StageActs *a);
 void stage16_move(StageActs *a, Slot *sl, int j, const LocalDims *d, int out);
 // Under fp16 the gradient leaving a block or the head is held in fp16.
 void stage16_round_grad(const StageActs *a, Slot *sl, const LocalDims *d);
+
+// ---- stage_head.c ----
+
+// The rest of a forward pass of the slot's last chunk: the final part, and
+// with targets the head's loss (returned, summed), and with dscale != 0
+// the head's and the final part's backward. first: the chunk embeds too,
+// its embeddings' parameters at pe (held for a tied head); else pe NULL.
+double stage_head_forward(Stage *s, Slot *sl, const LocalDims *d, int first, const float *pe, const int *targets,
+                          float dscale);
 
 // ---- stage_kv.c ----
 
