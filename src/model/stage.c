@@ -6,146 +6,35 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "core/half.h"
-#include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
+#include "model/stage_impl.h"
 #include "model/tp.h"
 
-// The output head runs over at most this many logits at once (rows × Vl),
-// so the (B·T, Vl) logits matrix never exists whole.
-enum { HEAD_CHUNK_FLOATS = 16 << 20 };
-
-// One micro-batch's saved activations.
-typedef struct {
-    float *x0;            // (Ns,C) stage input / embeddings (the rank's rows of the residual stream)
-    float **blk;          // cl × nact: the activations of each of its chunk's blocks (Arch.act_floats)
-    uint16_t **blk16;     // cl × nact: those stored in 16 bits (bf16/fp16), NULL where blk is not
-    float *fin[3];        // final norm: output (N,C) gathered, mean (Ns), rstd (Ns)
-    float *losses;        // (N)
-    float *dres;          // (Ns,C) gradient of the residual stream: the head's leaves it here for stage_backward
-    int rows;             // this backward pass's embedding rows go to the rows hook
-    int chunk;            // the chunk whose blocks it runs
-} Slot;
-
-struct StageActs {
-    const Arch *arch;
-    LocalDims dim;                          // capacity (B, T, N = B·T) and the local slice
-    KvCache *kv;                            // incremental decoding (stage_kv_init), or NULL
-    Tp *tp;                                 // the TP group (NULL: one rank)
-    int nl;                                 // blocks on this stage
-    int recompute;                          // 0, STAGE_RECOMPUTE_FULL or STAGE_RECOMPUTE_SELECTIVE
-    Precision prec;
-    float *rc[ARCH_MAX_BUFS];               // the shared fp32 set of one block's activations that recomputation
-                                            // drops or 16 bits store (NULL: not shared)
-    uint16_t *w16;                          // bf16/fp16: the 16-bit copy of the weights (table.total), or NULL
-    unsigned char *w16_stale;               // per segment: the copy is older than the parameters
-    float *wbuf[PART_COUNT];                // bf16/fp16: one segment of each part's weights as the passes read them
-    void *wbuf_block;
-    int cl;                                 // of them in each chunk (chunk v: blocks v·cl .. v·cl + cl − 1)
-    size_t (*blk_off)[ARCH_MAX_TENSORS];    // flat-buffer offset of each block tensor
-    int *blk_seg;                           // each block's segment
-    int seg_emb, seg_fin, seg_head;         // segments of the embeddings, the final part, the head; -1 if absent
-    size_t off_tok, off_pos, off_head;      // flat offsets (SIZE_MAX: absent)
-    size_t off_fin[ARCH_MAX_TENSORS];
-    Slot *slot;
-    // scratch
-    float *tmp;                             // (N,C): partial sums over TP, gathered rows
-    float *logits;                          // (head_rows, Vl)
-    int head_rows;
-    float *scr[ARCH_MAX_BUFS];              // the arch's block scratch
-    void *act_block, *ws_block;
-    size_t act_bytes, ws_bytes;
-};
 
 // ---- parameters and gradients by segment: the hooks, or the flat buffers ----
 
-// Whether the linear layers read the tensor (and nothing else does).
-static int linear_only(Role r) { return r == ROLE_QKV || r == ROLE_LINEAR || r == ROLE_HEAD; }
-
-// Under bf16 on the bf16 units, the linear layers' weights of the stage's
-// own segment: the 16-bit copy made again where it is older than the
-// parameters, and bound for the linear layers to read in place of the
-// floats (matmul_bind16); the segment's other tensors widened into dst.
-static void seg_params_bound(Stage *s, int seg, const float *src, float *dst) {
-    StageActs *a = s->acts;
-    const ParamSeg *g = &s->table.seg[seg];
-    int stale = a->w16_stale[seg];
-    matmul_unbind16(1 + g->part);
-    for (int i = g->first; i < g->first + g->n; i++) {
-        const ParamInfo *t = &s->table.p[i];
-        size_t o = t->offset - g->lo;
-        if (linear_only(t->role)) {
-            if (stale) half_pack(a->prec, a->w16 + t->offset, src + o, t->numel);
-            matmul_bind16(1 + g->part, dst + o, a->w16 + t->offset, t->numel);
-        } else if (stale) {
-            half_pack_widen(a->prec, a->w16 + t->offset, dst + o, src + o, t->numel);
-        } else {
-            half_unpack(a->prec, dst + o, a->w16 + t->offset, t->numel);
-        }
-    }
-    a->w16_stale[seg] = 0;
-}
-
-// Under bf16/fp16 the 16-bit weights, in fp32 for the kernels: the stage's
-// own parameters through their 16-bit copy, gathered ones rounded as they
-// come (the same values).
-static const float *seg_params(Stage *s, int seg, int next) {
+const float *stage_seg_params(Stage *s, int seg, int next) {
     const float *src = s->hooks.params ? s->hooks.params(s->hooks.ctx, seg, next) : s->params + s->table.seg[seg].lo;
-    StageActs *a = s->acts;
-    if (a->prec == PREC_FP32) return src;
-    const ParamSeg *g = &s->table.seg[seg];
-    size_t n = g->hi - g->lo;
-    float *dst = a->wbuf[g->part];
-    if (a->w16 && matmul_bf16()) {
-        seg_params_bound(s, seg, src, dst);
-        return dst;
-    }
-    matmul_unbind16(1 + g->part);
-    if (a->w16 && a->w16_stale[seg]) {   // the copy made again, and widened in the same pass
-        half_pack_widen(a->prec, a->w16 + g->lo, dst, src, n);
-        a->w16_stale[seg] = 0;
-    } else if (a->w16) {
-        half_unpack(a->prec, dst, a->w16 + g->lo, n);
-    } else {
-        half_round(a->prec, dst, src, n);
-    }
-    return dst;
+    return s->acts->prec == PREC_FP32 ? src : stage16_params(s, seg, src);
 }
 
-unsigned stage_prec_flag(Precision p) { return p == PREC_BF16 ? STAGE_BF16 : p == PREC_FP16 ? STAGE_FP16 : 0; }
-
-void stage_params_changed(Stage *s) {
-    if (s->acts && s->acts->w16) memset(s->acts->w16_stale, 1, (size_t)s->table.nseg);
-}
-
-uint16_t *stage_params16(Stage *s, Precision *prec) {
-    if (!s->acts || !s->acts->w16) return NULL;
-    *prec = s->acts->prec;
-    return s->acts->w16;
-}
-
-void stage_params16_current(Stage *s) {
-    if (s->acts && s->acts->w16) memset(s->acts->w16_stale, 0, (size_t)s->table.nseg);
-}
-
-static void seg_params_done(Stage *s, int seg) {
+void stage_seg_params_done(Stage *s, int seg) {
     if (s->hooks.params_done) s->hooks.params_done(s->hooks.ctx, seg);
 }
 
-static float *seg_grads(Stage *s, int seg) {
+float *stage_seg_grads(Stage *s, int seg) {
     if (s->hooks.grads) return s->hooks.grads(s->hooks.ctx, seg);
     return s->grads + s->table.seg[seg].lo;
 }
 
-static void seg_grads_done(Stage *s, int seg) {
+void stage_seg_grads_done(Stage *s, int seg) {
     if (s->hooks.grads_done) s->hooks.grads_done(s->hooks.ctx, seg);
 }
 
-static int take_rows(Stage *s) { return s->hooks.take_rows && s->hooks.take_rows(s->hooks.ctx); }
+int stage_take_rows(Stage *s) { return s->hooks.take_rows && s->hooks.take_rows(s->hooks.ctx); }
 
-// The tensor at flat offset off in buf, which holds segment seg.
-static float *at(const Stage *s, const float *buf, int seg, size_t off) {
+float *stage_at(const Stage *s, const float *buf, int seg, size_t off) {
     return (float *)buf + (off - s->table.seg[seg].lo);
 }
 
@@ -153,8 +42,7 @@ void stage_set_hooks(Stage *s, const StageHooks *h) { s->hooks = h ? *h : (Stage
 
 // ---- layout ----
 
-// Carves n floats at *off from base (64-byte steps); with base NULL only counts.
-static float *carve(char *base, size_t *off, size_t n) {
+float *stage_carve(char *base, size_t *off, size_t n) {
     float *p = base ? (float *)(base + *off) : NULL;
     *off += (n * sizeof(float) + 63) & ~(size_t)63;
     return p;
@@ -185,21 +73,21 @@ static size_t layout_acts(StageActs *a, int slots, char *base) {
     size_t off = 0, N = (size_t)a->dim.N, Ns = (size_t)a->dim.Ns, C = (size_t)a->dim.C;
     for (int j = 0; j < ar->nact; j++)   // full: one whole block's set (its output too, for the recomputation)
         a->rc[j] = a->recompute == STAGE_RECOMPUTE_FULL || shared_act(a, j) || half_act(a, j)
-                       ? carve(base, &off, ar->act_floats(&a->dim, j)) : NULL;
+                       ? stage_carve(base, &off, ar->act_floats(&a->dim, j)) : NULL;
     for (int k = 0; k < slots; k++) {
         Slot *sl = &a->slot[k];
-        sl->x0 = carve(base, &off, Ns * C);
+        sl->x0 = stage_carve(base, &off, Ns * C);
         for (int i = 0; i < a->cl; i++)
             for (int j = 0; j < ar->nact; j++) {
                 size_t n = ar->act_floats(&a->dim, j);
                 int shared = shared_act(a, j), half = !shared && half_act(a, j);
-                sl->blk[i * ar->nact + j] = shared || half ? NULL : carve(base, &off, n);
+                sl->blk[i * ar->nact + j] = shared || half ? NULL : stage_carve(base, &off, n);
                 sl->blk16[i * ar->nact + j] = half ? carve16(base, &off, n) : NULL;
             }
-        sl->fin[0] = carve(base, &off, N * C);
-        sl->fin[1] = carve(base, &off, Ns);
-        sl->fin[2] = carve(base, &off, Ns);
-        sl->losses = carve(base, &off, N);
+        sl->fin[0] = stage_carve(base, &off, N * C);
+        sl->fin[1] = stage_carve(base, &off, Ns);
+        sl->fin[2] = stage_carve(base, &off, Ns);
+        sl->losses = stage_carve(base, &off, N);
     }
     return off;
 }
@@ -208,10 +96,11 @@ static size_t layout_acts(StageActs *a, int slots, char *base) {
 // from base; returns bytes.
 static size_t layout_scratch(StageActs *a, int slots, char *base) {
     size_t off = 0, N = (size_t)a->dim.N, C = (size_t)a->dim.C;
-    a->tmp = carve(base, &off, N * C);
-    a->logits = carve(base, &off, (size_t)a->head_rows * a->dim.Vl);
-    for (int k = 0; k < slots; k++) a->slot[k].dres = carve(base, &off, (size_t)a->dim.Ns * C);
-    for (int j = 0; j < a->arch->nscratch; j++) a->scr[j] = carve(base, &off, a->arch->scratch_floats(&a->dim, j));
+    a->tmp = stage_carve(base, &off, N * C);
+    a->logits = stage_carve(base, &off, (size_t)a->head_rows * a->dim.Vl);
+    for (int k = 0; k < slots; k++) a->slot[k].dres = stage_carve(base, &off, (size_t)a->dim.Ns * C);
+    for (int j = 0; j < a->arch->nscratch; j++)
+        a->scr[j] = stage_carve(base, &off, a->arch->scratch_floats(&a->dim, j));
     return off;
 }
 
@@ -256,35 +145,6 @@ int stage_check_split(const ModelConfig *c, int tp, int sp, int T, Err *err) {
     if (sp && T % tp)
         return err_set(err, ERR_USAGE, "--sp splits each sequence's rows over the ranks: --seq %d is not a multiple of --tp %d",
                        T, tp);
-    return 0;
-}
-
-// bf16/fp16: the 16-bit copy of the stage's own weights (own: it holds
-// them) and the fp32 buffers the passes read them through, each the size
-// of its part's largest segment.
-static int weight_buffers(Stage *s, int own, Err *err) {
-    StageActs *a = s->acts;
-    size_t most[PART_COUNT] = {0}, off[PART_COUNT] = {0}, bytes = 0;
-    for (int k = 0; k < s->table.nseg; k++) {
-        const ParamSeg *g = &s->table.seg[k];
-        if (g->hi - g->lo > most[g->part]) most[g->part] = g->hi - g->lo;
-    }
-    for (int p = 0; p < PART_COUNT; p++) {
-        off[p] = bytes;
-        carve(NULL, &bytes, most[p]);
-    }
-    a->wbuf_block = mem_alloc(MEM_WORKSPACE, bytes);
-    if (own) {
-        a->w16 = mem_alloc(MEM_PARAMS16, s->table.total * sizeof(uint16_t));
-        a->w16_stale = malloc((size_t)s->table.nseg + 1);
-    }
-    if (!a->wbuf_block || (own && (!a->w16 || !a->w16_stale))) {
-        char b[32];
-        return err_set(err, ERR_RUN, "out of memory allocating the 16-bit weights (%s)",
-                       mem_fmt(s->table.total * sizeof(uint16_t) + bytes, b, sizeof b));
-    }
-    for (int p = 0; p < PART_COUNT; p++) a->wbuf[p] = (float *)((char *)a->wbuf_block + off[p]);
-    stage_params_changed(s);
     return 0;
 }
 
@@ -385,7 +245,7 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     }
     layout_acts(a, slots, a->act_block);
     layout_scratch(a, slots, a->ws_block);
-    if (a->prec != PREC_FP32 && weight_buffers(s, !(flags & STAGE_NO_PARAMS), err)) { stage_free(s); return -1; }
+    if (a->prec != PREC_FP32 && stage16_alloc(s, !(flags & STAGE_NO_PARAMS), err)) { stage_free(s); return -1; }
     return 0;
 }
 
@@ -394,11 +254,8 @@ void stage_free(Stage *s) {
         tp_free(s->acts->tp);
         mem_free(s->acts->act_block);
         mem_free(s->acts->ws_block);
-        mem_free(s->acts->wbuf_block);
-        mem_free(s->acts->w16);
-        free(s->acts->w16_stale);
-        if (s->acts->kv) mem_free(s->acts->kv->k);
-        free(s->acts->kv);
+        stage16_free(s->acts);
+        stage_kv_free(s->acts);
         for (int k = 0; s->acts->slot && k < s->slots; k++) {
             free(s->acts->slot[k].blk);
             free(s->acts->slot[k].blk16);
@@ -424,7 +281,7 @@ static LocalDims call_dims(const Stage *s, int B, int T) {
     return d;
 }
 
-static Slot *slot_of(Stage *s, int slot) {
+Slot *stage_slot(Stage *s, int slot) {
     CHECKF(slot >= 0 && slot < s->slots, "stage slot %d of %d", slot, s->slots);
     return &s->acts->slot[slot];
 }
@@ -432,7 +289,7 @@ static Slot *slot_of(Stage *s, int slot) {
 // Whether the slot's chunk starts the model (embeds the tokens) and ends
 // it (has the final norm, the head and the loss).
 static int chunk_first(const Stage *s, const Slot *sl) { return sl->chunk == 0 && slice_is_first(&s->slice); }
-static int chunk_last(const Stage *s, const Slot *sl) {
+int stage_chunk_last(const Stage *s, const Slot *sl) {
     return sl->chunk == s->chunks - 1 && slice_is_last(&s->slice, &s->cfg);
 }
 
@@ -444,13 +301,13 @@ static float *block_output(Stage *s, Slot *sl, int j) {
 
 void stage_bind(Stage *s, int slot, int chunk) {
     CHECKF(chunk >= 0 && chunk < s->chunks, "chunk %d of %d", chunk, s->chunks);
-    slot_of(s, slot)->chunk = chunk;
+    stage_slot(s, slot)->chunk = chunk;
 }
 
-float *stage_input(Stage *s, int slot) { return slot_of(s, slot)->x0; }
-float *stage_output(Stage *s, int slot) { return block_output(s, slot_of(s, slot), s->acts->cl - 1); }
-float *stage_grad_output(Stage *s, int slot) { return slot_of(s, slot)->dres; }
-float *stage_grad_input(Stage *s, int slot) { return slot_of(s, slot)->dres; }
+float *stage_input(Stage *s, int slot) { return stage_slot(s, slot)->x0; }
+float *stage_output(Stage *s, int slot) { return block_output(s, stage_slot(s, slot), s->acts->cl - 1); }
+float *stage_grad_output(Stage *s, int slot) { return stage_slot(s, slot)->dres; }
+float *stage_grad_input(Stage *s, int slot) { return stage_slot(s, slot)->dres; }
 
 size_t stage_boundary_floats(const Stage *s, int B, int T) {
     LocalDims d = call_dims(s, B, T);
@@ -467,12 +324,6 @@ static void block_tensors(const Stage *s, int i, const float *params, const floa
     }
 }
 
-// The final part's tensors in its segment's buffer.
-static void final_tensors(const Stage *s, const float *buf, float **w) {
-    const StageActs *a = s->acts;
-    for (int k = 0; k < a->arch->n[PART_FINAL]; k++) w[k] = at(s, buf, a->seg_fin, a->off_fin[k]);
-}
-
 // The activation buffers of the slot's j-th block for a pass, into buf:
 // the slot's, and the shared set's for those recomputation drops; for the
 // recomputation before a backward (again) under full recomputation, the
@@ -485,31 +336,12 @@ static float *const *block_acts(const StageActs *a, Slot *sl, int j, int again, 
     return buf;
 }
 
-// A pass of the slot's j-th block (j = -1: the final norm, after the last
-// block) of its micro-batch, with its activation buffers act.
-static BlockRun run_of(Stage *s, const LocalDims *d, Slot *sl, int j, float *const *act, float **w, float **g) {
+BlockRun stage_run(Stage *s, const LocalDims *d, Slot *sl, int j, float *const *act, float **w, float **g) {
     StageActs *a = s->acts;
     return (BlockRun){.cfg = &s->cfg, .d = d, .tp = a->tp, .w = w, .g = g, .act = act, .scr = a->scr,
                       .x = block_output(s, sl, j >= 0 ? j - 1 : a->cl - 1), .tmp = a->tmp, .dres = sl->dres,
                       .prec = a->prec};
 }
-
-// The slot's j-th block's 16-bit activations: stored from the shared set
-// after its forward (out), or back into it before its backward (in).
-static void move16(StageActs *a, Slot *sl, int j, const LocalDims *d, int out) {
-    uint16_t **h = sl->blk16 + j * a->arch->nact;
-    for (int i = 0; i < a->arch->nact; i++) {
-        if (!h[i]) continue;
-        if (out) half_pack(a->prec, h[i], a->rc[i], a->arch->act_floats(d, i));
-        else half_unpack(a->prec, a->rc[i], h[i], a->arch->act_floats(d, i));
-    }
-}
-
-// Under fp16 the gradient leaving a block or the head is held in fp16.
-static void round_grad(const StageActs *a, Slot *sl, const LocalDims *d) {
-    if (a->prec == PREC_FP16) half_round(a->prec, sl->dres, sl->dres, (size_t)d->Ns * d->C);
-}
-
 
 char *stage_linear_name(const Stage *s, int in, int out, char *buf, size_t n) {
     const LocalDims *d = &s->acts->dim;
@@ -517,36 +349,6 @@ char *stage_linear_name(const Stage *s, int in, int out, char *buf, size_t n) {
     int head = in == d->C && out == d->Vl;
     snprintf(buf, n, "%s%s%s", name ? name : "", name && head ? "/" : "", head ? "head" : "");
     return buf;
-}
-
-int stage_kv_init(Stage *s, Err *err) {
-    StageActs *a = s->acts;
-    CHECKF(slice_is_first(&s->slice) && s->slice.tp_size == 1 && s->B == 1 && s->chunks == 1,
-           "incremental decoding runs a whole model on one rank, one sequence");
-    if (a->kv) return 0;
-    int L = s->cfg.n_layer, S = s->T;
-    size_t kv = (size_t)a->dim.KVl, n = (size_t)L * S * kv;
-    KvCache *c = calloc(1, sizeof *c);
-    float *buf = c ? mem_alloc(MEM_ACTS, 2 * n * sizeof(float)) : NULL;
-    if (!buf) {
-        free(c);
-        return err_set(err, ERR_RUN, "out of memory for the key/value cache (%zu MiB)", (2 * n * sizeof(float)) >> 20);
-    }
-    *c = (KvCache){.k = buf, .v = buf + n, .S = S};
-    a->kv = c;
-    return 0;
-}
-
-void stage_kv_reset(Stage *s) {
-    if (s->acts->kv) s->acts->kv->pos = 0;
-}
-
-int stage_kv_pos(const Stage *s) { return s->acts->kv ? s->acts->kv->pos : 0; }
-
-int stage_head_rows(int Vl, int N) {
-    int rows = (int)(HEAD_CHUNK_FLOATS / (size_t)Vl);
-    if (rows < 64) rows = 64;
-    return rows < N ? rows : N;
 }
 
 int stage_set_tp(Stage *s, Comm *c, Err *err) {
@@ -560,23 +362,26 @@ int stage_set_tp(Stage *s, Comm *c, Err *err) {
 
 int stage_tp_status(const Stage *s, Err *err) { return tp_status(s->acts->tp, err); }
 
+// A forward pass: the embeddings on the first chunk, the chunk's blocks,
+// and on the last chunk the rest (model/stage_head).
 static double forward_pass(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale) {
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     CHECKF(s->slice.tp_size == 1 || s->acts->tp, "a tensor-parallel stage runs after stage_set_tp");
     StageActs *a = s->acts;
     const Arch *ar = a->arch;
-    Slot *sl = slot_of(s, slot);
+    Slot *sl = stage_slot(s, slot);
     LocalDims d = call_dims(s, B, T);
-    int N = d.N, C = d.C, first = chunk_first(s, sl), last = chunk_last(s, sl);
+    int N = d.N, C = d.C, first = chunk_first(s, sl), last = stage_chunk_last(s, sl);
     int se = a->seg_emb, sf = a->seg_fin, nl = a->cl, tied = ar->tied_head;
     const int *bseg = a->blk_seg + sl->chunk * a->cl;   // the chunk's blocks' segments
     int after_blocks = last ? sf : -1;
-    float *w[ARCH_MAX_TENSORS], *g[ARCH_MAX_TENSORS];
+    float *w[ARCH_MAX_TENSORS];
     const float *pe = NULL;
     if (first) {
         // a tied embedding stays at hand for the output head
-        pe = seg_params(s, se, nl ? bseg[0] : after_blocks);
-        const float *wte = at(s, pe, se, a->off_tok), *wpe = a->off_pos != SIZE_MAX ? at(s, pe, se, a->off_pos) : NULL;
+        pe = stage_seg_params(s, se, nl ? bseg[0] : after_blocks);
+        const float *wte = stage_at(s, pe, se, a->off_tok);
+        const float *wpe = a->off_pos != SIZE_MAX ? stage_at(s, pe, se, a->off_pos) : NULL;
         if (!a->tp) {
             // decoding: the pass's positions start at the cache's
             const float *pos = wpe && a->kv ? wpe + (size_t)a->kv->pos * C : wpe;
@@ -585,69 +390,21 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
             embedding_forward(a->tmp, tokens, wte, NULL, B, T, C, d.v0, d.Vl);
             embedding_add_positions(sl->x0, tp_reduce(a->tp, a->tmp, N, C), wpe, d.Ns, d.s0, T, C);
         }
-        if (!last || !tied) seg_params_done(s, se);
+        if (!last || !tied) stage_seg_params_done(s, se);
     }
     for (int j = 0; j < nl; j++) {
-        const float *pb = seg_params(s, bseg[j], j + 1 < nl ? bseg[j + 1] : after_blocks);
+        const float *pb = stage_seg_params(s, bseg[j], j + 1 < nl ? bseg[j + 1] : after_blocks);
         block_tensors(s, sl->chunk * a->cl + j, pb, NULL, w, NULL);
         float *buf[ARCH_MAX_BUFS];
-        BlockRun r = run_of(s, &d, sl, j, block_acts(a, sl, j, 0, buf), w, NULL);
+        BlockRun r = stage_run(s, &d, sl, j, block_acts(a, sl, j, 0, buf), w, NULL);
         r.kv = a->kv;
         r.layer = sl->chunk * a->cl + j;
         ar->block_forward(&r);
-        move16(a, sl, j, &d, 1);
-        seg_params_done(s, bseg[j]);
+        stage16_move(a, sl, j, &d, 1);
+        stage_seg_params_done(s, bseg[j]);
     }
     if (!last) return 0.0;
-
-    // backward starts with the last block: fetch it during the head
-    const float *pf = seg_params(s, sf, dscale != 0.0f && nl ? bseg[nl - 1] : -1);
-    if (tied && !pe) pe = seg_params(s, se, -1);
-    final_tensors(s, pf, w);
-    BlockRun fr = run_of(s, &d, sl, -1, sl->fin, w, NULL);
-    ar->final_forward(&fr);
-    if (a->kv) a->kv->pos += T;   // the pass's positions are cached
-    if (!targets) {
-        if (tied) seg_params_done(s, se);
-        seg_params_done(s, sf);
-        return 0.0;
-    }
-    int sh = a->seg_head;
-    const float *head = at(s, tied ? pe : pf, sh, a->off_head);
-    float *dhead = dscale != 0.0f ? at(s, seg_grads(s, sh), sh, a->off_head) : NULL;
-    sl->rows = first && dscale != 0.0f && take_rows(s);
-    int V = s->cfg.vocab, Vl = d.Vl;
-    const float *lnf = sl->fin[0];
-    // The head in chunks of rows: logits, loss and logits gradient, then the
-    // gradient into the final norm's output and the head, chunk by chunk.
-    // The chunks are as even as the logits buffer allows (2048 rows in 7
-    // chunks of 293 or fewer, not 6 of 333 and a GEMM of 50 rows).
-    int nchunk = (N + a->head_rows - 1) / a->head_rows, per = (N + nchunk - 1) / nchunk;
-    matmul_hold(head);   // every chunk multiplies by the same weight
-    for (int r0 = 0; r0 < N; r0 += per) {
-        int nr = N - r0 < per ? N - r0 : per;
-        linear_forward(a->logits, lnf + (size_t)r0 * C, head, NULL, nr, C, Vl);
-        tp_crossentropy(a->tp, a->logits, sl->losses + r0, targets + r0, nr, V, Vl, d.v0, dscale);
-        if (dscale != 0.0f)
-            linear_backward(a->tmp + (size_t)r0 * C, dhead, NULL, a->logits, lnf + (size_t)r0 * C, head, nr, C, Vl, 0);
-    }
-    matmul_release();
-    if (tied) seg_params_done(s, se);
-    // a tied head on a pipeline's last stage, or a deferred lookup: the
-    // embeddings' gradient here is complete
-    if (dscale != 0.0f && tied && se >= 0 && (!first || sl->rows)) seg_grads_done(s, se);
-    double sum = 0.0;
-    for (int n = 0; n < N; n++) sum += sl->losses[n];
-    if (dscale != 0.0f) {
-        final_tensors(s, seg_grads(s, sf), g);
-        memset(sl->dres, 0, (size_t)d.Ns * C * sizeof(float));
-        fr.g = g;
-        ar->final_backward(&fr);
-        round_grad(a, sl, &d);
-        seg_grads_done(s, sf);
-    }
-    seg_params_done(s, sf);
-    return sum;
+    return stage_head_forward(s, sl, &d, first, pe, targets, dscale);
 }
 
 // Under bf16 the passes' products run on the bf16 units where the CPU has them.
@@ -663,26 +420,26 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
     int prev = matmul_set_bf16(s->acts->prec == PREC_BF16);
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     StageActs *a = s->acts;
-    Slot *sl = slot_of(s, slot);
+    Slot *sl = stage_slot(s, slot);
     LocalDims d = call_dims(s, B, T);
     // the slot's output head is the tied token embedding (its segment's
     // gradient was reported done right after the head)
-    int first = chunk_first(s, sl), tied_head_here = a->arch->tied_head && chunk_last(s, sl);
-    if (first && !chunk_last(s, sl)) sl->rows = take_rows(s);
+    int first = chunk_first(s, sl), tied_head_here = a->arch->tied_head && stage_chunk_last(s, sl);
+    if (first && !stage_chunk_last(s, sl)) sl->rows = stage_take_rows(s);
     float *w[ARCH_MAX_TENSORS], *g[ARCH_MAX_TENSORS];
     for (int j = a->cl - 1; j >= 0; j--) {
         int i = sl->chunk * a->cl + j, sg = a->blk_seg[i];
-        const float *pb = seg_params(s, sg, j > 0 ? a->blk_seg[i - 1] : -1);
-        block_tensors(s, i, pb, seg_grads(s, sg), w, g);
+        const float *pb = stage_seg_params(s, sg, j > 0 ? a->blk_seg[i - 1] : -1);
+        block_tensors(s, i, pb, stage_seg_grads(s, sg), w, g);
         float *buf[ARCH_MAX_BUFS];
-        BlockRun r = run_of(s, &d, sl, j, block_acts(a, sl, j, 1, buf), w, g);
+        BlockRun r = stage_run(s, &d, sl, j, block_acts(a, sl, j, 1, buf), w, g);
         if (a->recompute == STAGE_RECOMPUTE_FULL) a->arch->block_forward(&r);   // the same bits as the first time
-        else move16(a, sl, j, &d, 0);
+        else stage16_move(a, sl, j, &d, 0);
         if (a->recompute == STAGE_RECOMPUTE_SELECTIVE) a->arch->core_forward(&r);
         a->arch->block_backward(&r);
-        round_grad(a, sl, &d);
-        seg_params_done(s, sg);
-        seg_grads_done(s, sg);
+        stage16_round_grad(a, sl, &d);
+        stage_seg_params_done(s, sg);
+        stage_seg_grads_done(s, sg);
     }
     // the embeddings' gradient rows, all N of them (gathered under sequence parallelism)
     const float *dx = sl->dres;
@@ -693,33 +450,18 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
     }
     if (first && sl->rows) {
         if (!tied_head_here) {   // no head wrote into the embeddings: their (zero) dense part is done now
-            seg_grads(s, a->seg_emb);
-            seg_grads_done(s, a->seg_emb);
+            stage_seg_grads(s, a->seg_emb);
+            stage_seg_grads_done(s, a->seg_emb);
         }
         s->hooks.rows(s->hooks.ctx, tokens, dx, B, T);
     } else if (first) {
         int se = a->seg_emb;
-        float *ge = seg_grads(s, se);
-        embedding_backward(at(s, ge, se, a->off_tok), a->off_pos != SIZE_MAX ? at(s, ge, se, a->off_pos) : NULL, dx,
-                           tokens, B, T, d.C, d.v0, d.Vl);
-        seg_grads_done(s, se);
+        float *ge = stage_seg_grads(s, se);
+        float *gpe = a->off_pos != SIZE_MAX ? stage_at(s, ge, se, a->off_pos) : NULL;
+        embedding_backward(stage_at(s, ge, se, a->off_tok), gpe, dx, tokens, B, T, d.C, d.v0, d.Vl);
+        stage_seg_grads_done(s, se);
     }
     sl->rows = 0;
-    matmul_unbind16(0);
-    matmul_set_bf16(prev);
-}
-
-void stage_logits(Stage *s, int slot, int B, int T, int pos, float *logits) {
-    int prev = matmul_set_bf16(s->acts->prec == PREC_BF16);
-    StageActs *a = s->acts;
-    Slot *sl = slot_of(s, slot);
-    CHECK(chunk_last(s, sl) && pos >= 0 && pos < T);
-    int C = s->cfg.d_model, sh = a->seg_head;
-    const float *head = at(s, seg_params(s, sh, -1), sh, a->off_head);
-    for (int b = 0; b < B; b++)
-        linear_forward(logits + (size_t)b * a->dim.Vl, sl->fin[0] + ((size_t)b * T + pos) * C, head, NULL, 1, C,
-                       a->dim.Vl);
-    seg_params_done(s, sh);
     matmul_unbind16(0);
     matmul_set_bf16(prev);
 }

@@ -37,27 +37,80 @@
 #include "model/config.h"
 #include "model/params.h"
 
-typedef struct StageActs StageActs;   // internal: activations and scratch
+typedef struct StageActs StageActs;   // internal (model/stage_impl.h): activations and scratch
 
 // Where the stage finds parameters and puts gradients, segment by segment
-// (ParamTable.seg); data parallelism installs them (parallel/dp). Without
-// them (fn NULL) the stage uses its own flat buffers. Every buffer is laid
-// out as the segment's range [lo, hi) of the flat buffer.
-//   params(seg, next): seg's parameters, before the stage reads them; next
-//     is the segment it will ask for after this one (-1: none), to prefetch.
-//   params_done(seg): the stage will not read them again until the next ask.
+// (ParamTable.seg); data parallelism installs them (parallel/dp: ZeRO-3
+// gathers parameters and reduces gradients by segment, and the embedding
+// lookup's gradient travels as rows, parallel/embsync). Any of them may be
+// NULL: the stage then reads its own flat parameters, adds into its own
+// flat gradients, or makes no call. Every buffer is laid out as the
+// segment's range [lo, hi) of the flat buffer. Below, a forward is one
+// stage_forward of a slot (its chunk), a backward pass the stage_forward
+// with dscale != 0 and the stage_backward of the same slot, which a
+// schedule may run other slots' passes between. Calls come in this order
+// on every layout; the hooks may rely on all of it.
+//
+//   params(seg, next): seg's parameters, before the stage reads them. Each
+//     call is followed, within the same stage_forward, stage_backward or
+//     stage_logits, by params_done(seg), after which the stage does not
+//     read them; seg is not asked again before it. A forward asks for each
+//     segment it uses once: the embeddings (on the first chunk, and for a
+//     tied head on a last chunk that does not embed: the copy it holds),
+//     the chunk's blocks in order, the final part (the last chunk); a
+//     stage_backward asks for the chunk's blocks again, last to first (the
+//     lookup's gradient needs no parameters); stage_logits for the head's
+//     segment. At most two segments are held (asked, not yet done) at
+//     once: the embeddings and one other.
+//   params_done(seg): a block's comes right after its forward, and in
+//     stage_backward after its backward, before its grads_done; the
+//     embeddings' right after the lookup or, when the chunk has a tied
+//     head, after the head (without targets, after the final norm), the
+//     copy a last chunk asks for too; the final part's last in the forward
+//     (after the head's and its own backward when dscale != 0).
+//   next: a prefetch hint, the segment the stage expects to ask for after
+//     seg, or -1. In a forward the embeddings name the chunk's first
+//     block, each block the next, the last block the final part on the
+//     last chunk (else -1), the final part the chunk's last block when
+//     dscale != 0 (the backward to come), else -1; the tied copy -1. In
+//     stage_backward each block names the one before it, the first -1;
+//     stage_logits -1. A hint names a segment of this pass or of the
+//     slot's stage_backward, not always the next call (the tied copy
+//     comes between the final part and the backward, other slots' passes
+//     may too): a hook serves whatever it is asked, and a segment it
+//     fetched on a hint may never be asked.
 //   grads(seg): a buffer the stage adds seg's gradients into; asked again
-//     before grads_done, it is the same buffer.
-//   grads_done(seg): seg's gradients of this backward pass are complete.
-//   take_rows(): asked once per backward pass on the first stage (by the
-//     output head when the stage has it, else at the start of
-//     stage_backward): if true, the embedding lookup does not add its
-//     gradient; rows(tokens, dres, B, T) gets the token ids and the gradient
-//     rows instead (parallel/embsync), and the embeddings' segment counts as
-//     done before them (right after a tied output head).
-// In a forward pass the embeddings (held for the tied output head) and the
-// final norm are asked for once each; blocks once in forward and once again
-// in backward.
+//     before grads_done(seg), it is the same buffer. Every grads_done(seg)
+//     follows a grads(seg) of the same backward pass. At most two
+//     segments' gradients are open (asked, not yet done) at once: the
+//     embeddings and one other.
+//   grads_done(seg): seg's gradients of this backward pass are complete:
+//     the stage writes nothing more into the buffer until it asks for
+//     grads(seg) again. It comes once per backward pass for every segment
+//     the pass touches, in this order:
+//       1. on the last chunk, in stage_forward: the embeddings, right
+//          after the head, when the head is the tied token embedding and
+//          the chunk does not embed (a pipeline's last stage: only the head
+//          writes its copy) or take_rows took the lookup's rows; then the
+//          final part, after its backward;
+//       2. in stage_backward, the chunk's blocks, last to first, each
+//          right after its backward;
+//       3. on the first chunk, last, the embeddings unless 1 did: after
+//          the lookup's scatter-add or, with the rows taken, before rows
+//          (nothing written to them then: their dense part is zero).
+//   take_rows(): asked once per backward pass on the first chunk of the
+//     first stage: when the chunk also has the head, in stage_forward
+//     after grads for the head's segment and before the head runs, else
+//     first in stage_backward. If it returns true, the lookup adds nothing
+//     into the embeddings' gradient; the stage calls rows(tokens, dres, B,
+//     T) instead, as the last call of stage_backward, after the
+//     embeddings' grads_done. tokens (B,T) are the micro-batch's token ids
+//     and dres (B·T,C) the gradient at the embeddings' output, every row
+//     (gathered under sequence parallelism): row i is what the lookup
+//     would add to token row tokens[i] (where this rank's vocabulary slice
+//     holds it) and to position row i % T (where the arch has position
+//     embeddings). Both are valid during the call only. rows is set
+//     whenever take_rows is.
 typedef struct StageHooks {
     void *ctx;
     const float *(*params)(void *ctx, int seg, int next);

@@ -1,0 +1,125 @@
+// model/stage16 — bf16/fp16 in the stage: the 16-bit copy of the weights
+// the passes read (made from the fp32 parameters, segment by segment, or
+// written by the optimizer) and the 16-bit store of the blocks'
+// activations (model/stage.h's precision flags).
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/half.h"
+#include "kernels/matmul.h"
+#include "model/stage_impl.h"
+
+// Whether the linear layers read the tensor (and nothing else does).
+static int linear_only(Role r) { return r == ROLE_QKV || r == ROLE_LINEAR || r == ROLE_HEAD; }
+
+// Under bf16 on the bf16 units, the linear layers' weights of the stage's
+// own segment: the 16-bit copy made again where it is older than the
+// parameters, and bound for the linear layers to read in place of the
+// floats (matmul_bind16); the segment's other tensors widened into dst.
+static void seg_params_bound(Stage *s, int seg, const float *src, float *dst) {
+    StageActs *a = s->acts;
+    const ParamSeg *g = &s->table.seg[seg];
+    int stale = a->w16_stale[seg];
+    matmul_unbind16(1 + g->part);
+    for (int i = g->first; i < g->first + g->n; i++) {
+        const ParamInfo *t = &s->table.p[i];
+        size_t o = t->offset - g->lo;
+        if (linear_only(t->role)) {
+            if (stale) half_pack(a->prec, a->w16 + t->offset, src + o, t->numel);
+            matmul_bind16(1 + g->part, dst + o, a->w16 + t->offset, t->numel);
+        } else if (stale) {
+            half_pack_widen(a->prec, a->w16 + t->offset, dst + o, src + o, t->numel);
+        } else {
+            half_unpack(a->prec, dst + o, a->w16 + t->offset, t->numel);
+        }
+    }
+    a->w16_stale[seg] = 0;
+}
+
+// Under bf16/fp16 the 16-bit weights, in fp32 for the kernels: the stage's
+// own parameters through their 16-bit copy, gathered ones rounded as they
+// come (the same values).
+const float *stage16_params(Stage *s, int seg, const float *src) {
+    StageActs *a = s->acts;
+    const ParamSeg *g = &s->table.seg[seg];
+    size_t n = g->hi - g->lo;
+    float *dst = a->wbuf[g->part];
+    if (a->w16 && matmul_bf16()) {
+        seg_params_bound(s, seg, src, dst);
+        return dst;
+    }
+    matmul_unbind16(1 + g->part);
+    if (a->w16 && a->w16_stale[seg]) {   // the copy made again, and widened in the same pass
+        half_pack_widen(a->prec, a->w16 + g->lo, dst, src, n);
+        a->w16_stale[seg] = 0;
+    } else if (a->w16) {
+        half_unpack(a->prec, dst, a->w16 + g->lo, n);
+    } else {
+        half_round(a->prec, dst, src, n);
+    }
+    return dst;
+}
+
+unsigned stage_prec_flag(Precision p) { return p == PREC_BF16 ? STAGE_BF16 : p == PREC_FP16 ? STAGE_FP16 : 0; }
+
+void stage_params_changed(Stage *s) {
+    if (s->acts && s->acts->w16) memset(s->acts->w16_stale, 1, (size_t)s->table.nseg);
+}
+
+uint16_t *stage_params16(Stage *s, Precision *prec) {
+    if (!s->acts || !s->acts->w16) return NULL;
+    *prec = s->acts->prec;
+    return s->acts->w16;
+}
+
+void stage_params16_current(Stage *s) {
+    if (s->acts && s->acts->w16) memset(s->acts->w16_stale, 0, (size_t)s->table.nseg);
+}
+
+// The fp32 buffers are each the size of their part's largest segment.
+int stage16_alloc(Stage *s, int own, Err *err) {
+    StageActs *a = s->acts;
+    size_t most[PART_COUNT] = {0}, off[PART_COUNT] = {0}, bytes = 0;
+    for (int k = 0; k < s->table.nseg; k++) {
+        const ParamSeg *g = &s->table.seg[k];
+        if (g->hi - g->lo > most[g->part]) most[g->part] = g->hi - g->lo;
+    }
+    for (int p = 0; p < PART_COUNT; p++) {
+        off[p] = bytes;
+        stage_carve(NULL, &bytes, most[p]);
+    }
+    a->wbuf_block = mem_alloc(MEM_WORKSPACE, bytes);
+    if (own) {
+        a->w16 = mem_alloc(MEM_PARAMS16, s->table.total * sizeof(uint16_t));
+        a->w16_stale = malloc((size_t)s->table.nseg + 1);
+    }
+    if (!a->wbuf_block || (own && (!a->w16 || !a->w16_stale))) {
+        char b[32];
+        return err_set(err, ERR_RUN, "out of memory allocating the 16-bit weights (%s)",
+                       mem_fmt(s->table.total * sizeof(uint16_t) + bytes, b, sizeof b));
+    }
+    for (int p = 0; p < PART_COUNT; p++) a->wbuf[p] = (float *)((char *)a->wbuf_block + off[p]);
+    stage_params_changed(s);
+    return 0;
+}
+
+void stage16_free(StageActs *a) {
+    mem_free(a->wbuf_block);
+    mem_free(a->w16);
+    free(a->w16_stale);
+}
+
+void stage16_move(StageActs *a, Slot *sl, int j, const LocalDims *d, int out) {
+    uint16_t **h = sl->blk16 + j * a->arch->nact;
+    for (int i = 0; i < a->arch->nact; i++) {
+        if (!h[i]) continue;
+        if (out) half_pack(a->prec, h[i], a->rc[i], a->arch->act_floats(d, i));
+        else half_unpack(a->prec, a->rc[i], h[i], a->arch->act_floats(d, i));
+    }
+}
+
+void stage16_round_grad(const StageActs *a, Slot *sl, const LocalDims *d) {
+    if (a->prec == PREC_FP16) half_round(a->prec, sl->dres, sl->dres, (size_t)d->Ns * d->C);
+}

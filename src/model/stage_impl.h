@@ -1,0 +1,117 @@
+// model/stage_impl.h — what the stage's files share (internal to model/).
+//
+// A stage's activations are one StageActs: the slots (one micro-batch's
+// saved activations each), the scratch, the 16-bit weights and where each
+// tensor lies in the flat buffers. The files divide the work:
+//   stage.c       the layout, the hooks' callers, the embeddings and the
+//                 blocks' forward and backward;
+//   stage_head.c  the final part, the output head and the loss;
+//   stage16.c     bf16/fp16: the 16-bit copy of the weights and the
+//                 16-bit store of the activations;
+//   stage_kv.c    the key/value cache of incremental decoding.
+#ifndef TSR_MODEL_STAGE_IMPL_H
+#define TSR_MODEL_STAGE_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/stage.h"
+
+// One micro-batch's saved activations.
+typedef struct {
+    float *x0;            // (Ns,C) stage input / embeddings (the rank's rows of the residual stream)
+    float **blk;          // cl × nact: the activations of each of its chunk's blocks (Arch.act_floats)
+    uint16_t **blk16;     // cl × nact: those stored in 16 bits (bf16/fp16), NULL where blk is not
+    float *fin[3];        // final norm: output (N,C) gathered, mean (Ns), rstd (Ns)
+    float *losses;        // (N)
+    float *dres;          // (Ns,C) gradient of the residual stream: the head's leaves it here for stage_backward
+    int rows;             // this backward pass's embedding rows go to the rows hook
+    int chunk;            // the chunk whose blocks it runs
+} Slot;
+
+struct StageActs {
+    const Arch *arch;
+    LocalDims dim;                          // capacity (B, T, N = B·T) and the local slice
+    KvCache *kv;                            // incremental decoding (stage_kv_init), or NULL
+    Tp *tp;                                 // the TP group (NULL: one rank)
+    int nl;                                 // blocks on this stage
+    int recompute;                          // 0, STAGE_RECOMPUTE_FULL or STAGE_RECOMPUTE_SELECTIVE
+    Precision prec;
+    float *rc[ARCH_MAX_BUFS];               // the shared fp32 set of one block's activations that recomputation
+                                            // drops or 16 bits store (NULL: not shared)
+    uint16_t *w16;                          // bf16/fp16: the 16-bit copy of the weights (table.total), or NULL
+    unsigned char *w16_stale;               // per segment: the copy is older than the parameters
+    float *wbuf[PART_COUNT];                // bf16/fp16: one segment of each part's weights as the passes read them
+    void *wbuf_block;
+    int cl;                                 // of them in each chunk (chunk v: blocks v·cl .. v·cl + cl − 1)
+    size_t (*blk_off)[ARCH_MAX_TENSORS];    // flat-buffer offset of each block tensor
+    int *blk_seg;                           // each block's segment
+    int seg_emb, seg_fin, seg_head;         // segments of the embeddings, the final part, the head; -1 if absent
+    size_t off_tok, off_pos, off_head;      // flat offsets (SIZE_MAX: absent)
+    size_t off_fin[ARCH_MAX_TENSORS];
+    Slot *slot;
+    // scratch
+    float *tmp;                             // (N,C): partial sums over TP, gathered rows
+    float *logits;                          // (head_rows, Vl)
+    int head_rows;
+    float *scr[ARCH_MAX_BUFS];              // the arch's block scratch
+    void *act_block, *ws_block;
+    size_t act_bytes, ws_bytes;
+};
+
+// ---- stage.c ----
+
+// Segment seg's parameters as the passes read them: through the params
+// hook (next: its prefetch hint) or from the flat buffer, under bf16/fp16
+// through the 16-bit copy (stage16_params). Each is followed by
+// stage_seg_params_done.
+const float *stage_seg_params(Stage *s, int seg, int next);
+void stage_seg_params_done(Stage *s, int seg);
+// The buffer segment seg's gradients are added into (the grads hook or
+// the flat buffer), and the hook call saying they are complete.
+float *stage_seg_grads(Stage *s, int seg);
+void stage_seg_grads_done(Stage *s, int seg);
+// Whether the take_rows hook takes this backward pass's embedding rows.
+int stage_take_rows(Stage *s);
+// The tensor at flat offset off in buf, which holds segment seg.
+float *stage_at(const Stage *s, const float *buf, int seg, size_t off);
+// Carves n floats at *off from base (64-byte steps); with base NULL only counts.
+float *stage_carve(char *base, size_t *off, size_t n);
+// The slot's activations (a checked index).
+Slot *stage_slot(Stage *s, int slot);
+// Whether the slot's chunk ends the model (has the final norm, the head
+// and the loss).
+int stage_chunk_last(const Stage *s, const Slot *sl);
+// A pass of the slot's j-th block (j = -1: the final norm, after the last
+// block) of its micro-batch, with its activation buffers act.
+BlockRun stage_run(Stage *s, const LocalDims *d, Slot *sl, int j, float *const *act, float **w, float **g);
+
+// ---- stage16.c ----
+
+// Under bf16/fp16 the 16-bit weights of segment seg, whose fp32 values are
+// at src, in fp32 for the kernels (or bound for the linear layers).
+const float *stage16_params(Stage *s, int seg, const float *src);
+// bf16/fp16: the 16-bit copy of the stage's own weights (own: it holds
+// them) and the fp32 buffers the passes read them through. 0, or -1 with err.
+int stage16_alloc(Stage *s, int own, Err *err);
+void stage16_free(StageActs *a);
+// The slot's j-th block's 16-bit activations: stored from the shared set
+// after its forward (out), or back into it before its backward (in).
+void stage16_move(StageActs *a, Slot *sl, int j, const LocalDims *d, int out);
+// Under fp16 the gradient leaving a block or the head is held in fp16.
+void stage16_round_grad(const StageActs *a, Slot *sl, const LocalDims *d);
+
+// ---- stage_head.c ----
+
+// The rest of a forward pass of the slot's last chunk: the final part, and
+// with targets the head's loss (returned, summed), and with dscale != 0
+// the head's and the final part's backward. first: the chunk embeds too,
+// its embeddings' parameters at pe (held for a tied head); else pe NULL.
+double stage_head_forward(Stage *s, Slot *sl, const LocalDims *d, int first, const float *pe, const int *targets,
+                          float dscale);
+
+// ---- stage_kv.c ----
+
+void stage_kv_free(StageActs *a);
+
+#endif
