@@ -72,6 +72,17 @@ ZSTD_MSG ?= zstd ✗
 CFLAGS += $(Z_CFLAGS)
 LDLIBS += $(Z_LIBS)
 
+# oneDNN (libdnnl-dev): fp32 products where it is faster than the own
+# kernel and OpenBLAS (kernels/dnnl); NO_DNNL=1 builds without it.
+ifndef NO_DNNL
+  ifneq ($(wildcard /usr/include/dnnl.h),)
+    CFLAGS += -DTSR_DNNL=1
+    LDLIBS += -ldnnl
+    DNNL_MSG := oneDNN ✓
+  endif
+endif
+DNNL_MSG ?= oneDNN ✗
+
 SRC_DIRS := core kernels model optim train data io comm parallel plan
 LIB_SRC  := $(foreach d,$(SRC_DIRS),$(wildcard src/$(d)/*.c))
 CLI_SRC  := $(wildcard src/cli/*.c)
@@ -96,7 +107,7 @@ all: features tessera
 features:
 	@if [ "$(BLAS_PC)" = none ]; then \
 	  echo "tessera build: no CBLAS found: run scripts/deps.sh (installs libopenblas-openmp-dev and pkg-config)"; exit 1; fi
-	@printf 'tessera build: CBLAS %s ✓  OpenMP ✓  %s  %s  %s  (%s)\n' "$(BLAS_PC)" "$(MPI_MSG)" "$(Z_MSG)" "$(ZSTD_MSG)" \
+	@printf 'tessera build: CBLAS %s ✓  OpenMP ✓  %s  %s  %s  %s  (%s)\n' "$(BLAS_PC)" "$(MPI_MSG)" "$(Z_MSG)" "$(ZSTD_MSG)" "$(DNNL_MSG)" \
 	  "$(CC) $(OPT) $(ARCH)"
 
 tessera: $(CLI_OBJ) $(LIB) | features
@@ -211,8 +222,8 @@ BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm $(BUILD)/bench/peak
 ifneq ($(MPI_PC),)
   BENCH_BIN += $(BUILD)/bench/mpi_allreduce
 endif
-# oneDNN's matmul against tessera's products (bench/bench_dnnl.c): built only
-# where libdnnl-dev is installed (scripts/deps.sh --bench); nothing else uses it.
+# oneDNN's matmul against tessera's products (bench/bench_dnnl.c): built
+# where libdnnl-dev is installed (scripts/deps.sh).
 DNNL_H := $(wildcard /usr/include/dnnl.h /usr/local/include/dnnl.h)
 ifneq ($(DNNL_H),)
   BENCH_BIN += $(BUILD)/bench/bench_dnnl

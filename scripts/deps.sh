@@ -3,17 +3,18 @@
 # Idempotent: installs only missing packages. With --bench also what `make
 # bench` compares against: PyTorch (python3-torch), the tcmalloc it runs
 # fastest with, OpenBLAS's pthreads build (which then becomes the system's
-# libopenblas.so.0; tessera keeps the OpenMP build it links), and oneDNN
-# (libdnnl-dev: bench/bench_dnnl, built only where it is installed).
+# libopenblas.so.0; tessera keeps the OpenMP build it links).
 set -euo pipefail
 pkgs=(build-essential pkg-config libopenblas-openmp-dev clang libclang-rt-14-dev openmpi-bin libopenmpi-dev)
+# oneDNN: the fp32 products it runs faster (kernels/dnnl), and bench/bench_dnnl
+pkgs+=(libdnnl-dev)
 # the plot test: xmllint validates the SVG, rsvg-convert renders it, zlib reads the PNG
 pkgs+=(libxml2-utils librsvg2-bin zlib1g-dev)
 # prepare's compressed inputs (zlib1g-dev above, libzstd-dev), and the tools its test compresses with
 pkgs+=(libzstd-dev zstd gzip)
 # the multi-host test: network namespaces and their links (ip, tc)
 pkgs+=(iproute2)
-[ "${1:-}" = --bench ] && pkgs+=(python3-torch libtcmalloc-minimal4 libopenblas0-pthread libdnnl-dev)
+[ "${1:-}" = --bench ] && pkgs+=(python3-torch libtcmalloc-minimal4 libopenblas0-pthread)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -4,7 +4,7 @@
 #include <omp.h>
 #include <stddef.h>
 
-#include "kernels/matmul.h"
+#include "kernels/threads.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/half.h"
-#include "kernels/matmul.h"
+#include "kernels/threads.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 #include <immintrin.h>

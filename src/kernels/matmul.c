@@ -2,6 +2,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/dnnl.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -18,36 +19,11 @@
 #include "core/check.h"
 
 #ifdef TSR_OPENBLAS
-void openblas_set_num_threads(int num_threads);
 char *openblas_get_config(void);
 char *openblas_get_corename(void);
 int openblas_get_parallel(void);
 #endif
 
-static int g_threads = 0;   // 0: not yet set, OpenMP's default
-
-void kernels_set_threads(int n) {
-    CHECK(n >= 1);
-    g_threads = n;
-    omp_set_num_threads(n);
-#ifdef TSR_OPENBLAS
-    openblas_set_num_threads(n);
-#endif
-}
-
-int kernels_threads(void) { return g_threads ? g_threads : omp_get_max_threads(); }
-
-const char *kernels_blas_info(void) {
-#ifdef TSR_OPENBLAS
-    static char buf[160];
-    static const char *par[] = {"sequential", "pthreads", "openmp"};
-    int p = openblas_get_parallel();
-    snprintf(buf, sizeof buf, "%s (%s)", openblas_get_config(), p >= 0 && p <= 2 ? par[p] : "?");
-    return buf;
-#else
-    return "CBLAS";
-#endif
-}
 
 // Up to this many rows a linear layer runs on kernels/gemm rather than
 // OpenBLAS (bench_gemm): at 64 rows gemm's forward and input gradient reach
@@ -80,6 +56,35 @@ static int blas_512(void) {
 // The own kernel: at most OWN_MAX_ROWS rows, or every product of two rows
 // or more when the BLAS runs narrower vectors than the own kernel.
 static int own_rows(int N) { return gemm_own() && N > 1 && (N <= OWN_MAX_ROWS || !blas_512()); }
+
+// The fp32 products oneDNN runs (kernels/dnnl): those of more rows than the
+// own kernel takes, when the BLAS runs narrower vectors than the CPU has.
+// There oneDNN's cache-blocked brgemm reaches 75-90% of the fp32 peak where
+// the own register tiles reach 53-73% (bench_dnnl, 2048 rows at gpt2-124m's
+// shapes); OpenBLAS's AVX-512 kernels, where they run, are as fast as it.
+// At 256 rows and fewer the own kernel is as fast, and packs nothing.
+enum { PROD_FWD = 1, PROD_DINP = 2, PROD_DWEIGHT = 4 };
+static int dnnl_for(int product, int N) {
+    (void)product;   // the same rule for the three products, measured so
+    return N > OWN_MAX_ROWS && !blas_512() && dnnl_own();
+}
+
+// The BLAS and, where oneDNN runs some of the fp32 products, oneDNN.
+const char *kernels_blas_info(void) {
+    static char buf[256];
+#ifdef TSR_OPENBLAS
+    static const char *par[] = {"sequential", "pthreads", "openmp"};
+    int p = openblas_get_parallel();
+    snprintf(buf, sizeof buf, "%s (%s)", openblas_get_config(), p >= 0 && p <= 2 ? par[p] : "?");
+#else
+    snprintf(buf, sizeof buf, "CBLAS");
+#endif
+    if (dnnl_for(PROD_FWD, OWN_MAX_ROWS + 1)) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, sizeof buf - n, "; %s for fp32 products of more than %d rows", dnnl_info(), OWN_MAX_ROWS);
+    }
+    return buf;
+}
 
 // *buf grown to hold `bytes` (a workspace kept across calls: its old
 // contents are not kept); NULL when it cannot be had.
@@ -291,7 +296,7 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
     }
     weight = weight_fp32(weight, (size_t)OC * C);
     CHECKF(weight, "out of memory widening a 16-bit weight (%d×%d)", OC, C);
-    float *s = own_rows(N) ? scratch((size_t)N * C + (size_t)N * OWN_OC_BLOCK) : NULL;
+    float *s = own_rows(N) && !dnnl_for(PROD_FWD, N) ? scratch((size_t)N * C + (size_t)N * OWN_OC_BLOCK) : NULL;
     if (s) {
         // out^T (OC,N) = weight (OC,C) · inp^T (C,N), by blocks of output channels:
         // the weight is read once, in place, as the broadcast operand, and each
@@ -310,6 +315,10 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
         #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = bias[o];
+    }
+    if (dnnl_for(PROD_FWD, N) && !dnnl_gemm_f32(N, OC, C, inp, C, 1, weight, 1, C, out, OC, bias != NULL)) {
+        prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);
+        return;
     }
     if (N == 1)   // one row (a decoding step): a matrix-vector product reads the weight once, unpacked
         cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, bias ? 1.0f : 0.0f, out, 1);
@@ -338,6 +347,7 @@ void colsum_add(float *colsum, const float *a, int N, int M) {
 
 // dinp (N,C) (+)= dout (N,OC) · weight (OC,C) in fp32.
 static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N, int C, int OC, int accumulate) {
+    if (dnnl_for(PROD_DINP, N) && !dnnl_gemm_f32(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, accumulate)) return;
     if (own_rows(N))   // both operands read in place: the weight is the vector operand
         gemm_nn(N, C, OC, dout, OC, weight, C, dinp, C, accumulate);
     else
@@ -347,6 +357,7 @@ static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N
 
 // dweight (OC,C) += dout^T (OC,N) · inp (N,C) in fp32.
 static void dweight_fp32(float *dweight, const float *dout, const float *inp, int N, int C, int OC) {
+    if (dnnl_for(PROD_DWEIGHT, N) && !dnnl_gemm_f32(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, 1)) return;
     float *s = own_rows(N) ? scratch((size_t)N * OWN_OC_BLOCK) : NULL;
     if (!s) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);

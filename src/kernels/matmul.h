@@ -1,5 +1,5 @@
-// kernels/matmul — linear layers through CBLAS (row-major), and the thread
-// count shared by BLAS and the OpenMP kernels.
+// kernels/matmul — the linear layers: CBLAS (row-major), the own fp32 and
+// bf16 kernels and oneDNN, chosen per product; on kernels/threads' count.
 //
 // Shapes: N rows (B·T), C input channels, OC output channels.
 // weight (OC,C) row-major, so out = inp · weight^T (llm.c's convention;
@@ -10,11 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Sets the threads of both OpenMP kernels and BLAS. With Debian's OpenMP
-// build of OpenBLAS they are one pool; BLAS called inside an OpenMP parallel
-// region runs on the calling thread.
-void kernels_set_threads(int n);
-int kernels_threads(void);
+#include "kernels/threads.h"
+
 // Human-readable name of the linked BLAS and its threading ("OpenBLAS 0.3.21 (openmp)").
 const char *kernels_blas_info(void);
 

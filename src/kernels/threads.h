@@ -1,0 +1,14 @@
+// kernels/threads — the thread count every kernel runs on: OpenMP's, and
+// BLAS's, set together. The products (kernels/gemm, kernels/gemm_bf16,
+// kernels/matmul) and the pointwise kernels all read it here.
+#ifndef TSR_KERNELS_THREADS_H
+#define TSR_KERNELS_THREADS_H
+
+// Sets the threads of both OpenMP kernels and BLAS. With Debian's OpenMP
+// build of OpenBLAS they are one pool; BLAS called inside an OpenMP parallel
+// region runs on the calling thread.
+void kernels_set_threads(int n);
+// The threads set, or OpenMP's default before any.
+int kernels_threads(void);
+
+#endif
