@@ -15,10 +15,7 @@ size_t attention_scratch_floats(int T, int threads) {
     return (size_t)threads * 2 * ATT_BQ * (size_t)T;
 }
 
-// P := softmax of the causal rows of S (nq × nk, row i sees keys 0..q0+i),
-// in place, masked entries set to 0. With lse given (backward), reuses it;
-// otherwise writes it.
-static void softmax_rows(float *S, int nq, int nk, int q0, float *lse_out, const float *lse_in) {
+void attention_softmax_rows(float *S, int nq, int nk, int q0, float scale, float *lse_out, const float *lse_in) {
     for (int i = 0; i < nq; i++) {
         float *s = S + (size_t)i * nk;
         int nv = q0 + i + 1;
@@ -28,15 +25,15 @@ static void softmax_rows(float *S, int nq, int nk, int q0, float *lse_out, const
         } else {
             float m = -INFINITY;
             #pragma omp simd reduction(max:m)
-            for (int j = 0; j < nv; j++) m = s[j] > m ? s[j] : m;
+            for (int j = 0; j < nv; j++) m = s[j] * scale > m ? s[j] * scale : m;
             float sum = 0.0f;
             #pragma omp simd reduction(+:sum)
-            for (int j = 0; j < nv; j++) sum += vexpf(s[j] - m);
+            for (int j = 0; j < nv; j++) sum += vexpf(s[j] * scale - m);
             l = m + logf(sum);
             lse_out[i] = l;
         }
         #pragma omp simd
-        for (int j = 0; j < nv; j++) s[j] = vexpf(s[j] - l);
+        for (int j = 0; j < nv; j++) s[j] = vexpf(s[j] * scale - l);
         for (int j = nv; j < nk; j++) s[j] = 0.0f;
     }
 }
@@ -58,7 +55,7 @@ void attention_forward(float *out, float *lse, const float *qkv, float *scratch,
             int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, nk = q0 + nq;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale,
                         q + (size_t)q0 * ld, ld, k, ld, 0.0f, S, nk);
-            softmax_rows(S, nq, nk, q0, l + q0, NULL);
+            attention_softmax_rows(S, nq, nk, q0, 1.0f, l + q0, NULL);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, 1.0f, S, nk, v, ld,
                         0.0f, o + (size_t)q0 * C, C);
         }
@@ -96,7 +93,7 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
                 int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, nk = q0 + nq;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale,
                             q + (size_t)q0 * ld, ld, k, ld, 0.0f, P, nk);
-                softmax_rows(P, nq, nk, q0, NULL, l + q0);
+                attention_softmax_rows(P, nq, nk, q0, 1.0f, NULL, l + q0);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, 1.0f,
                             dO + (size_t)q0 * C, C, v, ld, 0.0f, dP, nk);
                 for (int i = 0; i < nq; i++) {

@@ -33,6 +33,12 @@ void attention_forward(float *out, float *lse, const float *qkv, float *scratch,
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                         float *scratch, int B, int T, int NH, int NKV, int HS);
 
+// P := softmax of the causal rows of scale·S (nq × nk, row i sees keys
+// 0..q0+i), in place, masked entries set to 0. With lse_in given
+// (backward), reuses it; otherwise writes lse_out. The fp32 and bf16 blocks
+// share it (the fp32 products have the scale in them already: 1).
+void attention_softmax_rows(float *S, int nq, int nk, int q0, float scale, float *lse_out, const float *lse_in);
+
 // Under bf16 on the bf16 units (matmul_bf16(): a bf16 stage's passes),
 // attention_forward and attention_backward run these instead: the same
 // blocks with the products on the bf16 units (kernels/attention_bf16),

@@ -19,7 +19,6 @@
 #include "core/alloc.h"
 #include "core/prof.h"
 #include "kernels/gemm_bf16.h"
-#include "kernels/vmath_impl.h"
 
 static int kp(int k) { return (k + 1) / 2; }
 
@@ -47,33 +46,14 @@ static uint16_t *thread_scratch(int T, int HS, int threads) {
     return g_buf;
 }
 
-// S (nq, nk) = scale · q (nq,HS) · k^T, then the causal softmax rows (as
-// kernels/attention's); aq is scratch for q's rows, kt k's pairs along HS
-// for all T keys.
+// S (nq, nk) = scale · q (nq,HS) · k^T, then the causal softmax rows
+// (kernels/attention's, the scale applied there); aq is scratch for q's
+// rows, kt k's pairs along HS for all T keys.
 static void scores(float *S, uint16_t *aq, const float *q, int ldq, const uint16_t *kt, int T, int nq, int nk, int HS,
                    float scale, int q0, float *lse_out, const float *lse_in) {
     bf16_pack_rows(aq, 2 * kp(HS), q, ldq, nq, HS);
     gemm_bf16(nq, nk, kp(HS), aq, 2 * kp(HS), kt, T, S, nk, 0);
-    for (int i = 0; i < nq; i++) {
-        float *s = S + (size_t)i * nk;
-        int nv = q0 + i + 1;
-        float l;
-        if (lse_in) {
-            l = lse_in[i];
-        } else {
-            float m = -INFINITY;
-            #pragma omp simd reduction(max:m)
-            for (int j = 0; j < nv; j++) m = s[j] * scale > m ? s[j] * scale : m;
-            float sum = 0.0f;
-            #pragma omp simd reduction(+:sum)
-            for (int j = 0; j < nv; j++) sum += vexpf(s[j] * scale - m);
-            l = m + logf(sum);
-            lse_out[i] = l;
-        }
-        #pragma omp simd
-        for (int j = 0; j < nv; j++) s[j] = vexpf(s[j] * scale - l);
-        for (int j = nv; j < nk; j++) s[j] = 0.0f;
-    }
+    attention_softmax_rows(S, nq, nk, q0, scale, lse_out, lse_in);
 }
 
 int attention_forward_bf16(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int NH, int NKV,
