@@ -273,15 +273,44 @@ static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N,
     return 0;
 }
 
-// dweight (OC,C) += bf16(dout)^T (OC,N) · bf16(inp) (N,C).
-static int dweight_bf16(float *dweight, const float *dout, const float *inp, int N, int C, int OC) {
+// dweight (OC,C) (+)= bf16(dout)^T (OC,N) · bf16(inp) (N,C).
+static int dweight_bf16(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate) {
     int kp = pairs(N);
     uint16_t *a = scratch16((size_t)OC * 2 * kp + (size_t)kp * C * 2), *b = a + (size_t)OC * 2 * kp;
     if (!a) return -1;
     bf16_pack_rows_t(a, 2 * kp, dout, OC, OC, N);
     bf16_pack_pairs(b, inp, C, N, C);
-    gemm_bf16(OC, C, kp, a, 2 * kp, b, C, dweight, C, 1);
+    gemm_bf16(OC, C, kp, a, 2 * kp, b, C, dweight, C, accumulate);
     return 0;
+}
+
+// ---- weight gradients written by their first product of a step ----
+
+enum { FRESH_MAX = 64 };
+static _Thread_local float *g_fresh[FRESH_MAX];
+static _Thread_local int g_nfresh;
+
+void matmul_grad_fresh(float *dweight) {
+    CHECKF(g_nfresh < FRESH_MAX, "more than %d weight gradients marked unwritten", FRESH_MAX);
+    g_fresh[g_nfresh++] = dweight;
+}
+
+int matmul_grads_unwritten(void) { return g_nfresh; }
+
+// Whether the gradient of n floats at dweight is marked unwritten: the marks
+// inside it are used up (one product may write neighbouring tensors at once,
+// as LLaMA's q, k and v, marked together), its first one among them.
+static int take_fresh(const float *dweight, size_t n) {
+    int hit = 0;
+    for (int i = 0; i < g_nfresh;)
+        if (g_fresh[i] >= dweight && g_fresh[i] < dweight + n) {
+            hit |= 1 + (g_fresh[i] == dweight);
+            g_fresh[i] = g_fresh[--g_nfresh];
+        } else {
+            i++;
+        }
+    CHECKF(hit == 0 || (hit & 2), "a weight gradient (%zu floats) marked unwritten only in part", n);
+    return hit != 0;
 }
 
 // ---- the linear layers ----
@@ -355,24 +384,27 @@ static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N
                     accumulate ? 1.0f : 0.0f, dinp, C);
 }
 
-// dweight (OC,C) += dout^T (OC,N) · inp (N,C) in fp32.
-static void dweight_fp32(float *dweight, const float *dout, const float *inp, int N, int C, int OC) {
-    if (dnnl_for(PROD_DWEIGHT, N) && !dnnl_gemm_f32(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, 1)) return;
+// dweight (OC,C) (+)= dout^T (OC,N) · inp (N,C) in fp32.
+static void dweight_fp32(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate) {
+    if (dnnl_for(PROD_DWEIGHT, N) && !dnnl_gemm_f32(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, accumulate)) return;
     float *s = own_rows(N) ? scratch((size_t)N * OWN_OC_BLOCK) : NULL;
     if (!s) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, accumulate ? 1.0f : 0.0f,
+                    dweight, C);
         return;
     }
     // by blocks of output channels, each block of dout transposed first so that it is the broadcast operand
     for (int o0 = 0; o0 < OC; o0 += OWN_OC_BLOCK) {
         int ob = OC - o0 < OWN_OC_BLOCK ? OC - o0 : OWN_OC_BLOCK;
         transpose_add(s, N, dout + o0, OC, NULL, N, ob);
-        gemm_nn(ob, C, N, s, N, inp, C, dweight + (size_t)o0 * C, C, 1);
+        gemm_nn(ob, C, N, s, N, inp, C, dweight + (size_t)o0 * C, C, accumulate);
     }
 }
 
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC, int accumulate) {
+    CHECKF(N > 0 || !dweight || !take_fresh(dweight, (size_t)OC * C), "an unwritten weight gradient (%d×%d) met no rows",
+           OC, C);
     if (N == 0) return;
     double t0 = prof_begin();
     if (dinp) {
@@ -385,8 +417,9 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
         t0 = prof_begin();
     }
     if (dweight) {
-        if (!g_bf16 || dweight_bf16(dweight, dout, inp, N, C, OC))
-            dweight_fp32(dweight, dout, inp, N, C, OC);
+        int acc = !take_fresh(dweight, (size_t)OC * C);
+        if (!g_bf16 || dweight_bf16(dweight, dout, inp, N, C, OC, acc))
+            dweight_fp32(dweight, dout, inp, N, C, OC, acc);
         prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
         t0 = prof_begin();
     }

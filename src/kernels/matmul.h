@@ -39,6 +39,14 @@ void matmul_release(void);
 void matmul_bind16(int key, const float *w, const uint16_t *src16, size_t n);
 void matmul_unbind16(int key);
 
+// A weight gradient not yet written this step: the next linear_backward
+// into dweight writes it (dout^T · inp, no addition) instead of adding to
+// it; later ones add. A stage marks its linear layers' gradients so at the
+// start of a step instead of zeroing them first (Stage: stage_grads_begin).
+// Calling thread only; matmul_grads_unwritten() counts marks not yet used.
+void matmul_grad_fresh(float *dweight);
+int matmul_grads_unwritten(void);
+
 // Measured SGEMM throughput in GFLOP/s on n×n×n products with the current
 // threads (the best of `reps` timed calls after two warm-up calls, so a
 // busy moment does not lower it): the machine's practical ceiling that MFU
@@ -50,7 +58,7 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
                     int N, int C, int OC);
 
 // dinp (N,C) = dout (N,OC) · weight (OC,C), overwritten (accumulate=0) or added to;
-// dweight (OC,C) += dout^T · inp; dbias (OC) += column sums of dout (NULL skips it).
+// dweight (OC,C) += dout^T · inp (written, where marked unwritten: matmul_grad_fresh); dbias (OC) += column sums of dout (NULL skips it).
 // dinp may be NULL (first layer of a stage that needs no input gradient), and
 // dweight NULL (no weight gradient: a frozen weight, or timing dinp alone).
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -1,5 +1,6 @@
 #include "model/stage.h"
 
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,45 @@ const float *stage_seg_params(Stage *s, int seg, int next) {
 
 void stage_seg_params_done(Stage *s, int seg) {
     if (s->hooks.params_done) s->hooks.params_done(s->hooks.ctx, seg);
+}
+
+int stage_linear_only(Role r) { return r == ROLE_QKV || r == ROLE_LINEAR || r == ROLE_HEAD; }
+
+// x[lo, hi) = 0, split over the threads when it is large.
+static void zero_range(float *x, size_t lo, size_t hi) {
+    size_t n = hi - lo;
+    int nt = n < ((size_t)1 << 20) ? 1 : omp_get_max_threads();
+    #pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t k = (size_t)omp_get_thread_num(), m = (size_t)omp_get_num_threads();
+        memset(x + lo + n * k / m, 0, (n * (k + 1) / m - n * k / m) * sizeof *x);
+    }
+}
+
+void stage_grads_begin(Stage *s) {
+    if (!s->grads) return;
+    StageActs *a = s->acts;
+    int fresh = !s->hooks.grads && a && a->gfresh;
+    for (int k = 0; k < s->table.nseg; k++) {
+        const ParamSeg *g = &s->table.seg[k];
+        size_t at = g->lo;
+        for (int i = g->first; fresh && i < g->first + g->n; i++) {
+            const ParamInfo *t = &s->table.p[i];
+            if (!stage_linear_only(t->role)) continue;
+            zero_range(s->grads, at, t->offset);
+            at = t->offset + t->numel;
+        }
+        zero_range(s->grads, at, g->hi);
+        if (fresh) a->gfresh[k] = 1;
+    }
+}
+
+void stage_grads_fresh(Stage *s, int seg, Part part, float *const *g) {
+    StageActs *a = s->acts;
+    if (!a->gfresh || !a->gfresh[seg]) return;
+    a->gfresh[seg] = 0;
+    for (int j = 0; j < a->arch->n[part]; j++)
+        if (stage_linear_only(a->arch->part[part][j].role)) matmul_grad_fresh(g[j]);
 }
 
 float *stage_seg_grads(Stage *s, int seg) {
@@ -222,7 +262,8 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     a->blk_off = calloc((size_t)a->nl + 1, sizeof *a->blk_off);
     a->blk_seg = calloc((size_t)a->nl + 1, sizeof *a->blk_seg);
     a->slot = calloc((size_t)slots, sizeof *a->slot);
-    int ok = a->blk_off && a->blk_seg && a->slot;
+    a->gfresh = calloc((size_t)s->table.nseg + 1, 1);
+    int ok = a->blk_off && a->blk_seg && a->slot && a->gfresh;
     for (int k = 0; ok && k < slots; k++)
         ok = (a->slot[k].blk = calloc((size_t)a->cl * ar->nact + 1, sizeof(float *))) &&
              (a->slot[k].blk16 = calloc((size_t)a->cl * ar->nact + 1, sizeof(uint16_t *)));
@@ -263,6 +304,7 @@ void stage_free(Stage *s) {
         free(s->acts->slot);
         free(s->acts->blk_off);
         free(s->acts->blk_seg);
+        free(s->acts->gfresh);
         free(s->acts);
     }
     mem_free(s->params);
@@ -411,6 +453,7 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
 double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale) {
     int prev = matmul_set_bf16(s->acts->prec == PREC_BF16);
     double loss = forward_pass(s, slot, tokens, targets, B, T, dscale);
+    CHECKF(!matmul_grads_unwritten(), "the head's gradient marked unwritten was not written");
     matmul_unbind16(0);
     matmul_set_bf16(prev);
     return loss;
@@ -431,6 +474,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         int i = sl->chunk * a->cl + j, sg = a->blk_seg[i];
         const float *pb = stage_seg_params(s, sg, j > 0 ? a->blk_seg[i - 1] : -1);
         block_tensors(s, i, pb, stage_seg_grads(s, sg), w, g);
+        stage_grads_fresh(s, sg, PART_BLOCK, g);
         float *buf[ARCH_MAX_BUFS];
         BlockRun r = stage_run(s, &d, sl, j, block_acts(a, sl, j, 1, buf), w, g);
         if (a->recompute == STAGE_RECOMPUTE_FULL) a->arch->block_forward(&r);   // the same bits as the first time
@@ -462,6 +506,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         stage_seg_grads_done(s, se);
     }
     sl->rows = 0;
+    CHECKF(!matmul_grads_unwritten(), "a linear layer's gradient marked unwritten was not written");
     matmul_unbind16(0);
     matmul_set_bf16(prev);
 }

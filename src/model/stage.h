@@ -177,6 +177,13 @@ void stage_free(Stage *s);
 // without allocating them: the planner's count for tessera's own runs.
 size_t stage_act_bytes(const ModelConfig *cfg, const ModelSlice *slice, int B, int T, int slots, unsigned flags);
 
+// Before a step's first backward: the gradient buffer zeroed, but for the
+// linear layers' weights when the stage owns its gradients (no grads
+// hook): their first product of the step writes them instead (the same
+// values as adding to zero, one pass over them fewer). Without it the
+// gradients accumulate onto what the buffer holds.
+void stage_grads_begin(Stage *s);
+
 // The parameters changed (an optimizer step, a load): under bf16/fp16 the
 // 16-bit copy of each segment is made again when next read.
 void stage_params_changed(Stage *s);

@@ -11,24 +11,31 @@
 #include "kernels/matmul.h"
 #include "model/stage_impl.h"
 
-// Whether the linear layers read the tensor (and nothing else does).
-static int linear_only(Role r) { return r == ROLE_QKV || r == ROLE_LINEAR || r == ROLE_HEAD; }
-
 // Under bf16 on the bf16 units, the linear layers' weights of the stage's
 // own segment: the 16-bit copy made again where it is older than the
 // parameters, and bound for the linear layers to read in place of the
 // floats (matmul_bind16); the segment's other tensors widened into dst.
+// Neighbouring linear weights are bound as one run: an arch may multiply
+// by several at once (LLaMA's q, k and v, its gate and up projections).
 static void seg_params_bound(Stage *s, int seg, const float *src, float *dst) {
     StageActs *a = s->acts;
     const ParamSeg *g = &s->table.seg[seg];
     int stale = a->w16_stale[seg];
+    size_t run = 0, end = 0;   // the run of linear weights being gathered: flat [run, end)
     matmul_unbind16(1 + g->part);
-    for (int i = g->first; i < g->first + g->n; i++) {
-        const ParamInfo *t = &s->table.p[i];
+    for (int i = g->first; i <= g->first + g->n; i++) {
+        const ParamInfo *t = i < g->first + g->n ? &s->table.p[i] : NULL;
+        int lin = t && stage_linear_only(t->role);
+        if (end > run && !(lin && t->offset == end)) {   // the run ends: bound whole
+            matmul_bind16(1 + g->part, dst + (run - g->lo), a->w16 + run, end - run);
+            run = end = 0;
+        }
+        if (!t) break;
         size_t o = t->offset - g->lo;
-        if (linear_only(t->role)) {
+        if (lin) {
             if (stale) half_pack(a->prec, a->w16 + t->offset, src + o, t->numel);
-            matmul_bind16(1 + g->part, dst + o, a->w16 + t->offset, t->numel);
+            if (end == run) run = t->offset;
+            end = t->offset + t->numel;
         } else if (stale) {
             half_pack_widen(a->prec, a->w16 + t->offset, dst + o, src + o, t->numel);
         } else {

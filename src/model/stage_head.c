@@ -49,6 +49,10 @@ double stage_head_forward(Stage *s, Slot *sl, const LocalDims *d, int first, con
     int sh = a->seg_head;
     const float *head = stage_at(s, tied ? pe : pf, sh, a->off_head);
     float *dhead = dscale != 0.0f ? stage_at(s, stage_seg_grads(s, sh), sh, a->off_head) : NULL;
+    if (dhead && !tied && a->gfresh[sf]) {   // an untied head: its first chunk's product writes its gradient
+        final_tensors(s, stage_seg_grads(s, sf), g);
+        stage_grads_fresh(s, sf, PART_FINAL, g);
+    }
     sl->rows = first && dscale != 0.0f && stage_take_rows(s);
     int V = s->cfg.vocab, Vl = d->Vl;
     const float *lnf = sl->fin[0];

@@ -39,6 +39,8 @@ struct StageActs {
     Precision prec;
     float *rc[ARCH_MAX_BUFS];               // the shared fp32 set of one block's activations that recomputation
                                             // drops or 16 bits store (NULL: not shared)
+    unsigned char *gfresh;                  // per segment: its linear layers' gradients are not yet written this
+                                            // step (stage_grads_begin), so their first backward writes them
     uint16_t *w16;                          // bf16/fp16: the 16-bit copy of the weights (table.total), or NULL
     unsigned char *w16_stale;               // per segment: the copy is older than the parameters
     float *wbuf[PART_COUNT];                // bf16/fp16: one segment of each part's weights as the passes read them
@@ -69,6 +71,14 @@ const float *stage_seg_params(Stage *s, int seg, int next);
 void stage_seg_params_done(Stage *s, int seg);
 // The buffer segment seg's gradients are added into (the grads hook or
 // the flat buffer), and the hook call saying they are complete.
+// Whether the linear layers read the tensor (and nothing else does): its
+// 16-bit copy is not widened, its gradient is written by one product.
+int stage_linear_only(Role r);
+// A segment's linear layers' gradients marked unwritten for their products
+// (matmul_grad_fresh) at its first backward of the step (stage_grads_begin
+// left them as they were); g holds its tensors' gradients in the order of
+// the part's table.
+void stage_grads_fresh(Stage *s, int seg, Part part, float *const *g);
 float *stage_seg_grads(Stage *s, int seg);
 void stage_seg_grads_done(Stage *s, int seg);
 // Whether the take_rows hook takes this backward pass's embedding rows.

@@ -166,17 +166,6 @@ static void poison_grads(Trainer *t) {
     }
 }
 
-// Zeroes n floats, each thread its own contiguous share (one thread's
-// stores reach about half the memory bandwidth that two threads' do).
-static void zero_floats(float *x, size_t n) {
-    #pragma omp parallel
-    {
-        size_t k = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
-        size_t lo = n * k / nt, hi = n * (k + 1) / nt;
-        memset(x + lo, 0, (hi - lo) * sizeof(float));
-    }
-}
-
 // Adds the step's profile to the sums, the process's first step left out
 // (its first touch of every buffer is not the steady state) unless it is
 // the only one.
@@ -206,7 +195,7 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     for (int k = 0; k < K; k++) loader_next(t->ld, t->inp + k * bt, t->tgt + k * bt);
     prof_end(p0, PROF_LOADER, 0, 0);
     p0 = prof_begin();
-    if (st->grads) zero_floats(st->grads, st->table.total);
+    stage_grads_begin(st);
     prof_end(p0, PROF_GRADS, 0, st->grads ? st->table.total * sizeof(float) : 0);
     // d(mean loss over the global batch)/d(loss sum), times fp16's loss scale
     double scale = t->fp16 ? t->sc.scale : 1.0;

@@ -26,6 +26,17 @@ a32=$(field "$TMP/long_fp32.jsonl" acts); ab=$(field "$TMP/long_bf16.jsonl" acts
 awk -v a="$a32" -v b="$ab" 'BEGIN { exit !(b < 0.8 * a) }' && ok "bf16 activations $ab bytes against fp32's $a32" ||
   bad "bf16 activations $ab bytes against fp32's $a32"
 
+# ---- llama-tiny (fused q/k/v and gate/up products, an untied head), 2 micro-batches a step: 40 steps of
+# bf16 and fp16 end within 2% of fp32's loss ----
+for p in fp32 bf16 fp16; do
+  "$BIN" $B --model llama-tiny --steps 40 --log-every 40 --batch 4 --seq 64 --grad-accum 2 --precision $p \
+    --log "$TMP/llama_$p.jsonl" >"$TMP/llama_$p.out" 2>&1 || echo "     llama $p: $(tail -1 "$TMP/llama_$p.out")"
+done
+l32=$(field "$TMP/llama_fp32.jsonl" loss); lb=$(field "$TMP/llama_bf16.jsonl" loss); lh=$(field "$TMP/llama_fp16.jsonl" loss)
+if [ -n "$l32" ] && rel_close "$lb" "$l32" 0.02 && rel_close "$lh" "$l32" 0.02; then
+  ok "40 steps of llama-tiny: final loss fp32 $l32, bf16 $lb, fp16 $lh (within 2%)"
+else bad "40 steps of llama-tiny: final loss fp32 $l32, bf16 $lb, fp16 $lh"; fi
+
 # ---- MFU against the measured peak of the run's arithmetic: never above 100% ----
 mx=$(cat "$TMP"/long_*.jsonl | grep -o '"mfu":[0-9.e+-]*' | cut -d: -f2 | sort -g | tail -1)
 awk -v m="$mx" 'BEGIN { exit !(m > 0 && m <= 1) }' && grep -q "^cpu: .*peaks of .* thread.*(register-only probes): fp32 FMA" "$TMP/long_fp32.out" &&
