@@ -217,6 +217,33 @@ static void test_linear_rows(void) {
     }
 }
 
+// A weight gradient marked unwritten (matmul_grad_fresh) is written by its
+// next product, whatever it held (NaN here), with the bits of adding to
+// zero; the mark is used up, so the next product adds. At 64 rows (own
+// kernel) and 300 (BLAS or oneDNN), fp32 and bf16.
+static void test_grad_fresh(void) {
+    int C = 40, OC = 70, rows[] = {64, 300};
+    for (int ri = 0; ri < 2; ri++)
+        for (int bf = 0; bf < 2; bf++) {
+            int N = rows[ri], prev = matmul_set_bf16(bf);
+            float *x = fbuf((size_t)N * C), *dy = fbuf((size_t)N * OC), *w = fbuf((size_t)OC * C);
+            float *d0 = fbuf((size_t)OC * C), *d1 = fbuf((size_t)OC * C);
+            randn(x, (size_t)N * C, 1); randn(dy, (size_t)N * OC, 1); randn(w, (size_t)OC * C, 1);
+            for (size_t i = 0; i < (size_t)OC * C; i++) d0[i] = 0.0f, d1[i] = NAN;
+            linear_backward(NULL, d0, NULL, dy, x, w, N, C, OC, 0);
+            matmul_grad_fresh(d1);
+            linear_backward(NULL, d1, NULL, dy, x, w, N, C, OC, 0);
+            EXPECT(!memcmp(d0, d1, (size_t)OC * C * 4) && matmul_grads_unwritten() == 0,
+                   "N=%d %s: a fresh weight gradient is not the sum from zero", N, bf ? "bf16" : "fp32");
+            linear_backward(NULL, d0, NULL, dy, x, w, N, C, OC, 0);
+            linear_backward(NULL, d1, NULL, dy, x, w, N, C, OC, 0);
+            EXPECT(!memcmp(d0, d1, (size_t)OC * C * 4), "N=%d %s: the product after a fresh one did not add", N,
+                   bf ? "bf16" : "fp32");
+            matmul_set_bf16(prev);
+            free(x); free(dy); free(w); free(d0); free(d1);
+        }
+}
+
 // ---- oneDNN's fp32 products (kernels/dnnl) ----
 // C (M,NC) (+)= A · B at the three stride patterns the linear layers use
 // (B read by columns: the forward; both by rows: the input gradient; A read
@@ -669,6 +696,7 @@ int main(void) {
     RUN(test_transpose);
     RUN(test_linear_rows);
     RUN(test_dnnl);
+    RUN(test_grad_fresh);
     RUN(test_layernorm);
     RUN(test_rmsnorm);
     RUN(test_swiglu);
