@@ -1,0 +1,73 @@
+// train/trainer_impl.h — the trainer's state, shared by the files that make
+// it up (internal to train/): trainer.c sets a run up, steps it and closes
+// it; run.c is the loop around the steps, with checkpoints and
+// evaluations; header.c prints what a run is about to do.
+#ifndef TSR_TRAIN_TRAINER_IMPL_H
+#define TSR_TRAIN_TRAINER_IMPL_H
+
+#include "core/prof.h"
+#include "data/tokenizer.h"
+#include "io/checkpoint.h"
+#include "io/weights.h"
+#include "kernels/peak.h"
+#include "parallel/dp.h"
+#include "train/trainer.h"
+
+struct Trainer {
+    const TrainConfig *tc;
+    Mesh *mesh;
+    int rank, D;               // DP rank and size
+    int first;                 // world rank 0: it prints, logs and commits checkpoints
+    int lock;                  // world rank 0's lock on --ckpt-dir (-1: none)
+    Comm *stats;               // loss, norm and checkpoint agreement (NULL: one process), apart from the DP
+                               // group so that its counters hold gradient traffic only
+    Tokenizer tok;
+    ModelConfig mc;
+    Ckpt *ck;                  // the checkpoint resumed from (NULL: none); the header names it
+    Weights init;              // --init-from's weights (their files stay open until trainer_close; none: zeroed)
+    Loader *ld, *val;
+    Stage st;
+    Dp *dp;
+    Pipe *pipe;                // the pipeline schedule and the neighbours (one stage: the plain loop)
+    int last;                  // this rank's stage holds the loss
+    int V;                     // chunks per stage (virtual stages; 1: not interleaved)
+    int *begin;                // the layers of virtual stage j: [begin[j], begin[j + 1]) (pipe_split_layers)
+    AdamW opt;
+    LossScaler sc;             // fp16's loss scale
+    int fp16;
+    double flag_scale;         // resumed fp16: --loss-scale given, then replaced by the checkpoint's scale (0: neither)
+    Report *rep;
+    int *inp, *tgt;            // the step's micro-batches (M,B,T)
+    int done;                  // steps done
+    double tokens_per_step, flops_tok, peak;   // peak: GFLOP/s of one rank's threads, MFU's denominator
+    const char *peak_src;
+    Peaks peaks;                               // the machine's, measured at start
+    uint64_t sent_mark;        // DP bytes sent up to the end of the last step's reductions
+    double t_steps, pp_wait;   // seconds in steps, and of them waited on pipeline sends and receives
+    uint64_t pp_sent;          // bytes sent to pipeline neighbours in steps
+    char hosts[1024];          // the ranks' hosts and which groups stay inside one (empty: one host)
+    Profile *prof, *prof_sum;  // --profile: this step's rows, and their sums over the steps profiled
+    int prof_steps;            // steps summed in prof_sum
+    int first_step;            // steps done when this process started
+    double prof_secs;          // their time
+};
+
+// Bytes c has sent over all operations and (seconds non-NULL) the time
+// spent in them; 0 without c.
+uint64_t trainer_comm_totals(Comm *c, double *seconds);
+// Sums n (at most 4) doubles over every rank (nothing for one process).
+// 0, or -1 with err.
+int trainer_sum_all(Trainer *t, double *v, int n, Err *err);
+// Agrees on a status across the ranks: -1 if any rank failed (a rank that
+// did not gets err "another rank failed <what>"); a failed reduction counts
+// as a failure.
+int trainer_agree(Trainer *t, int rc, const char *what, Err *err);
+
+// Gathers every rank's hostname into t->hosts (header.c). Every rank calls
+// it. 0, or -1 with err.
+int trainer_find_hosts(Trainer *t, Err *err);
+// Prints the run's header on stdout: the model, data, batch, layout,
+// optimizer, machine and precision, and where the run starts from.
+void trainer_print_header(Trainer *t);
+
+#endif
