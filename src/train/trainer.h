@@ -11,6 +11,9 @@
 //   every rank) → clip → update → parameter sync → metrics
 //
 // train_run is the loop: steps, reports, evaluations and checkpoints.
+//
+// trainer.c holds open / step / close, run.c the loop and evaluation,
+// header.c the header; trainer_impl.h is their shared, private state.
 #ifndef TSR_TRAIN_TRAINER_H
 #define TSR_TRAIN_TRAINER_H
 
