@@ -38,6 +38,21 @@ void attention_softmax_rows(float *S, int nq, int nk, int q0, float scale, float
     }
 }
 
+void attention_ds_rows(float *dP, const float *P, const float *o, const float *dO, int ldo, int nq, int nk, int HS,
+                       float scale) {
+    for (int i = 0; i < nq; i++) {
+        // D_i = sum_j P_ij dP_ij = dO_i · O_i
+        const float *oi = o + (size_t)i * ldo, *di = dO + (size_t)i * ldo;
+        float D = 0.0f;
+        #pragma omp simd reduction(+:D)
+        for (int d = 0; d < HS; d++) D += oi[d] * di[d];
+        const float *p = P + (size_t)i * nk;
+        float *dp = dP + (size_t)i * nk;
+        #pragma omp simd
+        for (int j = 0; j < nk; j++) dp[j] = scale * (p[j] * (dp[j] - D));
+    }
+}
+
 void attention_forward(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int NH, int NKV,
                        int HS) {
     if (matmul_bf16() && !attention_forward_bf16(out, lse, qkv, scratch, B, T, NH, NKV, HS)) return;
@@ -96,16 +111,7 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
                 attention_softmax_rows(P, nq, nk, q0, 1.0f, NULL, l + q0);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, 1.0f,
                             dO + (size_t)q0 * C, C, v, ld, 0.0f, dP, nk);
-                for (int i = 0; i < nq; i++) {
-                    // D_i = sum_j P_ij dP_ij = dO_i · O_i; dS = P ∘ (dP − D)
-                    const float *oi = o + (size_t)(q0 + i) * C, *di = dO + (size_t)(q0 + i) * C;
-                    float D = 0.0f;
-                    #pragma omp simd reduction(+:D)
-                    for (int d = 0; d < HS; d++) D += oi[d] * di[d];
-                    float *p = P + (size_t)i * nk, *dp = dP + (size_t)i * nk;
-                    #pragma omp simd
-                    for (int j = 0; j < nk; j++) dp[j] = p[j] * (dp[j] - D);
-                }
+                attention_ds_rows(dP, P, o + (size_t)q0 * C, dO + (size_t)q0 * C, C, nq, nk, HS, 1.0f);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, scale, dP, nk, k, ld,
                             0.0f, dq + (size_t)q0 * ld, ld);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, scale, dP, nk,

@@ -39,6 +39,11 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
 // share it (the fp32 products have the scale in them already: 1).
 void attention_softmax_rows(float *S, int nq, int nk, int q0, float scale, float *lse_out, const float *lse_in);
 
+// dP := scale · P ∘ (dP − D), D_i = dO_i · O_i (the rows' gradient of the
+// scores, nq × nk), o and dO rows ldo apart, HS wide.
+void attention_ds_rows(float *dP, const float *P, const float *o, const float *dO, int ldo, int nq, int nk, int HS,
+                       float scale);
+
 // Under bf16 on the bf16 units (matmul_bf16(): a bf16 stage's passes),
 // attention_forward and attention_backward run these instead: the same
 // blocks with the products on the bf16 units (kernels/attention_bf16),

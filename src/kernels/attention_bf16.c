@@ -120,16 +120,8 @@ static void backward_block(const Forms *f, float *P, float *dP, const float *q, 
     scores(P, f->aq, q + (size_t)q0 * ld, ld, f->kt, T, nq, nk, HS, scale, q0, NULL, l + q0);
     bf16_pack_rows(f->ado, 2 * kp(HS), dO + (size_t)q0 * C, C, nq, HS);
     gemm_bf16(nq, nk, kp(HS), f->ado, 2 * kp(HS), f->vt, T, dP, nk, 0);
-    for (int i = 0; i < nq; i++) {
-        // D_i = sum_j P_ij dP_ij = dO_i · O_i; dS = scale · P ∘ (dP − D), the scale of both its products
-        const float *oi = o + (size_t)(q0 + i) * C, *di = dO + (size_t)(q0 + i) * C;
-        float D = 0.0f;
-        #pragma omp simd reduction(+:D)
-        for (int d = 0; d < HS; d++) D += oi[d] * di[d];
-        float *p = P + (size_t)i * nk, *dp = dP + (size_t)i * nk;
-        #pragma omp simd
-        for (int j = 0; j < nk; j++) dp[j] = scale * (p[j] * (dp[j] - D));
-    }
+    // dS with the scale of both its products in it
+    attention_ds_rows(dP, P, o + (size_t)q0 * C, dO + (size_t)q0 * C, C, nq, nk, HS, scale);
     // dq = dS · k
     bf16_pack_rows(f->ads, 2 * kp(nk), dP, nk, nq, nk);
     gemm_bf16(nq, HS, kp(nk), f->ads, 2 * kp(nk), f->kpr, HS, dq + (size_t)q0 * ld, ld, 0);
