@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
     AdamWConfig oc = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     float lr = 1e-4f;
     double *t = malloc(sizeof(double) * (steps + 1)), *ratio = malloc(sizeof(double) * (steps + 1));
-    double *ceil_at = malloc(sizeof(double) * (steps + 1)), fpt = train_flops_per_token(&c, T) * B * T * 1e-9;
+    double *ceil_at = malloc(sizeof(double) * (steps + 1)), fpt = arch_flops_token(&c, T) * B * T * 1e-9;
     for (int i = -1; i < steps; i++) {   // one warm-up step
         for (int k = 0; k < B * T; k++) {
             tok[k] = (int)rng_below(1, 1, (uint64_t)(i + 1) * B * T + k, V);
@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
         mfu_sg = ratio[steps / 2];
     }
     qsort(t, (size_t)steps, sizeof *t, cmp);
-    double med = t[steps / 2], tps = B * T / med, flops = train_flops_per_token(&c, T) * tps * 1e-9;
+    double med = t[steps / 2], tps = B * T / med, flops = arch_flops_token(&c, T) * tps * 1e-9;
     char name[40];
     snprintf(name, sizeof name, "%s %s", argv[1], prec_name(prec));
     char sg[16] = "     -";

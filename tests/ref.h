@@ -157,7 +157,9 @@ static inline double ref_gpt2_loss(const RefGpt *g, const double *P, const int *
 // (embed_tokens, then per layer input_layernorm, q, k, v, o,
 // post_attention_layernorm, gate, up, down, then norm and lm_head); returns
 // the mean loss over the N positions (tgt −1 skipped).
-typedef struct { int L, NH, NKV, C, F, T, V, Vp; double theta, eps; } RefLlama;
+// LLaMA; with bias, Qwen2 (q/k/v biases after each block's LLaMA
+// tensors); tied: the head is the token embedding.
+typedef struct { int L, NH, NKV, C, F, T, V, Vp; double theta, eps; int bias, tied; } RefLlama;
 
 static inline double ref_llama_loss(const RefLlama *g, const double *P, const int *tok, const int *tgt, int B, int T) {
     int C = g->C, F = g->F, N = B * T, HS = C / g->NH, KV = g->NKV * HS, QW = C + 2 * KV;
@@ -170,10 +172,10 @@ static inline double ref_llama_loss(const RefLlama *g, const double *P, const in
         for (int c = 0; c < C; c++) x[n * C + c] = emb[(size_t)tok[n] * C + c];
     for (int l = 0; l < g->L; l++) {
         const double *n1 = w, *wqkv = n1 + C, *wo = wqkv + (size_t)QW * C, *n2 = wo + (size_t)C * C;
-        const double *wgu = n2 + C, *wd = wgu + (size_t)2 * F * C;
-        w = wd + (size_t)C * F;
+        const double *wgu = n2 + C, *wd = wgu + (size_t)2 * F * C, *bqkv = g->bias ? wd + (size_t)C * F : NULL;
+        w = wd + (size_t)C * F + (g->bias ? QW : 0);
         ref_rmsnorm_d(ln, x, n1, N, C, g->eps);
-        ref_linear_d(qkv, ln, wqkv, NULL, N, C, QW);
+        ref_linear_d(qkv, ln, wqkv, bqkv, N, C, QW);
         ref_rope_d(qkv, N, T, g->NH + g->NKV, HS, QW, g->theta);
         ref_attention_d(att, qkv, B, T, g->NH, g->NKV, HS);
         ref_linear_d(prj, att, wo, NULL, N, C, C);
@@ -185,7 +187,7 @@ static inline double ref_llama_loss(const RefLlama *g, const double *P, const in
         for (int i = 0; i < N * C; i++) x[i] += prj[i];
     }
     ref_rmsnorm_d(ln, x, w, N, C, g->eps);
-    const double *head = w + C;
+    const double *head = g->tied ? emb : w + C;
     double loss = 0;
     for (int n = 0; n < N; n++) {
         if (tgt[n] < 0) continue;

@@ -9,7 +9,7 @@
 #include "cli/flags.h"
 #include "io/checkpoint.h"
 #include "io/hf_gpt2.h"
-#include "io/hf_llama.h"
+#include "io/hf_model.h"
 #include "io/weights.h"
 #include "core/alloc.h"
 #include "data/tokenizer.h"
@@ -31,7 +31,7 @@ int cmd_export(int argc, char **argv) {
     Flag f[] = {
         {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0, NULL},
         {"out", FLAG_STR, &out, 0, 0, "FILE", "safetensors file to write (GPT-2; this or --hf-dir)", 0, NULL},
-        {"hf-dir", FLAG_STR, &hf_dir, 0, 0, "DIR", "a Hugging Face model directory to write: config.json and model.safetensors (GPT-2 or LLaMA)", 0, NULL},
+        {"hf-dir", FLAG_STR, &hf_dir, 0, 0, "DIR", "a Hugging Face model directory to write: config.json and model.safetensors (GPT-2, LLaMA or Qwen2)", 0, NULL},
         {"dtype", FLAG_STR, &dtype, 0, 0, "T", "f32 (default; the fp32 masters as they are), bf16 or f16 (rounded to nearest even)", 0, NULL},
     };
     int nf = 4, help;
@@ -40,7 +40,7 @@ int cmd_export(int argc, char **argv) {
     if (flags_parse(f, nf, argc, argv, "export", &help, &unused, &e)) return cli_fail("export", &e);
     if (help) {
         printf("usage: tessera export --ckpt PATH --out FILE.safetensors | --hf-dir DIR\n\n"
-               "Writes the model as Hugging Face GPT2LMHeadModel or LlamaForCausalLM tensors (F32, or BF16/F16 with\n"
+               "Writes the model as Hugging Face GPT2LMHeadModel, LlamaForCausalLM or Qwen2ForCausalLM tensors (F32, or BF16/F16 with\n"
                "--dtype): one safetensors file, or a model directory Hugging Face's loaders read.\n\n");
         flags_print(f, nf);
         return 0;
@@ -57,9 +57,7 @@ int cmd_export(int argc, char **argv) {
     float *params = NULL;
     int rc = -1;
     if (ckpt_open(&ck, ckpt, &e) || ckpt_config(ck, &mc, &e) || load_whole(ck, &mc, &t, &params, &e)) goto done;
-    if (hf_dir ? (mc.arch == ARCH_LLAMA ? hf_llama_export(&mc, &t, params, hf_dir, dt, &e)
-                                        : hf_export_dir(&mc, &t, params, hf_dir, dt, &e))
-               : hf_export(&mc, &t, params, out, dt, &e)) {
+    if (hf_dir ? hf_export_dir(&mc, &t, params, hf_dir, dt, &e) : hf_export(&mc, &t, params, out, dt, &e)) {
         if (!hf_dir) err_prefix(&e, "--out");
         goto done;
     }
@@ -76,7 +74,7 @@ done:
 int cmd_import(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *model = NULL, *tokenizer = "gpt2";
     Flag f[] = {
-        {"in", FLAG_STR, &in, 0, 0, "PATH", "a Hugging Face model directory (config.json and model.safetensors or its shards; GPT-2 or LLaMA), or a GPT-2 safetensors file (required)", 0, NULL},
+        {"in", FLAG_STR, &in, 0, 0, "PATH", "a Hugging Face model directory (config.json and model.safetensors or its shards; GPT-2, LLaMA or Qwen2), or a GPT-2 safetensors file (required)", 0, NULL},
         {"out", FLAG_STR, &out, 0, 0, "DIR", "run directory for the step-0 checkpoint (required)", 0, NULL},
         {"model", FLAG_STR, &model, 0, 0, "PRESET", "preset whose head count to use (default: d_model/64, as GPT-2)", 0, NULL},
         {"tokenizer", FLAG_STR, &tokenizer, 0, 0, "gpt2|llama|byte", "tokenizer recorded for sample/eval (default gpt2)", 0, NULL},
@@ -87,7 +85,7 @@ int cmd_import(int argc, char **argv) {
     if (flags_parse(f, nf, argc, argv, "import", &help, &unused, &e)) return cli_fail("import", &e);
     if (help) {
         printf("usage: tessera import --in DIR | FILE.safetensors --out DIR [--model PRESET] [--tokenizer T]\n\n"
-               "Makes a step-0 checkpoint (parameters only) from Hugging Face GPT-2 or LLaMA weights, to sample,\n"
+               "Makes a step-0 checkpoint (parameters only) from Hugging Face GPT-2, LLaMA or Qwen2 weights, to sample,\n"
                "evaluate or fine-tune from (tessera train --init-from also reads the directory or file directly).\n"
                "Every config.json key must be one tessera implements, and every tensor one the model reads.\n\n");
         flags_print(f, nf);

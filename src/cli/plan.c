@@ -42,11 +42,9 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
     commas(r->params_device, pd, sizeof pd);
     commas(r->params - arch_part_params(&m->cfg, PART_FINAL, 1, 0), f12, sizeof f12);   // the textbook count
     printf("model      %s: %s, %lld layers, width %lld, %lld heads (%lld kv), FFN %lld, vocabulary %lld, positions %lld\n",
-           m->name, m->arch == PLAN_GPT ? "GPT (learned positions, LayerNorm, GELU, tied head)"
-                                        : "LLaMA (RoPE, RMSNorm, SwiGLU, untied head)",
+           m->name, arch_of(&m->cfg)->summary,
            (long long)m->L, (long long)m->h, (long long)m->a, (long long)m->kv, (long long)m->f, (long long)m->V, (long long)m->s);
-    printf("params     %s, final norm included", p);
-    if (m->arch == PLAN_GPT) printf(" (12Lh²+13Lh+(V+s)h = %s leaves it out)", f12);
+    printf("params     %s, final norm included (%s without it)", p, f12);
     printf("; busiest device holds %s\n", pd);
     int V = l->vstages > 1 ? l->vstages : 1;
     char sched[64];
@@ -240,7 +238,7 @@ static int plan_flags(PlanArgs *a, int argc, char **argv, int *help, Json **cfg,
         {"model", FLAG_STR, &a->model, 0, 0, "PRESET", "model (default gpt2-124m); see the list above", 0, NULL},
         {"config", FLAG_STR, &a->config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama: n_kv_head, rope_theta, norm_eps} (as tessera train's)", 0, NULL},
         {"vocab", FLAG_U64, &a->vocab, 2, 1 << 24, "V", "override the model's vocabulary (e.g. 256 for --tokenizer byte)", 0, NULL},
-        {"arch", FLAG_STR, &a->arch, 0, 0, "A", "override the architecture: gpt2 or llama", 0, NULL},
+        {"arch", FLAG_STR, &a->arch, 0, 0, "A", "override the architecture: gpt2, llama or qwen2", 0, NULL},
         {"layers", FLAG_INT, &a->layers, 1, 1 << 20, "L", "override the layer count", 0, NULL},
         {"d-model", FLAG_INT, &a->d_model, 1, 1 << 24, "C", "override the width", 0, NULL},
         {"heads", FLAG_INT, &a->heads, 1, 1 << 20, "NH", "override the attention heads", 0, NULL},
@@ -309,13 +307,13 @@ static int plan_model(const PlanArgs *a, int argc, char **argv, const Json *cfg,
     if (a->arch || a->layers || a->d_model || a->heads || a->kv_heads || a->d_ff || a->positions) {
         ModelConfig mc = m->cfg;
         if (a->arch && config_arch_parse(a->arch, &mc.arch))
-            return err_set(e, ERR_USAGE, "--arch: expected gpt2 or llama, got '%s'", a->arch);
+            return err_set(e, ERR_USAGE, "--arch: expected one of %s, got '%s'", config_arch_list(), a->arch);
         config_clear_foreign(&mc);   // another architecture's fields of the preset or config
-        if (a->kv_heads && mc.arch != ARCH_LLAMA)
-            return err_set(e, ERR_USAGE, "--kv-heads: a %s model has no separate key/value heads (grouped-query attention is llama's)",
+        if (a->kv_heads && !(arch_registry[mc.arch]->keys & KEY_KV_HEADS))
+            return err_set(e, ERR_USAGE, "--kv-heads: a %s model has no separate key/value heads (no grouped-query attention)",
                            config_arch_name(mc.arch));
         if (a->layers) mc.n_layer = a->layers;
-        if (a->d_model) { mc.d_model = a->d_model; if (!a->d_ff && mc.arch == ARCH_GPT2) mc.d_ff = 4 * a->d_model; }
+        if (a->d_model) { mc.d_model = a->d_model; if (!a->d_ff) mc.d_ff = 4 * a->d_model; }
         if (a->heads) { mc.n_head = a->heads; if (!a->kv_heads) mc.n_kv_head = 0; }
         if (a->kv_heads) mc.n_kv_head = a->kv_heads;
         if (a->d_ff) mc.d_ff = a->d_ff;

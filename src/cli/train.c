@@ -327,7 +327,7 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
         {"exit-after", FLAG_INT, &a->tc.exit_after, 0, 1 << 30, "N", "stop after step N with a checkpoint, as if interrupted; the LR schedule still spans --steps", 0, NULL},
         {"keep", FLAG_INT, &a->tc.keep, 0, 1 << 30, "K", "keep the newest K checkpoints (default 0: all)", 0, NULL},
         {"resume", FLAG_STR, &a->tc.resume, 0, 0, "[PATH]", "continue from a checkpoint or run directory (alone: --ckpt-dir's latest)", 0, "@latest"},
-        {"init-from", FLAG_STR, &a->tc.init_from, 0, 0, "PATH", "start (step 0, a fresh optimizer) from these weights: a Hugging Face model directory (GPT-2 or LLaMA), a GPT-2 safetensors file, or a tessera checkpoint or run directory; --model, if given, must be their model", 0, NULL},
+        {"init-from", FLAG_STR, &a->tc.init_from, 0, 0, "PATH", "start (step 0, a fresh optimizer) from these weights: a Hugging Face model directory (GPT-2, LLaMA or Qwen2), a GPT-2 safetensors file, or a tessera checkpoint or run directory; --model, if given, must be their model", 0, NULL},
         {"threads", FLAG_INT, &a->tc.threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores; with --nproc or mpirun, cores / ranks on this machine)", 0, NULL},
         {"dp", FLAG_INT, &a->dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default: ranks / (--tp × --pp))", 0, NULL},
         {"tp", FLAG_INT, &a->tp, 1, 256, "N", "tensor-parallel ranks: each layer's heads, FFN columns and vocabulary split over N neighbouring ranks (default 1)", 0, NULL},
@@ -356,7 +356,7 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
     int nf = (int)(sizeof f / sizeof f[0]);
     if (flags_parse(f, nf, argc, argv, "train", help, cfg, e)) return -1;
     if (*help) {
-        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2 or LLaMA model (fp32, bf16 or fp16) on one process, or on a 3D mesh of\n"
+        printf("usage: tessera train --data PATH [flags]\n\nTrains a GPT-2, LLaMA or Qwen2 model (fp32, bf16 or fp16) on one process, or on a 3D mesh of\n"
                "--nproc forked ranks or the ranks mpirun starts: data parallel with ZeRO 0-3 (--dp, --zero),\n"
                "tensor parallel (Megatron-style, --tp, --sp) and pipeline parallel (--pp, --micro-batches,\n"
                "--schedule, --virtual-stages). rank = pp_rank·dp·tp + dp_rank·tp + tp_rank: tensor-parallel ranks are neighbours.\n"

@@ -17,6 +17,7 @@
 #include "core/check.h"
 #include "core/json.h"
 #include "io/safetensors.h"
+#include "model/arch.h"
 
 enum { HF_MAX_SHARDS = 64 };
 
@@ -41,18 +42,7 @@ const StTensor *hf_dir_find(const HfDir *d, const char *name, const StFile **f);
 int hf_dir_check_read(const HfDir *d, int (*reads)(const StTensor *t, void *ctx), void *ctx, const char *what,
                       Err *err);
 
-// ---- config.json ----
-typedef enum {
-    HF_KEY_READ,      // a size or value tessera reads
-    HF_KEY_IGNORED,   // bookkeeping, or training-time only (dropout): the same model either way
-    HF_KEY_FIXED,     // a feature with one value tessera implements: `want`, or absent
-} HfKeyKind;
-typedef struct HfKey {
-    const char *name;
-    HfKeyKind kind;
-    const char *want;   // HF_KEY_FIXED: the value's JSON text; alternatives separated by '|'
-} HfKey;
-
+// ---- config.json (its keys: model/arch's HfKey) ----
 // Reads dir/config.json (its path into path) as a JSON object.
 Json *hf_config_read(const char *dir, char *path, size_t cap, Err *err);
 // Every key of cfg is in keys[0..n); a HF_KEY_FIXED key has its value.

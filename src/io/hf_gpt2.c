@@ -202,72 +202,16 @@ int hf_load(const HfDir *d, const ModelConfig *c, const ParamTable *t, float *pa
     return 0;
 }
 
-int hf_export_dir(const ModelConfig *c, const ParamTable *t, const float *params, const char *dir, StDtype dtype,
-                  Err *err) {
-    if (check_arch(c, err)) return -1;
-    if (hf_dir_prepare(dir, err)) return -1;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (hf_export(c, t, params, path, dtype, err)) return -1;
-    JsonBuf b;
-    jb_init(&b);
-    jb_obj_begin(&b);
-    jb_key(&b, "architectures"); jb_arr_begin(&b); jb_str(&b, "GPT2LMHeadModel"); jb_arr_end(&b);
-    jb_key(&b, "model_type"); jb_str(&b, "gpt2");
-    jb_key(&b, "n_embd"); jb_int(&b, c->d_model);
-    jb_key(&b, "n_head"); jb_int(&b, c->n_head);
-    jb_key(&b, "n_layer"); jb_int(&b, c->n_layer);
-    jb_key(&b, "n_inner"); jb_int(&b, c->d_ff);
-    jb_key(&b, "n_positions"); jb_int(&b, c->max_seq);
-    jb_key(&b, "n_ctx"); jb_int(&b, c->max_seq);
-    jb_key(&b, "vocab_size"); jb_int(&b, c->vocab);
-    jb_key(&b, "activation_function"); jb_str(&b, "gelu_new");
-    jb_key(&b, "layer_norm_epsilon"); jb_num(&b, 1e-5);
-    jb_key(&b, "tie_word_embeddings"); jb_bool(&b, 1);
-    jb_key(&b, "torch_dtype"); jb_str(&b, dtype == ST_BF16 ? "bfloat16" : dtype == ST_F16 ? "float16" : "float32");
-    jb_obj_end(&b);
-    jb_raw(&b, "\n");
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    int rc = file_write_whole(path, b.s, b.len, err);
-    jb_free(&b);
-    return rc;
-}
-
-// config.json's keys: the sizes read, the features fixed at what tessera's
-// GPT-2 computes, and bookkeeping (dropout only regularizes training).
-static const HfKey gpt2_keys[] = {
-    {"n_embd", HF_KEY_READ, NULL},                  {"n_head", HF_KEY_READ, NULL},
-    {"n_layer", HF_KEY_READ, NULL},                 {"n_inner", HF_KEY_READ, NULL},
-    {"n_positions", HF_KEY_READ, NULL},             {"n_ctx", HF_KEY_READ, NULL},
-    {"vocab_size", HF_KEY_READ, NULL},              {"model_type", HF_KEY_FIXED, "\"gpt2\""},
-    {"activation_function", HF_KEY_FIXED, "\"gelu_new\"|\"gelu_pytorch_tanh\""},
-    {"layer_norm_epsilon", HF_KEY_FIXED, "1e-5"},   {"tie_word_embeddings", HF_KEY_FIXED, "true"},
-    {"scale_attn_weights", HF_KEY_FIXED, "true"},   {"scale_attn_by_inverse_layer_idx", HF_KEY_FIXED, "false"},
-    {"reorder_and_upcast_attn", HF_KEY_FIXED, "false"}, {"add_cross_attention", HF_KEY_FIXED, "false"},
-    {"architectures", HF_KEY_IGNORED, NULL},        {"torch_dtype", HF_KEY_IGNORED, NULL},
-    {"transformers_version", HF_KEY_IGNORED, NULL}, {"_name_or_path", HF_KEY_IGNORED, NULL},
-    {"bos_token_id", HF_KEY_IGNORED, NULL},         {"eos_token_id", HF_KEY_IGNORED, NULL},
-    {"pad_token_id", HF_KEY_IGNORED, NULL},         {"initializer_range", HF_KEY_IGNORED, NULL},
-    {"use_cache", HF_KEY_IGNORED, NULL},            {"resid_pdrop", HF_KEY_IGNORED, NULL},
-    {"embd_pdrop", HF_KEY_IGNORED, NULL},           {"attn_pdrop", HF_KEY_IGNORED, NULL},
-    {"summary_type", HF_KEY_IGNORED, NULL},         {"summary_use_proj", HF_KEY_IGNORED, NULL},   // summary_*: the
-    {"summary_activation", HF_KEY_IGNORED, NULL},   {"summary_proj_to_labels", HF_KEY_IGNORED, NULL},   // double-heads
-    {"summary_first_dropout", HF_KEY_IGNORED, NULL}, {"task_specific_params", HF_KEY_IGNORED, NULL},  // model's
-};
-
 int hf_gpt2_config(const Json *cfg, const char *path, int *heads, Err *err) {
     *heads = 0;
-    const Json *mt = json_get(cfg, "model_type");
-    if (!mt || mt->type != JSON_STR || strcmp(mt->text, "gpt2"))
-        return err_set(err, ERR_USAGE, "%s: model_type is neither \"gpt2\" nor \"llama\"", path);
+    const ArchHf *hf = arch_gpt2.hf;
     int x = 0;
-    if (hf_config_check(cfg, gpt2_keys, (int)(sizeof gpt2_keys / sizeof gpt2_keys[0]), path, err) ||
-        hf_config_int(cfg, "n_head", 0, 1, 65536, heads, path, err))
+    if (hf_config_check(cfg, hf->keys, hf->nkeys, path, err) || hf_config_int(cfg, "n_head", 0, 1, 65536, heads, path, err))
         return -1;
-    for (int k = 0; k < (int)(sizeof gpt2_keys / sizeof gpt2_keys[0]); k++) {   // every size an integer (n_inner: or null)
-        const Json *v = json_get(cfg, gpt2_keys[k].name);
-        if (gpt2_keys[k].kind == HF_KEY_READ && v && !(v->type == JSON_NULL && !strcmp(v->key, "n_inner")) &&
-            hf_config_int(cfg, gpt2_keys[k].name, 1, 1, 1 << 24, &x, path, err))
+    for (int k = 0; k < hf->nkeys; k++) {   // every size an integer (n_inner: or null)
+        const Json *v = json_get(cfg, hf->keys[k].name);
+        if (hf->keys[k].kind == HF_KEY_READ && v && !(v->type == JSON_NULL && !strcmp(v->key, "n_inner")) &&
+            hf_config_int(cfg, hf->keys[k].name, 1, 1, 1 << 24, &x, path, err))
             return -1;
     }
     return 0;

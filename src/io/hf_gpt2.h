@@ -20,15 +20,13 @@
 // Writes the whole-model parameters (the table of a whole GPT-2 model) to path.
 int hf_export(const ModelConfig *c, const ParamTable *t, const float *params, const char *path, StDtype dtype, Err *err);
 
-// The same as dir/model.safetensors with dir/config.json (GPT2LMHeadModel's
-// fields) beside it; dir is made if it does not exist, and must hold no
-// other safetensors weights (hf_dir_prepare).
-int hf_export_dir(const ModelConfig *c, const ParamTable *t, const float *params, const char *dir, StDtype dtype,
-                  Err *err);
-// The keys of a GPT2LMHeadModel config.json (cfg, read from path): each
-// one tessera knows, a feature's value the one it implements (gelu_new, a
-// tied head, ...); n_head into *heads (0 when absent). Sizes must be
-// integers. Errors name the file and the key.
+// (A model directory: io/hf_model's hf_export_dir writes these tensors
+// and config.json.)
+// The keys of a GPT2LMHeadModel config.json (cfg, read from path, whose
+// model_type is GPT-2's): each one tessera knows (model/gpt2's table), a
+// feature's value the one it implements (gelu_new, a tied head, ...);
+// n_head into *heads (0 when absent). Sizes must be integers. Errors name
+// the file and the key.
 int hf_gpt2_config(const Json *cfg, const char *path, int *heads, Err *err);
 // The sizes config.json states (n_layer, n_embd, n_inner, n_positions,
 // vocab_size) are those of c, the weights' model.

@@ -82,20 +82,15 @@ int meta_model(const Json *meta, const char *path, ModelConfig *cfg, Err *err) {
             return err_set(err, ERR_USAGE, "%s: field 'model.%s' is missing or not a positive integer", path, keys[i]);
         *dst[i] = (int)v;
     }
-    const Json *ar = json_get(m, "arch"), *kv = json_get(m, "n_kv_head");
+    const Json *ar = json_get(m, "arch");
     if (ar && (ar->type != JSON_STR || config_arch_parse(ar->text, &cfg->arch)))
-        return err_set(err, ERR_USAGE, "%s: field 'model.arch' must be \"gpt2\" or \"llama\"", path);
-    int64_t v;
-    if (kv && (json_int64(kv, &v) || v < 1 || v > (1 << 30)))
-        return err_set(err, ERR_USAGE, "%s: field 'model.n_kv_head' is not a positive integer", path);
-    if (kv) cfg->n_kv_head = (int)v;
-    const Json *th = json_get(m, "rope_theta"), *ep = json_get(m, "norm_eps");
-    if (th && (th->type != JSON_NUM || !(th->num >= 1 && th->num <= 1e12)))
-        return err_set(err, ERR_USAGE, "%s: field 'model.rope_theta' is not a number in [1, 1e12]", path);
-    if (ep && (ep->type != JSON_NUM || !(ep->num >= 1e-12 && ep->num <= 1)))
-        return err_set(err, ERR_USAGE, "%s: field 'model.norm_eps' is not a number in [1e-12, 1]", path);
-    if (th) cfg->rope_theta = (float)th->num;
-    if (ep) cfg->norm_eps = (float)ep->num;
+        return err_set(err, ERR_USAGE, "%s: field 'model.arch' must be one of %s", path, config_arch_list());
+    for (const Json *f = m->child; f; f = f->next) {   // the architecture's own fields (n_kv_head, rope_theta, ...)
+        if (!strcmp(f->key, "arch") || !strcmp(f->key, "name") || !strcmp(f->key, "vocab_padded")) continue;
+        Err fe = {0};
+        if (config_set_field(cfg, f->key, f, &fe))
+            return err_set(err, ERR_USAGE, "%s: field 'model.%s': %s", path, f->key, fe.msg);
+    }
     const Json *nm = json_get(m, "name");
     snprintf(cfg->name, sizeof cfg->name, "%s", nm && nm->type == JSON_STR ? nm->text : "custom");
     config_set_vocab(cfg, cfg->vocab);

@@ -5,10 +5,10 @@
 #include <sys/stat.h>
 
 #include "io/hf_gpt2.h"
-#include "io/hf_llama.h"
+#include "io/hf_model.h"
 
-// GPT-2 weights: one file, or a directory whose config.json (cfg, at
-// cpath) states the head count and the sizes the weights must have.
+// GPT-2 weights (Conv1D): one file, or a directory whose config.json (cfg,
+// at cpath) states the head count and the sizes the weights must have.
 static int open_gpt2(Weights *w, const char *path, const Json *cfg, const char *cpath, const ModelConfig *hint,
                      Err *err) {
     int heads = 0;
@@ -32,21 +32,23 @@ static int open_any(Weights *w, const char *path, const ModelConfig *hint, Err *
         return ckpt_open(&w->ck, path, err) || ckpt_config(w->ck, &w->mc, err) ? -1 : 0;
     }
     if (!hf_is_dir(path)) {
-        w->kind = WEIGHTS_HF_GPT2;
+        w->kind = WEIGHTS_HF_CONV1D;
         return open_gpt2(w, path, NULL, NULL, hint, err);
     }
     w->is_dir = 1;
     char cpath[4200];
     Json *cfg = hf_config_read(path, cpath, sizeof cpath, err);
     if (!cfg) return -1;
-    const Json *mt = json_get(cfg, "model_type");
-    int rc;
-    if (mt && mt->type == JSON_STR && !strcmp(mt->text, "llama")) {
-        w->kind = WEIGHTS_HF_LLAMA;
-        rc = hf_llama_open(&w->hd, path, &w->mc, err);
-    } else {
-        w->kind = WEIGHTS_HF_GPT2;
+    // the architecture model_type names: a Conv1D one's sizes come from its
+    // weights (config.json must agree), any other's from config.json
+    ModelConfig mc;
+    int rc = hf_model_config(cfg, cpath, &mc, err);
+    if (!rc && arch_of(&mc)->hf->conv1d) {
+        w->kind = WEIGHTS_HF_CONV1D;
         rc = open_gpt2(w, path, cfg, cpath, hint, err);
+    } else if (!rc) {
+        w->kind = WEIGHTS_HF;
+        rc = hf_model_open(&w->hd, path, &w->mc, err);
     }
     json_free(cfg);
     return rc;
@@ -62,8 +64,8 @@ int weights_open(Weights *w, const char *path, const ModelConfig *hint, Err *err
 int weights_load(Weights *w, const ModelConfig *c, const ParamTable *t, float *params, Err *err) {
     switch (w->kind) {
     case WEIGHTS_CKPT: return ckpt_load_params(w->ck, t, params, err);
-    case WEIGHTS_HF_LLAMA: return hf_llama_load(&w->hd, c, t, params, err);
-    case WEIGHTS_HF_GPT2: return hf_load(&w->hd, c, t, params, err);
+    case WEIGHTS_HF: return hf_model_load(&w->hd, c, t, params, err);
+    case WEIGHTS_HF_CONV1D: return hf_load(&w->hd, c, t, params, err);
     }
     return -1;
 }

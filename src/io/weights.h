@@ -1,8 +1,9 @@
 // io/weights — a model's starting weights from any source tessera reads:
 // a tessera checkpoint (or run directory: its latest), a Hugging Face
-// model directory (GPT2LMHeadModel or LlamaForCausalLM: config.json and
-// model.safetensors or its shards), or a GPT-2 safetensors file. import
-// and train --init-from read through it.
+// model directory (any architecture of the registry: GPT2LMHeadModel,
+// LlamaForCausalLM, Qwen2ForCausalLM; config.json and model.safetensors
+// or its shards), or a GPT-2 safetensors file. import and train
+// --init-from read through it.
 #ifndef TSR_IO_WEIGHTS_H
 #define TSR_IO_WEIGHTS_H
 
@@ -11,7 +12,11 @@
 #include "io/hf_dir.h"
 #include "model/params.h"
 
-typedef enum { WEIGHTS_CKPT, WEIGHTS_HF_GPT2, WEIGHTS_HF_LLAMA } WeightsKind;
+typedef enum {
+    WEIGHTS_CKPT,
+    WEIGHTS_HF_CONV1D,   // GPT-2's Conv1D tensors (io/hf_gpt2): a file, or a directory
+    WEIGHTS_HF,          // a model directory of another architecture (io/hf_model)
+} WeightsKind;
 
 typedef struct Weights {
     WeightsKind kind;

@@ -4,7 +4,31 @@
 
 #include "kernels/attention.h"
 
-const Arch *arch_of(const ModelConfig *c) { return c->arch == ARCH_LLAMA ? &arch_llama : &arch_gpt2; }
+const Arch *const arch_registry[ARCH_COUNT] = {
+    [ARCH_GPT2] = &arch_gpt2,
+    [ARCH_LLAMA] = &arch_llama,
+    [ARCH_QWEN2] = &arch_qwen2,
+};
+
+const Arch *arch_of(const ModelConfig *c) {
+    CHECKF(c->arch >= 0 && c->arch < ARCH_COUNT, "architecture %d", (int)c->arch);
+    const Arch *a = arch_registry[c->arch];
+    return c->tie_embeddings && a->tied ? a->tied : a;
+}
+
+const Arch *arch_of_hf(const char *model_type, ArchId *id) {
+    for (int a = 0; a < ARCH_COUNT; a++)
+        if (arch_registry[a]->hf && !strcmp(arch_registry[a]->hf->model_type, model_type)) {
+            if (id) *id = (ArchId)a;
+            return arch_registry[a];
+        }
+    return NULL;
+}
+
+double arch_flops_token(const ModelConfig *c, int T) {
+    double lookup = arch_of(c)->tied_head ? 0.0 : (double)c->vocab * c->d_model;
+    return 6.0 * ((double)config_param_count(c, 0) - lookup) + 12.0 * c->n_layer * (double)T * c->d_model;
+}
 
 int64_t arch_dim(const ModelConfig *c, Dim d, int padded) {
     switch (d) {

@@ -1,18 +1,23 @@
-// model/arch — what an architecture is, described once: its tensors (name,
-// role, shape rule, tensor-parallel shard rule, weight decay, init rule),
-// grouped into the three parts a pipeline stage may hold, and the forward
-// and backward of its block and final norm. model/gpt2.c and
-// model/llama.c each define one Arch; the parameter table (model/params),
-// the generic stage (model/stage), the Hugging Face mappings (io/) and the
-// planner (plan/) all read it, so a model's tensors and its parameter count
-// are written down in one place. Code outside model/ and the Hugging Face
-// mappings finds a tensor by its role, never by its name.
+// model/arch — what an architecture is, described once: its name, presets
+// and config keys (with defaults and the checks its kernels need), its
+// tensors (name, role, shape rule, tensor-parallel shard rule, weight
+// decay, init rule) grouped into the three parts a pipeline stage may
+// hold, the forward and backward of its block and final norm, its FLOPs
+// per token, and its Hugging Face name (model_type, config.json keys,
+// tensor names). model/gpt2.c, model/llama.c and model/qwen2.c each define
+// one Arch, and the registry (arch_registry) lists them: config parsing,
+// the parameter table (model/params), the generic stage (model/stage),
+// the Hugging Face import and export (io/), the planner (plan/) and MFU
+// all iterate or ask it, so adding an architecture is one file and one
+// line of the registry. Code outside model/ and io/'s mappings finds a
+// tensor by its role, never by its name.
 #ifndef TSR_MODEL_ARCH_H
 #define TSR_MODEL_ARCH_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/check.h"
 #include "core/half.h"
 #include "model/config.h"
 #include "model/tp.h"
@@ -101,9 +106,71 @@ typedef struct BlockRun {
     Precision prec;      // what the saved activations are stored in (arch_stored)
     KvCache *kv;         // incremental decoding (B = 1, positions kv->pos on), or NULL
     int layer;           // with kv: the block's layer
+    // A block with an auxiliary loss (a mixture of experts' load balance)
+    // adds it here in its forward, weighted and summed over the
+    // micro-batch's rows as the per-token losses are, and adds that term's
+    // gradient itself in its backward; NULL in a recomputing forward (the
+    // loss was counted). stage_take_aux hands the sum to the trainer. None
+    // of today's blocks has one.
+    double *aux_loss;
 } BlockRun;
 
-typedef struct Arch {
+// A preset: the sizes of a named model. plan_only: described for the
+// planner (no tokenizer of its vocabulary here, or too big to mean
+// training on a CPU).
+typedef struct ArchPreset {
+    const char *name;
+    int L, NH, KV, C, F, S, V;   // KV 0: NH
+    float theta, eps;            // 0: the architecture's defaults
+    int tie, plan_only;
+} ArchPreset;
+
+// The config keys an architecture may have beyond the common ones
+// (n_layer, n_head, d_model, d_ff, max_seq, vocab).
+enum { KEY_KV_HEADS = 1u, KEY_ROPE_THETA = 2u, KEY_NORM_EPS = 4u, KEY_TIE = 8u };
+
+// A key of a Hugging Face config.json: what tessera does with it.
+typedef enum {
+    HF_KEY_READ,      // a size or value: the tessera model field `want` names (NULL: checked apart, e.g. head_dim)
+    HF_KEY_IGNORED,   // bookkeeping, or training-time only (dropout): the same model either way; `want`, when
+                      // set, is the JSON an export writes
+    HF_KEY_FIXED,     // a feature with one value tessera implements: `want` (JSON text; alternatives '|'), or absent
+} HfKeyKind;
+typedef struct HfKey {
+    const char *name;
+    HfKeyKind kind;
+    const char *want;
+} HfKey;
+
+// An architecture under its Hugging Face name.
+typedef struct ArchHf {
+    const char *model_type;     // config.json's "model_type"
+    const char *architecture;   // its "architectures" entry
+    const char *prefix;         // put before every tensor name but the head's ("model.", "transformer.")
+    const HfKey *keys;          // config.json's keys, in the order an export writes them
+    int nkeys;
+    const char *buffer;         // a scanf pattern (one %d: the layer) of a buffer files may hold that the model does
+                                // not read (LLaMA's rotary inv_freq), or NULL
+    int conv1d;                 // linear weights stored (in, out) and q/k/v as (C, 3C): GPT-2's Conv1D
+} ArchHf;
+
+typedef struct Arch Arch;
+struct Arch {
+    const char *name;                     // the registry name: config's "arch", checkpoints', --arch
+    const char *label;                    // its name in prose ("LLaMA")
+    const char *summary;                  // what it is, one line (plan --explain)
+    const ArchPreset *presets;
+    int npresets;
+    unsigned keys;                        // KEY_*: the config keys it has beyond the common ones
+    float rope_theta, norm_eps;           // the defaults of those it has
+    // What its kernels require of a config beyond the common checks (an
+    // even head size for the rotary embedding), as a message naming the
+    // field; NULL: nothing.
+    int (*validate)(const ModelConfig *c, Err *err);
+    const ArchHf *hf;
+    // The same architecture with its head tied to the token embedding
+    // (tie_embeddings: 1), or NULL where tying is not a choice.
+    const Arch *tied;
     const char *block_prefix;             // printf format of a block tensor's name prefix, given the layer
     const TensorDesc *part[PART_COUNT];   // the tensors of each part, in flat-buffer order
     int n[PART_COUNT];
@@ -131,9 +198,20 @@ typedef struct Arch {
     // The name of the block's linear layer taking `in` features to `out`
     // on this rank ("qkv", "fc", ...), NULL for none (a profile's rows).
     const char *(*linear_name)(const LocalDims *d, int in, int out);
-} Arch;
+};
 
-extern const Arch arch_gpt2, arch_llama;
+extern const Arch arch_gpt2, arch_llama, arch_llama_tied, arch_qwen2, arch_qwen2_tied;
+
+// Every architecture, indexed by ArchId.
+extern const Arch *const arch_registry[ARCH_COUNT];
+// The architecture with this Hugging Face model_type, or NULL.
+const Arch *arch_of_hf(const char *model_type, ArchId *id);
+
+// Training FLOPs per token of a sequence of T (model FLOPs: PaLM's
+// appendix B): 6 per parameter a token's products touch (an untied token
+// embedding is only looked up: no FLOPs; a tied one is the head's GEMM
+// too) and 12·L·T·C for attention's scores and weighted sums.
+double arch_flops_token(const ModelConfig *c, int T);
 
 // Helpers of the blocks' tensor-parallel passes (model/gpt2, model/llama):
 // this rank's rows of a gathered (N,C) buffer; the gradient arriving at a
@@ -163,7 +241,8 @@ void arch_stored(const Arch *ar, const BlockRun *r, int j);
 void arch_attention(const BlockRun *r, float *out, float *lse, const float *qkv, float *scratch, int NH, int NKV,
                     int HS);
 
-// The description of c's architecture (config_arch_name names it).
+// The description of c's architecture (config_arch_name names it): the
+// registry's entry, its tied form when c ties the head.
 const Arch *arch_of(const ModelConfig *c);
 // Exact parameter count of the whole model, with V (padded=0) or Vp
 // vocabulary rows: the one count in tessera.

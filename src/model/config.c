@@ -4,31 +4,36 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct { const char *name; ArchId arch; int L, NH, KV, C, F, T, V; float eps; } Preset;
+#include "model/arch.h"
 
-// GPT-2's FFN is 4·C; LLaMA's about 8/3·C, rounded as Meta rounds it.
-// llama-120m is sized like gpt2-124m, for comparisons.
-static const Preset presets[] = {
-    {"gpt2-tiny", ARCH_GPT2, 4, 4, 0, 128, 512, 64, 50257, 0},
-    {"gpt2-124m", ARCH_GPT2, 12, 12, 0, 768, 3072, 1024, 50257, 0},
-    {"gpt2-350m", ARCH_GPT2, 24, 16, 0, 1024, 4096, 1024, 50257, 0},
-    {"gpt2-774m", ARCH_GPT2, 36, 20, 0, 1280, 5120, 1024, 50257, 0},
-    {"gpt2-1558m", ARCH_GPT2, 48, 25, 0, 1600, 6400, 1024, 50257, 0},
-    {"llama-tiny", ARCH_LLAMA, 4, 4, 2, 128, 352, 64, 32000, 1e-5f},
-    {"llama-120m", ARCH_LLAMA, 12, 12, 0, 768, 2048, 1024, 32000, 1e-5f},
-    {"llama-7b", ARCH_LLAMA, 32, 32, 0, 4096, 11008, 2048, 32000, 1e-6f},
-    {"llama2-7b", ARCH_LLAMA, 32, 32, 0, 4096, 11008, 4096, 32000, 1e-5f},
-    {"llama2-13b", ARCH_LLAMA, 40, 40, 0, 5120, 13824, 4096, 32000, 1e-5f},
-    {"llama2-70b", ARCH_LLAMA, 80, 64, 8, 8192, 28672, 4096, 32000, 1e-5f},
-};
-
-const char *config_preset_list(void) {
-    return "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, llama-120m, llama-7b, llama2-7b, "
-           "llama2-13b, llama2-70b";
+// A comma-separated list of the registry's preset names, the planning-only
+// ones too or not, made once.
+static const char *preset_list(int plan_only) {
+    static char buf[2][1024];
+    if (!buf[plan_only][0]) {
+        size_t n = 0;
+        for (int a = 0; a < ARCH_COUNT; a++)
+            for (int i = 0; i < arch_registry[a]->npresets; i++) {
+                const ArchPreset *p = &arch_registry[a]->presets[i];
+                if (p->plan_only && !plan_only) continue;
+                n += (size_t)snprintf(buf[plan_only] + n, sizeof buf[0] - n, "%s%s", n ? ", " : "", p->name);
+                CHECK(n < sizeof buf[0]);
+            }
+    }
+    return buf[plan_only];
 }
 
-float config_rope_theta(const ModelConfig *c) { return c->rope_theta > 0 ? c->rope_theta : 10000.0f; }
-float config_norm_eps(const ModelConfig *c) { return c->norm_eps > 0 ? c->norm_eps : 1e-5f; }
+const char *config_preset_list(void) { return preset_list(0); }
+const char *config_preset_list_all(void) { return preset_list(1); }
+
+float config_rope_theta(const ModelConfig *c) {
+    float d = arch_registry[c->arch]->rope_theta;
+    return c->rope_theta > 0 ? c->rope_theta : d > 0 ? d : 10000.0f;
+}
+float config_norm_eps(const ModelConfig *c) {
+    float d = arch_registry[c->arch]->norm_eps;
+    return c->norm_eps > 0 ? c->norm_eps : d > 0 ? d : 1e-5f;
+}
 
 void config_set_vocab(ModelConfig *c, int vocab) { config_pad_vocab(c, vocab, 1); }
 
@@ -38,59 +43,68 @@ void config_pad_vocab(ModelConfig *c, int vocab, int tp) {
     c->vocab_padded = (int)(((int64_t)vocab + m - 1) / m * m);
 }
 
-int config_preset(ModelConfig *c, const char *name, Err *err) {
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
-        const Preset *p = &presets[i];
-        if (strcmp(p->name, name) != 0) continue;
-        memset(c, 0, sizeof *c);
-        snprintf(c->name, sizeof c->name, "%s", p->name);
-        c->arch = p->arch;
-        c->n_layer = p->L;
-        c->n_head = p->NH;
-        c->n_kv_head = p->KV;
-        c->d_model = p->C;
-        c->d_ff = p->F;
-        c->max_seq = p->T;
-        c->norm_eps = p->eps;
-        config_set_vocab(c, p->V);
-        return 0;
-    }
-    return err_set(err, ERR_USAGE, "unknown model preset '%s' (known: %s)", name, config_preset_list());
+int config_preset_any(ModelConfig *c, const char *name, int plan_only, Err *err) {
+    for (int a = 0; a < ARCH_COUNT; a++)
+        for (int i = 0; i < arch_registry[a]->npresets; i++) {
+            const ArchPreset *p = &arch_registry[a]->presets[i];
+            if (strcmp(p->name, name) != 0 || (p->plan_only && !plan_only)) continue;
+            *c = (ModelConfig){.arch = (ArchId)a, .n_layer = p->L, .n_head = p->NH, .n_kv_head = p->KV,
+                               .d_model = p->C, .d_ff = p->F, .max_seq = p->S, .rope_theta = p->theta,
+                               .norm_eps = p->eps, .tie_embeddings = p->tie};
+            snprintf(c->name, sizeof c->name, "%s", p->name);
+            config_set_vocab(c, p->V);
+            return 0;
+        }
+    return err_set(err, ERR_USAGE, "unknown model preset '%s' (known: %s)", name, preset_list(plan_only));
 }
 
-// The model object's fields: where each goes, its range, and the
-// architectures that have it. A field of another architecture is refused
+int config_preset(ModelConfig *c, const char *name, Err *err) { return config_preset_any(c, name, 0, err); }
+
+// The model object's fields: where each goes, its kind and range, and the
+// config key bit (model/arch's KEY_*) of those only some architectures
+// have (0: every one). A field the architecture lacks is refused
 // (config_from_json by key, config_validate by a nonzero value), so every
 // entry point sees the same rule.
-enum { ARCHS_ALL = 1u << ARCH_GPT2 | 1u << ARCH_LLAMA, ARCHS_LLAMA = 1u << ARCH_LLAMA };
-typedef struct { const char *key; size_t off; int is_float; double lo, hi; unsigned archs; } Field;
+enum { F_INT = CONFIG_INT, F_FLOAT = CONFIG_FLOAT, F_BOOL = CONFIG_BOOL };
+typedef struct { const char *key; size_t off; int kind; double lo, hi; unsigned key_bit; } Field;
 
 static const Field fields[] = {
-    {"n_layer", offsetof(ModelConfig, n_layer), 0, 1, 1 << 30, ARCHS_ALL},
-    {"n_head", offsetof(ModelConfig, n_head), 0, 1, 1 << 30, ARCHS_ALL},
-    {"n_kv_head", offsetof(ModelConfig, n_kv_head), 0, 1, 1 << 30, ARCHS_LLAMA},
-    {"d_model", offsetof(ModelConfig, d_model), 0, 1, 1 << 30, ARCHS_ALL},
-    {"d_ff", offsetof(ModelConfig, d_ff), 0, 1, 1 << 30, ARCHS_ALL},
-    {"max_seq", offsetof(ModelConfig, max_seq), 0, 1, 1 << 30, ARCHS_ALL},
-    {"vocab", offsetof(ModelConfig, vocab), 0, 1, 1 << 30, ARCHS_ALL},
-    {"rope_theta", offsetof(ModelConfig, rope_theta), 1, 1, 1e12, ARCHS_LLAMA},
-    {"norm_eps", offsetof(ModelConfig, norm_eps), 1, 1e-12, 1, ARCHS_LLAMA},
+    {"n_layer", offsetof(ModelConfig, n_layer), F_INT, 1, 1 << 30, 0},
+    {"n_head", offsetof(ModelConfig, n_head), F_INT, 1, 1 << 30, 0},
+    {"n_kv_head", offsetof(ModelConfig, n_kv_head), F_INT, 1, 1 << 30, KEY_KV_HEADS},
+    {"d_model", offsetof(ModelConfig, d_model), F_INT, 1, 1 << 30, 0},
+    {"d_ff", offsetof(ModelConfig, d_ff), F_INT, 1, 1 << 30, 0},
+    {"max_seq", offsetof(ModelConfig, max_seq), F_INT, 1, 1 << 30, 0},
+    {"vocab", offsetof(ModelConfig, vocab), F_INT, 1, 1 << 30, 0},
+    {"rope_theta", offsetof(ModelConfig, rope_theta), F_FLOAT, 1, 1e12, KEY_ROPE_THETA},
+    {"norm_eps", offsetof(ModelConfig, norm_eps), F_FLOAT, 1e-12, 1, KEY_NORM_EPS},
+    {"tie_embeddings", offsetof(ModelConfig, tie_embeddings), F_BOOL, 0, 1, KEY_TIE},
 };
 enum { NFIELDS = sizeof fields / sizeof fields[0] };
 
-static int field_has(const Field *f, ArchId a) { return f->archs >> a & 1u; }
+static int field_has(const Field *f, ArchId a) { return !f->key_bit || (arch_registry[a]->keys & f->key_bit); }
 
 static double field_value(const ModelConfig *c, const Field *f) {
     const char *p = (const char *)c + f->off;
-    return f->is_float ? *(const float *)p : *(const int *)p;
+    return f->kind == F_FLOAT ? *(const float *)p : *(const int *)p;
 }
 
-// The architecture that has a field of one architecture only, for messages.
-static const char *field_archs(const Field *f) { return config_arch_name(f->archs == ARCHS_LLAMA ? ARCH_LLAMA : ARCH_GPT2); }
+// The architectures that have a field, for messages ("llama, qwen2").
+static const char *field_archs(const Field *f) {
+    static char buf[128];
+    size_t n = 0;
+    for (int a = 0; a < ARCH_COUNT; a++)
+        if (field_has(f, (ArchId)a) && n < sizeof buf)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", n ? ", " : "", arch_registry[a]->name);
+    return buf;
+}
 
 static int field_read(ModelConfig *c, const Field *f, const Json *v, Err *err) {
     char *p = (char *)c + f->off;
-    if (!f->is_float) {
+    if (f->kind == F_BOOL) {
+        if (v->type != JSON_BOOL) return err_set(err, ERR_USAGE, "model field '%s' must be true or false", f->key);
+        *(int *)p = v->boolean;
+    } else if (f->kind == F_INT) {
         int64_t x;
         if (json_int64(v, &x) || x < f->lo || x > f->hi)
             return err_set(err, ERR_USAGE, "model field '%s' must be a positive integer", f->key);
@@ -107,7 +121,7 @@ void config_clear_foreign(ModelConfig *c) {
     for (int i = 0; i < NFIELDS; i++)
         if (!field_has(&fields[i], c->arch)) {
             char *p = (char *)c + fields[i].off;
-            if (fields[i].is_float) *(float *)p = 0;
+            if (fields[i].kind == F_FLOAT) *(float *)p = 0;
             else *(int *)p = 0;
         }
 }
@@ -133,7 +147,7 @@ int config_from_json(ModelConfig *c, const Json *j, Err *err) {
     }
     const Json *ar = json_get(j, "arch");
     if (ar && (ar->type != JSON_STR || config_arch_parse(ar->text, &c->arch)))
-        return err_set(err, ERR_USAGE, "model field 'arch' must be \"gpt2\" or \"llama\"");
+        return err_set(err, ERR_USAGE, "model field 'arch' must be one of %s", config_arch_list());
     config_clear_foreign(c);   // a preset of another architecture keeps only the fields this one has
     for (const Json *m = j->child; m; m = m->next) {
         const Field *f = field_find(m->key);
@@ -153,22 +167,41 @@ void config_to_json(const ModelConfig *c, JsonBuf *b) {
     jb_obj_begin(b);
     jb_key(b, "arch"); jb_str(b, config_arch_name(c->arch));
     jb_key(b, "name"); jb_str(b, c->name);
-    jb_key(b, "n_layer"); jb_int(b, c->n_layer);
-    jb_key(b, "n_head"); jb_int(b, c->n_head);
-    if (c->n_kv_head) { jb_key(b, "n_kv_head"); jb_int(b, c->n_kv_head); }
-    jb_key(b, "d_model"); jb_int(b, c->d_model);
-    jb_key(b, "d_ff"); jb_int(b, c->d_ff);
-    jb_key(b, "max_seq"); jb_int(b, c->max_seq);
-    jb_key(b, "vocab"); jb_int(b, c->vocab);
-    jb_key(b, "vocab_padded"); jb_int(b, c->vocab_padded);
-    if (c->arch == ARCH_LLAMA) {
-        jb_key(b, "rope_theta"); jb_num(b, config_rope_theta(c));
-        jb_key(b, "norm_eps"); jb_num(b, config_norm_eps(c));
+    for (int i = 0; i < NFIELDS; i++) {
+        const Field *f = &fields[i];
+        if (!field_has(f, c->arch) || (f->off == offsetof(ModelConfig, n_kv_head) && !c->n_kv_head)) continue;
+        jb_key(b, f->key);
+        if (f->off == offsetof(ModelConfig, rope_theta)) jb_num(b, config_rope_theta(c));
+        else if (f->off == offsetof(ModelConfig, norm_eps)) jb_num(b, config_norm_eps(c));
+        else if (f->kind == F_BOOL) jb_bool(b, (int)field_value(c, f));
+        else jb_int(b, (int64_t)field_value(c, f));   // n_kv_head as set: 0 stays absent
+        if (f->off == offsetof(ModelConfig, vocab)) { jb_key(b, "vocab_padded"); jb_int(b, c->vocab_padded); }
     }
     jb_obj_end(b);
 }
 
+int config_set_field(ModelConfig *c, const char *key, const Json *v, Err *err) {
+    const Field *f = field_find(key);
+    if (!f) return err_set(err, ERR_USAGE, "unknown model field '%s'", key);
+    return field_read(c, f, v, err);
+}
+
+double config_field(const ModelConfig *c, const char *key) {
+    const Field *f = field_find(key);
+    if (!f) return 0;
+    if (f->off == offsetof(ModelConfig, n_kv_head)) return config_kv_heads(c);
+    if (f->off == offsetof(ModelConfig, rope_theta)) return config_rope_theta(c);
+    if (f->off == offsetof(ModelConfig, norm_eps)) return config_norm_eps(c);
+    return field_value(c, f);
+}
+
+int config_field_kind(const char *key) {
+    const Field *f = field_find(key);
+    return f ? f->kind : 0;
+}
+
 int config_validate(const ModelConfig *c, Err *err) {
+    if (c->arch < 0 || c->arch >= ARCH_COUNT) return err_set(err, ERR_USAGE, "unknown architecture %d", (int)c->arch);
     if (c->n_layer < 1 || c->n_layer > 4096) return err_set(err, ERR_USAGE, "n_layer must be in 1..4096 (got %d)", c->n_layer);
     if (c->n_head < 1) return err_set(err, ERR_USAGE, "n_head must be at least 1 (got %d)", c->n_head);
     if (c->d_model < 1 || c->d_model > 65536) return err_set(err, ERR_USAGE, "d_model must be in 1..65536 (got %d)", c->d_model);
@@ -184,19 +217,29 @@ int config_validate(const ModelConfig *c, Err *err) {
             return err_set(err, ERR_USAGE, "%s (%g) is a %s field: a %s model has none", fields[i].key,
                            field_value(c, &fields[i]), field_archs(&fields[i]), config_arch_name(c->arch));
     // the kernels' own requirements, so that no entry point reaches their CHECKs
-    if (c->arch == ARCH_LLAMA && (c->d_model / c->n_head) % 2)
-        return err_set(err, ERR_USAGE, "the head size d_model/n_head = %d/%d = %d is odd: LLaMA's rotary embedding turns "
-                       "pairs of channels, so it must be even", c->d_model, c->n_head, c->d_model / c->n_head);
-    return 0;
+    const Arch *a = arch_registry[c->arch];
+    return a->validate ? a->validate(c, err) : 0;
 }
 
-const char *config_arch_name(ArchId a) { return a == ARCH_LLAMA ? "llama" : "gpt2"; }
+const char *config_arch_name(ArchId a) { return a >= 0 && a < ARCH_COUNT ? arch_registry[a]->name : "?"; }
 
 int config_arch_parse(const char *name, ArchId *out) {
-    if (!strcmp(name, "gpt2")) *out = ARCH_GPT2;
-    else if (!strcmp(name, "llama")) *out = ARCH_LLAMA;
-    else return -1;
-    return 0;
+    for (int a = 0; a < ARCH_COUNT; a++)
+        if (!strcmp(name, arch_registry[a]->name)) {
+            *out = (ArchId)a;
+            return 0;
+        }
+    return -1;
+}
+
+const char *config_arch_list(void) {
+    static char buf[256];
+    if (!buf[0])
+        for (int a = 0; a < ARCH_COUNT; a++) {
+            size_t n = strlen(buf);
+            snprintf(buf + n, sizeof buf - n, "%s\"%s\"", a ? ", " : "", arch_registry[a]->name);
+        }
+    return buf;
 }
 
 int config_kv_heads(const ModelConfig *c) { return c->n_kv_head > 0 ? c->n_kv_head : c->n_head; }

@@ -184,7 +184,57 @@ static const char *linear_name(const LocalDims *d, int in, int out) {
     return NULL;
 }
 
+// GPT-2's sizes (Radford et al. 2019), GPT-3's largest (Brown et al. 2020)
+// and Megatron-LM's 1T (Narayanan et al. 2021, table 1), the last two for
+// planning; gpt2-tiny for tests and demos.
+static const ArchPreset presets[] = {
+    {"gpt2-tiny", 4, 4, 0, 128, 512, 64, 50257, 0, 0, 0, 0},
+    {"gpt2-124m", 12, 12, 0, 768, 3072, 1024, 50257, 0, 0, 0, 0},
+    {"gpt2-350m", 24, 16, 0, 1024, 4096, 1024, 50257, 0, 0, 0, 0},
+    {"gpt2-774m", 36, 20, 0, 1280, 5120, 1024, 50257, 0, 0, 0, 0},
+    {"gpt2-1558m", 48, 25, 0, 1600, 6400, 1024, 50257, 0, 0, 0, 0},
+    {"gpt3-175b", 96, 96, 0, 12288, 4 * 12288, 2048, 50257, 0, 0, 0, 1},
+    {"megatron-1t", 128, 160, 0, 25600, 4 * 25600, 2048, 51200, 0, 0, 0, 1},
+};
+
+// GPT2LMHeadModel's config.json: the sizes read, the features fixed at
+// what tessera's GPT-2 computes, and bookkeeping (dropout only regularizes
+// training; summary_*: the double-heads model's).
+static const HfKey hf_keys[] = {
+    {"n_embd", HF_KEY_READ, "d_model"},               {"n_head", HF_KEY_READ, "n_head"},
+    {"n_layer", HF_KEY_READ, "n_layer"},              {"n_inner", HF_KEY_READ, "d_ff"},
+    {"n_positions", HF_KEY_READ, "max_seq"},          {"n_ctx", HF_KEY_READ, "max_seq"},
+    {"vocab_size", HF_KEY_READ, "vocab"},             {"model_type", HF_KEY_FIXED, "\"gpt2\""},
+    {"activation_function", HF_KEY_FIXED, "\"gelu_new\"|\"gelu_pytorch_tanh\""},
+    {"layer_norm_epsilon", HF_KEY_FIXED, "1e-05"},     {"tie_word_embeddings", HF_KEY_FIXED, "true"},
+    {"scale_attn_weights", HF_KEY_FIXED, "true"},     {"scale_attn_by_inverse_layer_idx", HF_KEY_FIXED, "false"},
+    {"reorder_and_upcast_attn", HF_KEY_FIXED, "false"}, {"add_cross_attention", HF_KEY_FIXED, "false"},
+    {"architectures", HF_KEY_IGNORED, NULL},          {"torch_dtype", HF_KEY_IGNORED, NULL},
+    {"transformers_version", HF_KEY_IGNORED, NULL},   {"_name_or_path", HF_KEY_IGNORED, NULL},
+    {"bos_token_id", HF_KEY_IGNORED, NULL},           {"eos_token_id", HF_KEY_IGNORED, NULL},
+    {"pad_token_id", HF_KEY_IGNORED, NULL},           {"initializer_range", HF_KEY_IGNORED, NULL},
+    {"use_cache", HF_KEY_IGNORED, NULL},              {"resid_pdrop", HF_KEY_IGNORED, NULL},
+    {"embd_pdrop", HF_KEY_IGNORED, NULL},             {"attn_pdrop", HF_KEY_IGNORED, NULL},
+    {"summary_type", HF_KEY_IGNORED, NULL},           {"summary_use_proj", HF_KEY_IGNORED, NULL},
+    {"summary_activation", HF_KEY_IGNORED, NULL},     {"summary_proj_to_labels", HF_KEY_IGNORED, NULL},
+    {"summary_first_dropout", HF_KEY_IGNORED, NULL},  {"task_specific_params", HF_KEY_IGNORED, NULL},
+};
+
+static const ArchHf hf = {
+    .model_type = "gpt2",
+    .architecture = "GPT2LMHeadModel",
+    .prefix = "transformer.",
+    .keys = hf_keys,
+    .nkeys = sizeof hf_keys / sizeof hf_keys[0],
+    .conv1d = 1,
+};
+
 const Arch arch_gpt2 = {
+    .name = "gpt2", .label = "GPT-2",
+    .summary = "GPT (learned positions, LayerNorm, GELU, tied head)",
+    .presets = presets,
+    .npresets = sizeof presets / sizeof presets[0],
+    .hf = &hf,
     .block_prefix = "h.%d.",
     .part = {embed, block, final},
     .n = {2, NBLOCK, 2},

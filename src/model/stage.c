@@ -441,12 +441,19 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
         BlockRun r = stage_run(s, &d, sl, j, block_acts(a, sl, j, 0, buf), w, NULL);
         r.kv = a->kv;
         r.layer = sl->chunk * a->cl + j;
+        r.aux_loss = &a->aux;
         ar->block_forward(&r);
         stage16_move(a, sl, j, &d, 1);
         stage_seg_params_done(s, bseg[j]);
     }
     if (!last) return 0.0;
     return stage_head_forward(s, sl, &d, first, pe, targets, dscale);
+}
+
+double stage_take_aux(Stage *s) {
+    double v = s->acts->aux;
+    s->acts->aux = 0.0;
+    return v;
 }
 
 // Under bf16 the passes' products run on the bf16 units where the CPU has them.

@@ -235,6 +235,11 @@ int stage_tp_status(const Stage *s, Err *err);
 // it also back-propagates the head with d(loss_sum)·dscale, so
 // stage_backward can follow.
 double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale);
+// The sum of the auxiliary losses the stage's blocks added (BlockRun.aux_loss:
+// each already weighted and summed over its rows, like the per-token
+// losses) since the last call, and zero again. Every stage has its own;
+// the trainer adds them into the step's loss, evaluation leaves them out.
+double stage_take_aux(Stage *s);
 
 // Back-propagates the slot's micro-batch through the blocks (after
 // stage_forward with dscale != 0 on the last stage, or after the caller

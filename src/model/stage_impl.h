@@ -36,6 +36,7 @@ struct StageActs {
     Tp *tp;                                 // the TP group (NULL: one rank)
     int nl;                                 // blocks on this stage
     int recompute;                          // 0, STAGE_RECOMPUTE_FULL or STAGE_RECOMPUTE_SELECTIVE
+    double aux;                             // the blocks' auxiliary losses since stage_take_aux
     Precision prec;
     float *rc[ARCH_MAX_BUFS];               // the shared fp32 set of one block's activations that recomputation
                                             // drops or 16 bits store (NULL: not shared)

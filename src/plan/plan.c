@@ -8,25 +8,12 @@
 #include "model/arch.h"
 #include "model/stage.h"
 
-// Models tessera plans but has no training preset for (the others are
-// model/config's): {name, arch, L, NH, KV heads (0: NH), C, F, positions, V}.
-typedef struct { const char *name; ArchId arch; int L, NH, KV, C, F, S, V; } Preset;
-
-static const Preset presets[] = {
-    {"gpt3-175b", ARCH_GPT2, 96, 96, 0, 12288, 4 * 12288, 2048, 50257},
-    {"megatron-1t", ARCH_GPT2, 128, 160, 0, 25600, 4 * 25600, 2048, 51200},   // Narayanan et al. 2021, table 1
-};
-
-const char *plan_preset_list(void) {
-    return "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt3-175b, megatron-1t, llama-tiny, llama-120m, "
-           "llama-7b, llama2-7b, llama2-13b, llama2-70b";
-}
+const char *plan_preset_list(void) { return config_preset_list_all(); }
 
 void plan_model_from_config(PlanModel *m, const ModelConfig *c) {
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", c->name);
     m->cfg = *c;
-    m->arch = c->arch == ARCH_LLAMA ? PLAN_LLAMA : PLAN_GPT;
     m->L = c->n_layer;
     m->h = c->d_model;
     m->a = c->n_head;
@@ -47,18 +34,8 @@ void plan_model_set_vocab(PlanModel *m, int64_t vocab) {
 }
 
 int plan_model_preset(PlanModel *m, const char *name, Err *err) {
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
-        const Preset *p = &presets[i];
-        if (strcmp(p->name, name)) continue;
-        ModelConfig c = {.arch = p->arch, .n_layer = p->L, .n_head = p->NH, .n_kv_head = p->KV, .d_model = p->C,
-                         .d_ff = p->F, .max_seq = p->S};
-        snprintf(c.name, sizeof c.name, "%s", name);
-        config_set_vocab(&c, p->V);
-        plan_model_from_config(m, &c);
-        return 0;
-    }
     ModelConfig c;
-    if (config_preset(&c, name, NULL) == 0) {
+    if (config_preset_any(&c, name, 1, NULL) == 0) {
         plan_model_from_config(m, &c);
         return 0;
     }
@@ -115,25 +92,40 @@ int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     return 0;
 }
 
+// Bytes per token of the layer's saved activations ar->act_floats
+// describes (those in which[] when n > 0, else all), on one of tp ranks: a
+// micro-batch of N = tp tokens makes every slice whole, under sequence
+// parallelism one row of the residual stream each.
+static double act_per_token(const PlanModel *m, const PlanLayout *l, const int *which, int n) {
+    const Arch *ar = arch_of(&m->cfg);
+    int tp = l->tp, hs = (int)(m->h / m->a);
+    LocalDims d = {.B = 1, .T = tp, .N = tp, .C = (int)m->h, .Cl = (int)m->h / tp, .NHl = (int)m->a / tp,
+                   .Fl = (int)m->f / tp, .NKVl = (int)m->kv / tp, .KVl = (int)m->kv * hs / tp, .Vl = 0,
+                   .Ns = l->sp ? 1 : tp, .sp = l->sp};
+    double bytes = 0;
+    for (int k = 0; k < (n ? n : ar->nact); k++) {
+        int a = n ? which[k] : k;
+        int keep = l->precision == PREC_FP32 || (ar->act_keep32 >> a & 1u);
+        bytes += (double)ar->act_floats(&d, a) * (keep ? 4 : 2);
+    }
+    return bytes / tp;
+}
+
 double plan_act_layer(const PlanModel *m, const PlanJob *j, const PlanLayout *l) {
-    // Elements kept per token, as tessera's layer saves them: the layer
-    // input's norm output (h) and its statistics, q/k/v (h + 2·kv·hs), the
-    // attention output (h) and log-sum-exp (a), the residual after
-    // attention (h), the second norm's output (h) and statistics, the FFN's
-    // inputs to its nonlinearity (GPT: fc output and GELU output, 2f;
-    // SwiGLU: gate, up and their product, 3f), and the layer output (h).
-    // Tensors inside the tensor-parallel region are divided by tp; the
-    // residual stream's (and the norms' statistics) too under sequence
-    // parallelism, while the norms' outputs are kept gathered, every row,
-    // for the column-parallel weight gradients. With a naive attention the
-    // a·s probabilities per token are kept as well (the s² term). Under
-    // bf16/fp16 all of them are 16-bit but the statistics, the log-sum-exp
-    // and the layer output (the residual stream between layers), fp32.
-    double h = (double)m->h, hs = h / (double)m->a, t = l->tp, sp = l->sp ? t : 1;
-    double e = l->precision == PREC_FP32 ? 4 : 2, stats = m->arch == PLAN_GPT ? 2 : 1;
-    double inside = (h + 2 * m->kv * hs) + h + (m->arch == PLAN_GPT ? 2 : 3) * (double)m->f;
-    double norms = 2 * h;   // the two norms' outputs
-    double per_token = e * (inside / t + norms + h / sp) + 4 * (h / sp + 2 * stats / sp + (double)m->a / t);
+    // Elements kept per token, as tessera's layer saves them (the
+    // architecture's act_floats: for GPT-2 the norms' outputs and
+    // statistics, q/k/v, the attention output and log-sum-exp, the
+    // residual after attention, the FFN's fc and GELU outputs and the
+    // layer output; SwiGLU keeps gate, up and their product). Tensors
+    // inside the tensor-parallel region are divided by tp; the residual
+    // stream's (and the norms' statistics) too under sequence parallelism,
+    // while the norms' outputs are kept gathered, every row, for the
+    // column-parallel weight gradients. With a naive attention the a·s
+    // probabilities per token are kept as well (the s² term). Under
+    // bf16/fp16 all of them are 16-bit but what the architecture keeps in
+    // fp32 (the statistics, the log-sum-exp, the layer output).
+    double h = (double)m->h, t = l->tp, sp = l->sp ? t : 1, e = l->precision == PREC_FP32 ? 4 : 2;
+    double per_token = act_per_token(m, l, NULL, 0);
     if (!l->fused_attention) per_token += e * (double)m->a * (double)j->seq / t;
     double tokens = (double)j->seq * (double)j->micro_batch;
     if (l->recompute == RECOMPUTE_FULL) return tokens * 4 * h / sp;   // only the layer input
@@ -142,10 +134,11 @@ double plan_act_layer(const PlanModel *m, const PlanJob *j, const PlanLayout *l)
 }
 
 double plan_act_core(const PlanModel *m, const PlanJob *j, const PlanLayout *l) {
-    // the attention output (h/t) and its log-sum-exp (a/t, fp32), and with
-    // a naive attention the probabilities (a·s/t per token)
+    // the attention core's saved tensors (the output and its log-sum-exp),
+    // and with a naive attention the probabilities (a·s/t per token)
+    const Arch *ar = arch_of(&m->cfg);
     double t = l->tp, e = l->precision == PREC_FP32 ? 4 : 2;
-    double per_token = e * (double)m->h / t + 4 * (double)m->a / t;
+    double per_token = act_per_token(m, l, ar->core, ar->ncore);
     if (!l->fused_attention) per_token += e * (double)m->a * (double)j->seq / t;
     return (double)j->seq * (double)j->micro_batch * per_token;
 }
@@ -275,12 +268,13 @@ static void activations(const PlanModel *m, const PlanJob *j, const PlanLayout *
     }
 }
 
-// FLOPs per token (6N + 12·L·h·s, and what recomputation adds), the
+// FLOPs per token (the architecture's: 6N + 12·L·h·s, an untied token
+// embedding's lookup left out of N; and what recomputation adds), the
 // compute time of a step and the pipeline bubble.
 static void compute_time(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r) {
     double N = (double)r->params, Lhs = (double)m->L * m->h * j->seq, p = l->pp;
     int64_t V = l->vstages > 1 ? l->vstages : 1;
-    r->flops_token = 6 * N + 12 * Lhs;
+    r->flops_token = arch_flops_token(&m->cfg, (int)j->seq);
     r->hw_flops_token = r->flops_token + (l->recompute == RECOMPUTE_FULL ? 2 * N + 4 * Lhs
                                          : l->recompute == RECOMPUTE_SELECTIVE ? 4 * Lhs : 0);
     double tokens_step = (double)j->global_batch * j->seq;

@@ -9,8 +9,10 @@
 //   training 4+4+8 bytes per parameter; mixed precision 2 (weights) + 2
 //   (gradients) + 12 (fp32 master, Adam m and v); ZeRO-1 divides the
 //   optimizer states by dp, ZeRO-2 also the gradients, ZeRO-3 everything.
-// - FLOPs per token: 6N + 12·L·h·s (PaLM, appendix B); hardware FLOPs add
-//   recomputation (full: one more forward, 8N + 16·L·h·s).
+// - FLOPs per token: 6N + 12·L·h·s (PaLM, appendix B; model/arch's
+//   arch_flops_token, the trainer's MFU count: N leaves out an untied token
+//   embedding, only looked up); hardware FLOPs add recomputation (full:
+//   one more forward, 8N + 16·L·h·s).
 // - Activations: the tensors tessera's layer keeps for backward (see
 //   plan_act_layer), with the Korthikanti et al. 2022 expression
 //   s·b·h·(34 + 5·a·s/h) for 16-bit Megatron layers given for comparison.
@@ -37,7 +39,6 @@
 #include "core/half.h"
 #include "model/config.h"
 
-typedef enum { PLAN_GPT, PLAN_LLAMA } PlanArch;
 typedef enum { SCHED_1F1B, SCHED_GPIPE } PlanSchedule;
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } PlanRecompute;
 
@@ -45,8 +46,7 @@ typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } PlanRecompu
 // counts come from there) and the sizes the formulas use, read off it.
 typedef struct PlanModel {
     char name[32];
-    ModelConfig cfg;
-    PlanArch arch;
+    ModelConfig cfg;                // its architecture: arch_of(&cfg)
     int64_t L, h, a, kv, f, V, s;   // layers, width, heads, kv heads, FFN, vocabulary, positions
     int64_t vpad;                   // vocabulary rows tessera allocates at tp = 1 (V padded to 128; 128·tp for tp ranks)
 } PlanModel;

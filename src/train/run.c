@@ -120,6 +120,7 @@ static int evaluate(Trainer *t, Err *err) {
     // ranks each), every DP rank its part, as a step reads them: every
     // layout of the same step evaluates the same sequences
     int rc = train_evaluate(&t->st, t->pipe, t->val, (int64_t)t->tc->eval_batches * t->tc->accum, &sum, &n, err);
+    stage_take_aux(&t->st);   // the model's loss alone: auxiliary terms only train
     if (rc || stage_tp_status(&t->st, err)) return -1;
     // the last stage scored each DP rank's tokens: one of its ranks counts
     // them, and every rank gets the sum

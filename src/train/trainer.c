@@ -20,13 +20,6 @@
 #include "kernels/peak.h"
 #include "parallel/dp.h"
 
-double train_flops_per_token(const ModelConfig *c, int T) {
-    // an untied token embedding is only looked up: its rows cost no FLOPs
-    // (a tied one is the head's GEMM too, and counts)
-    double lookup = arch_of(c)->tied_head ? 0.0 : (double)c->vocab * c->d_model;
-    return 6.0 * ((double)config_param_count(c, 0) - lookup) + 12.0 * c->n_layer * (double)T * c->d_model;
-}
-
 uint64_t trainer_comm_totals(Comm *c, double *seconds) {
     uint64_t n = 0;
     double s = 0;
@@ -140,7 +133,8 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     // last stage's TP ranks computed the same loss: the first one counts
     // it), and under fp16 the ranks whose gradients overflowed
     p0 = prof_begin();
-    double g[3] = {t->mesh->tp_rank == 0 && t->last ? loss_sum : 0.0, dp_grad_sumsq(t->dp),
+    double aux = stage_take_aux(&t->st);   // every stage's blocks' auxiliary losses, counted by TP rank 0
+    double g[3] = {t->mesh->tp_rank == 0 ? (t->last ? loss_sum : 0.0) + aux : 0.0, dp_grad_sumsq(t->dp),
                    t->fp16 ? grads_overflow(t) : 0.0};
     prof_end(p0, PROF_GRADS, 0, 0);
     if (trainer_sum_all(t, g, 3, err)) return -1;
@@ -419,7 +413,7 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     t->tgt = malloc((size_t)tc->accum * tc->batch * tc->seq * sizeof *t->tgt);
     if (!t->inp || !t->tgt) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
     t->tokens_per_step = (double)tc->batch * tc->seq * tc->accum * t->D;
-    t->flops_tok = train_flops_per_token(&t->mc, tc->seq);
+    t->flops_tok = arch_flops_token(&t->mc, tc->seq);
     peak_probe(&t->peaks, kernels_threads());
     t->peak = tc->peak_gflops;
     t->peak_src = "--peak-gflops";

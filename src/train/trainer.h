@@ -86,10 +86,6 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err);
 // step, evaluations, checkpoints and the summary. Returns 0, or -1 with err.
 int train_run(const TrainConfig *tc, Mesh *m, Err *err);
 
-// FLOPs of one training step per token: 6·N + 12·L·T·C (PaLM's convention:
-// N parameters without padding — an untied token embedding, a lookup, left
-// out — plus attention's score/value products).
-double train_flops_per_token(const ModelConfig *c, int T);
 
 // The sum of the per-token losses of the model over this rank's part of
 // the validation loader (from its start, at most max_rounds rounds of the

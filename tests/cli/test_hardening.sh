@@ -107,7 +107,7 @@ done
 pj=$("$BIN" plan --layers 32 --d-model 4096 --heads 32 --vocab 50000 --devices 8 --dp 8 --json 2>&1)
 echo "$pj" | grep -q '"params":6653157376' && ok "plan --layers 32 --d-model 4096 --heads 32 --vocab 50000: 6,653,157,376 parameters" ||
   bad "plan with shape flags" "$(echo "$pj" | head -c 300)"
-expect "plan --arch with an unknown name" 2 "--arch: expected gpt2 or llama" "$BIN" plan --arch mamba --devices 1 --dp 1
+expect "plan --arch with an unknown name" 2 "--arch: expected one of \"gpt2\", \"llama\", \"qwen2\", got 'mamba'" "$BIN" plan --arch mamba --devices 1 --dp 1
 # --config's strings (a preset's name, --precision) are read after the model is chosen
 echo '{"model": "gpt2-350m", "precision": "fp32", "dp": 8}' >"$TMP/plan.json"
 pj=$("$BIN" plan --config "$TMP/plan.json" --json 2>&1)

@@ -44,11 +44,11 @@ expect "train --resume of a checkpoint with $ODD" 2 "meta.json: model: the head 
 for kv in '"n_kv_head":2' '"rope_theta":500000' '"norm_eps":1e-6'; do
   key=${kv%%:*}; key=${key//\"/}
   model gkv.json "{\"preset\":\"gpt2-tiny\",$kv}"
-  expect "train: gpt2-tiny with $key" 2 "model field '$key' is a llama field: a gpt2 model has none" \
+  expect "train: gpt2-tiny with $key" 2 "model field '$key' is a llama, qwen2 field: a gpt2 model has none" \
     "$BIN" "${T[@]}" --steps 1 --config "$TMP/gkv.json"
 done
 model gkv.json '{"arch":"gpt2","n_layer":2,"n_head":4,"n_kv_head":4,"d_model":16,"max_seq":32}'
-expect "plan --config: gpt2 with n_kv_head" 2 "'n_kv_head' is a llama field" "$BIN" plan --config "$TMP/gkv.json"
+expect "plan --config: gpt2 with n_kv_head" 2 "'n_kv_head' is a llama, qwen2 field" "$BIN" plan --config "$TMP/gkv.json"
 expect "plan --kv-heads on gpt2-124m" 2 "--kv-heads: a gpt2 model has no separate key/value heads" \
   "$BIN" plan --model gpt2-124m --kv-heads 4
 expect "plan --arch gpt2 --kv-heads 8 over llama2-70b" 2 "--kv-heads: a gpt2 model" \
@@ -62,7 +62,7 @@ model g2.json '{"arch":"gpt2","n_layer":2,"n_head":4,"d_model":16,"max_seq":32}'
 "$BIN" "${T[@]}" --steps 2 --config "$TMP/g2.json" --ckpt-dir "$TMP/g" >/dev/null 2>&1
 cp -r "$TMP/g" "$TMP/gkvck"
 unseal "$TMP/gkvck" 's/"n_head":4,/"n_head":4,"n_kv_head":2,/'
-expect "eval of a gpt2 checkpoint with n_kv_head" 2 "n_kv_head (2) is a llama field: a gpt2 model has none" \
+expect "eval of a gpt2 checkpoint with n_kv_head" 2 "n_kv_head (2) is a llama, qwen2 field: a gpt2 model has none" \
   "$BIN" eval --ckpt "$TMP/gkvck" --data "$DATA" --batches 1
 
 # ---- 15. --resume checks the layout as a fresh run does, before any tensor ----

@@ -6,7 +6,7 @@
 
 #include "core/fileio.h"
 #include "io/hf_gpt2.h"
-#include "io/hf_llama.h"
+#include "io/hf_model.h"
 #include "model/stage.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
@@ -183,40 +183,40 @@ static void test_llama_directories(void) {
     ptable_init(&a.table, a.params, 4);
     char dir[] = "/tmp/tsr_hf_XXXXXX", path[600], cmd[700];
     EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
-    EXPECT(hf_llama_export(&a.cfg, &a.table, a.params, dir, ST_F32, &e) == 0, "%s", e.msg);
+    EXPECT(hf_export_dir(&a.cfg, &a.table, a.params, dir, ST_F32, &e) == 0, "%s", e.msg);
     EXPECT(hf_is_dir(dir), "a model directory");
     HfDir d;
     ModelConfig c2;
-    EXPECT(hf_llama_open(&d, dir, &c2, &e) == 0, "%s", e.msg);
+    EXPECT(hf_model_open(&d, dir, &c2, &e) == 0, "%s", e.msg);
     EXPECT(c2.arch == ARCH_LLAMA && c2.n_layer == 2 && c2.n_head == 4 && config_kv_heads(&c2) == 2 && c2.d_ff == 352 &&
            c2.vocab == 300 && c2.rope_theta == 500 && c2.norm_eps == config_norm_eps(&c), "config.json read back");
     const StTensor *emb = d.n ? st_find(&d.f[0], "model.embed_tokens.weight") : NULL;
     const StTensor *head = d.n ? st_find(&d.f[0], "lm_head.weight") : NULL;
     EXPECT(emb && head && emb->shape[0] == 300 && head->shape[0] == 300, "embeddings and head without padding");
-    EXPECT(hf_llama_load(&d, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
+    EXPECT(hf_model_load(&d, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
     EXPECT(!memcmp(a.params, b.params, a.table.total * 4), "the directory loads back differently");
     hf_dir_close(&d);
     split_dir(dir, 0);
     memset(b.params, 0, b.table.total * 4);
-    EXPECT(hf_llama_open(&d, dir, &c2, &e) == 0 && d.n == 2, "shards: %s", e.msg);
-    EXPECT(hf_llama_load(&d, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
+    EXPECT(hf_model_open(&d, dir, &c2, &e) == 0 && d.n == 2, "shards: %s", e.msg);
+    EXPECT(hf_model_load(&d, &b.cfg, &b.table, b.params, &e) == 0, "%s", e.msg);
     EXPECT(!memcmp(a.params, b.params, a.table.total * 4), "the shards load back differently");
     hf_dir_close(&d);
     // an export over the shards is refused (the index would be read instead)
-    EXPECT(hf_llama_export(&a.cfg, &a.table, a.params, dir, ST_F32, &e) == -1 && strstr(e.msg, "--hf-dir") &&
+    EXPECT(hf_export_dir(&a.cfg, &a.table, a.params, dir, ST_F32, &e) == -1 && strstr(e.msg, "--hf-dir") &&
            strstr(e.msg, "model.safetensors.index.json"), "export over shards: %s", e.msg);
     snprintf(cmd, sizeof cmd, "rm %s/model-0000?-of-00002.safetensors %s/model.safetensors.index.json", dir, dir);
     EXPECT(system(cmd) == 0, "removing the shards");
     // a tensor the index lists missing from its shard: the second holds only the rest but one
-    EXPECT(hf_llama_export(&a.cfg, &a.table, a.params, dir, ST_F32, &e) == 0, "%s", e.msg);
+    EXPECT(hf_export_dir(&a.cfg, &a.table, a.params, dir, ST_F32, &e) == 0, "%s", e.msg);
     split_dir(dir, 1);
-    EXPECT(hf_llama_open(&d, dir, &c2, &e) == -1 && strstr(e.msg, "which does not hold it"), "missing tensor: %s", e.msg);
-    // a GPT-2 directory is not a LLaMA one
+    EXPECT(hf_model_open(&d, dir, &c2, &e) == -1 && strstr(e.msg, "which does not hold it"), "missing tensor: %s", e.msg);
+    // a model type no architecture of the registry has
     snprintf(path, sizeof path, "%s/config.json", dir);
-    const char *gpt2 = "{\"model_type\": \"gpt2\"}";
-    EXPECT(file_write_whole(path, gpt2, strlen(gpt2), &e) == 0, "%s", e.msg);
-    EXPECT(hf_llama_open(&d, dir, &c2, &e) == -1 && strstr(e.msg, "config.json") && strstr(e.msg, "llama"),
-           "another model type: %s", e.msg);
+    const char *mamba = "{\"model_type\": \"mamba\"}";
+    EXPECT(file_write_whole(path, mamba, strlen(mamba), &e) == 0, "%s", e.msg);
+    EXPECT(hf_model_open(&d, dir, &c2, &e) == -1 && strstr(e.msg, "config.json: model_type is \"mamba\"") &&
+           strstr(e.msg, "\"gpt2\", \"llama\", \"qwen2\""), "another model type: %s", e.msg);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     EXPECT(system(cmd) == 0, "cleanup");
     stage_free(&a);

@@ -116,9 +116,10 @@ static void signal_params(Stage *st) {
 
 // The model's float64 loss over parameters P (the whole-model layout).
 static double ref_loss_of(const ModelConfig *c, const double *P, const int *tok, const int *tgt, int B, int T) {
-    if (c->arch == ARCH_LLAMA) {
+    if (c->arch != ARCH_GPT2) {   // the LLaMA family
         RefLlama g = {c->n_layer, c->n_head, config_kv_heads(c), c->d_model, c->d_ff, c->max_seq, c->vocab,
-                      c->vocab_padded, config_rope_theta(c), config_norm_eps(c)};
+                      c->vocab_padded, config_rope_theta(c), config_norm_eps(c), c->arch == ARCH_QWEN2,
+                      c->tie_embeddings};
         return ref_llama_loss(&g, P, tok, tgt, B, T);
     }
     RefGpt g = {c->n_layer, c->n_head, c->d_model, c->d_ff, c->max_seq, c->vocab, c->vocab_padded};
@@ -259,6 +260,25 @@ static void test_llama_gradient(void) {
     c.norm_eps = 1e-6f;
     check_model_grad(c, 1, 70);
     check_model_grad(llama_cfg(2, 3, 3, 12, 20, 11, 29), 2, 11);
+}
+
+// Qwen2 (q/k/v biases, θ 10⁶ and eps 10⁻⁶ by default) with its head tied
+// to the token embedding and untied, and LLaMA tied (Llama 3.2's small
+// models), against finite differences of the float64 model.
+static void test_qwen2_gradient(void) {
+    ModelConfig c = llama_cfg(2, 4, 2, 16, 27, 9, 13);
+    c.arch = ARCH_QWEN2;
+    c.tie_embeddings = 1;
+    check_model_grad(c, 2, 9);
+    c.tie_embeddings = 0;
+    check_model_grad(c, 2, 9);
+    c = llama_cfg(1, 2, 1, 8, 11, 70, 7);
+    c.arch = ARCH_QWEN2;
+    c.rope_theta = 500;
+    check_model_grad(c, 1, 70);
+    c = llama_cfg(2, 3, 3, 12, 20, 11, 29);
+    c.tie_embeddings = 1;
+    check_model_grad(c, 2, 11);
 }
 
 static void test_accumulate_and_repeat(void) {
@@ -653,7 +673,7 @@ static void test_bad_configs(void) {
     // a field of another architecture: by key in a model object, by value in a config
     const char *foreign = "{\"preset\":\"gpt2-tiny\",\"rope_theta\":1e4}";
     j = json_parse(foreign, strlen(foreign), &e);
-    EXPECT(j && config_from_json(&c, j, &e) == -1 && strstr(e.msg, "'rope_theta' is a llama field"), "%s", e.msg);
+    EXPECT(j && config_from_json(&c, j, &e) == -1 && strstr(e.msg, "'rope_theta' is a llama, qwen2 field"), "%s", e.msg);
     json_free(j);
     const char *as_gpt2 = "{\"preset\":\"llama-tiny\",\"arch\":\"gpt2\"}";
     j = json_parse(as_gpt2, strlen(as_gpt2), &e);
@@ -661,7 +681,7 @@ static void test_bad_configs(void) {
            config_validate(&c, &e) == 0, "llama-tiny as gpt2 keeps no LLaMA field: %s", e.msg);
     json_free(j);
     c.n_kv_head = 2;
-    EXPECT(config_validate(&c, &e) == -1 && strstr(e.msg, "n_kv_head (2) is a llama field"), "%s", e.msg);
+    EXPECT(config_validate(&c, &e) == -1 && strstr(e.msg, "n_kv_head (2) is a llama, qwen2 field"), "%s", e.msg);
     // the rotary kernel's CHECK, as a rule: LLaMA's head size is even, GPT-2's need not be
     c = llama_cfg(1, 2, 0, 6, 8, 8, 50);
     EXPECT(config_validate(&c, &e) == -1 && strstr(e.msg, "= 3 is odd"), "llama head size 3: %s", e.msg);
@@ -676,6 +696,7 @@ int main(void) {
     RUN(test_init);
     RUN(test_model_gradient);
     RUN(test_llama_gradient);
+    RUN(test_qwen2_gradient);
     RUN(test_half_precision);
     RUN(test_accumulate_and_repeat);
     RUN(test_segments);
