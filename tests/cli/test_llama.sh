@@ -35,42 +35,10 @@ same_bits "$TMP/lt1" "$TMP/lt2" && ok "llama-tiny with --tokenizer llama repeats
 
 # ---- repeats bit for bit ----
 R="$B --steps 12 --log-every 1 --lr 1e-3 --warmup 2"
-"$BIN" $R --batch 2 --grad-accum 4 --log "$TMP/ref.jsonl" --ckpt-dir "$TMP/ref" >/dev/null 2>&1
-"$BIN" $R --batch 2 --grad-accum 4 --log "$TMP/again.jsonl" --ckpt-dir "$TMP/again" >/dev/null 2>&1
-same_bits "$TMP/ref" "$TMP/again" && cmp -s <(grep -o '"loss":[0-9.]*' "$TMP/ref.jsonl") <(grep -o '"loss":[0-9.]*' "$TMP/again.jsonl") &&
-  ok "llama-tiny repeats bit for bit" || bad "llama-tiny repeats"
-
-# ---- every layout against one process ----
-lay_bad=0
-for lay in "d2z1|--nproc 2 --zero 1 --batch 2 --grad-accum 2" "d4z3|--nproc 4 --zero 3 --batch 2" \
-           "t2sp|--nproc 2 --tp 2 --sp --batch 2 --grad-accum 4" "p2|--nproc 2 --pp 2 --micro-batches 4 --batch 2" \
-           "d2t2p2|--nproc 8 --dp 2 --tp 2 --pp 2 --zero 1 --micro-batches 2 --batch 2" \
-           "p2v2|--nproc 2 --pp 2 --virtual-stages 2 --micro-batches 4 --batch 2"; do
-  name=${lay%%|*}; flags=${lay#*|}
-  "$BIN" $R $flags --log "$TMP/$name.jsonl" --ckpt-dir "$TMP/$name" >"$TMP/l.out" 2>&1 ||
-    { lay_bad=1; echo "     $name: $(tail -1 "$TMP/l.out")"; continue; }
-  rel=$(params_rel "$TMP/ref" "$TMP/$name")
-  losses_match "$TMP/ref.jsonl" "$TMP/$name.jsonl" && awk -v r="$rel" 'BEGIN { exit !(r < 1e-4) }' ||
-    { lay_bad=1; echo "     $name: losses differ or parameters by $rel"; }
-done
-[ $lay_bad -eq 0 ] && ok "llama-tiny on dp=2 ZeRO-1, dp=4 ZeRO-3, tp=2 --sp, pp=2, 2×2×2 and pp=2 interleaved tracks one process" ||
-  bad "LLaMA layouts"
+ref_and_layouts "$R" llama-tiny
 
 # ---- bf16, recomputation, resume ----
-"$BIN" $R --batch 2 --grad-accum 4 --precision bf16 --log "$TMP/bf.jsonl" >"$TMP/bf.out" 2>&1
-worst=$(paste -d' ' <(grep -o '"loss":[0-9.]*' "$TMP/ref.jsonl" | cut -d: -f2) <(grep -o '"loss":[0-9.]*' "$TMP/bf.jsonl" | cut -d: -f2) |
-        awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) w = d } END { print w + 0 }')
-awk -v w="$worst" 'BEGIN { exit !(w < 0.01) }' && ok "llama-tiny in bf16: losses within $worst of fp32's" ||
-  bad "LLaMA bf16: losses off by $worst" "$(tail -1 "$TMP/bf.out")"
-rc_bad=0
-for m in selective full; do
-  "$BIN" $R --batch 2 --grad-accum 4 --recompute $m --ckpt-dir "$TMP/rc_$m" >/dev/null 2>&1
-  same_bits "$TMP/ref" "$TMP/rc_$m" || { rc_bad=1; echo "     --recompute $m changes the checkpoint"; }
-done
-[ $rc_bad -eq 0 ] && ok "--recompute selective and full leave llama-tiny's checkpoint bit for bit" || bad "LLaMA recompute"
-"$BIN" $R --batch 2 --grad-accum 4 --exit-after 5 --ckpt-dir "$TMP/part" >/dev/null 2>&1
-"$BIN" $R --batch 2 --grad-accum 4 --resume --ckpt-dir "$TMP/part" >"$TMP/res.out" 2>&1
-same_bits "$TMP/ref" "$TMP/part" && ok "llama-tiny resumes bit for bit" || bad "LLaMA resume" "$(tail -1 "$TMP/res.out")"
+precision_recompute_resume "$R" llama-tiny
 
 # ---- the planner's bytes are the run's ----
 "$BIN" $B --steps 1 --batch 4 --log "$TMP/pl.jsonl" >"$TMP/pl.out" 2>&1

@@ -17,42 +17,10 @@ grep -q "model:     qwen2-tiny — 4 layers, 4 heads" "$TMP/long.out" && awk -v 
   ok "qwen2-tiny learns Tiny Shakespeare: loss $l after 150 steps (from ln 256 = 5.55)" ||
   bad "qwen2-tiny: loss $l after 150 steps" "$(grep model: "$TMP/long.out")" "$(tail -1 "$TMP/long.out")"
 R="$B --steps 12 --log-every 1 --lr 1e-3 --warmup 2"
-"$BIN" $R --batch 2 --grad-accum 4 --log "$TMP/ref.jsonl" --ckpt-dir "$TMP/ref" >/dev/null 2>&1
-"$BIN" $R --batch 2 --grad-accum 4 --log "$TMP/again.jsonl" --ckpt-dir "$TMP/again" >/dev/null 2>&1
-same_bits "$TMP/ref" "$TMP/again" && cmp -s <(grep -o '"loss":[0-9.]*' "$TMP/ref.jsonl") <(grep -o '"loss":[0-9.]*' "$TMP/again.jsonl") &&
-  ok "qwen2-tiny repeats bit for bit" || bad "qwen2-tiny repeats"
-
-# ---- every layout against one process ----
-lay_bad=0
-for lay in "d2z1|--nproc 2 --zero 1 --batch 2 --grad-accum 2" "d4z3|--nproc 4 --zero 3 --batch 2" \
-           "t2sp|--nproc 2 --tp 2 --sp --batch 2 --grad-accum 4" "p2|--nproc 2 --pp 2 --micro-batches 4 --batch 2" \
-           "d2t2p2|--nproc 8 --dp 2 --tp 2 --pp 2 --zero 1 --micro-batches 2 --batch 2" \
-           "p2v2|--nproc 2 --pp 2 --virtual-stages 2 --micro-batches 4 --batch 2"; do
-  name=${lay%%|*}; flags=${lay#*|}
-  "$BIN" $R $flags --log "$TMP/$name.jsonl" --ckpt-dir "$TMP/$name" >"$TMP/l.out" 2>&1 ||
-    { lay_bad=1; echo "     $name: $(tail -1 "$TMP/l.out")"; continue; }
-  rel=$(params_rel "$TMP/ref" "$TMP/$name")
-  losses_match "$TMP/ref.jsonl" "$TMP/$name.jsonl" && awk -v r="$rel" 'BEGIN { exit !(r < 1e-4) }' ||
-    { lay_bad=1; echo "     $name: losses differ or parameters by $rel"; }
-done
-[ $lay_bad -eq 0 ] && ok "qwen2-tiny on dp=2 ZeRO-1, dp=4 ZeRO-3, tp=2 --sp, pp=2, 2×2×2 and pp=2 interleaved tracks one process" ||
-  bad "Qwen2 layouts"
+ref_and_layouts "$R" qwen2-tiny
 
 # ---- bf16, recomputation, resume ----
-"$BIN" $R --batch 2 --grad-accum 4 --precision bf16 --log "$TMP/bf.jsonl" >"$TMP/bf.out" 2>&1
-worst=$(paste -d' ' <(grep -o '"loss":[0-9.]*' "$TMP/ref.jsonl" | cut -d: -f2) <(grep -o '"loss":[0-9.]*' "$TMP/bf.jsonl" | cut -d: -f2) |
-        awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) w = d } END { print w + 0 }')
-[ "$(grep -c '"loss"' "$TMP/bf.jsonl")" -eq 12 ] && awk -v w="$worst" 'BEGIN { exit !(w < 0.01) }' &&
-  ok "qwen2-tiny in bf16: losses within $worst of fp32's" || bad "Qwen2 bf16: losses off by $worst" "$(tail -1 "$TMP/bf.out")"
-rc_bad=0
-for m in selective full; do
-  "$BIN" $R --batch 2 --grad-accum 4 --recompute $m --ckpt-dir "$TMP/rc_$m" >/dev/null 2>&1
-  same_bits "$TMP/ref" "$TMP/rc_$m" || { rc_bad=1; echo "     --recompute $m changes the checkpoint"; }
-done
-"$BIN" $R --batch 2 --grad-accum 4 --exit-after 5 --ckpt-dir "$TMP/part" >/dev/null 2>&1
-"$BIN" $R --batch 2 --grad-accum 4 --resume --ckpt-dir "$TMP/part" >"$TMP/res.out" 2>&1
-[ $rc_bad -eq 0 ] && same_bits "$TMP/ref" "$TMP/part" && ok "qwen2-tiny: --recompute selective and full, and a resumed run, bit for bit" ||
-  bad "Qwen2 recompute or resume" "$(tail -1 "$TMP/res.out")"
+precision_recompute_resume "$R" qwen2-tiny
 
 # ---- Hugging Face Qwen2 directories, tied and untied ----
 hf_bad=0
