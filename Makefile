@@ -190,7 +190,7 @@ test-portable:
 FUZZ_SECONDS ?= 20
 FUZZ_CC      ?= clang
 FUZZ_SRC     := src/core/check.c src/core/half.c src/core/prof.c src/core/timer.c src/core/json.c src/core/fileio.c src/core/checksum.c src/io/safetensors.c \
-                src/io/checkpoint.c src/data/shard.c src/cli/flags.c src/io/meta.c src/model/config.c \
+                src/io/checkpoint.c src/io/checkpoint_read.c src/data/shard.c src/cli/flags.c src/io/meta.c src/model/config.c \
                 src/io/hf_dir.c src/io/hf_gpt2.c src/io/hf_llama.c src/io/weights.c src/model/params.c src/model/arch.c src/data/zread.c
 FUZZ_TARGETS := safetensors meta ckpt shard config hfdir zread
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
