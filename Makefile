@@ -3,6 +3,9 @@
 # `make bench` prints the benchmark tables.
 
 SHELL   := /bin/bash
+# Every rule is written below: without make's built-in suffix rules a no-op
+# make does not search them for each of the .d files it includes.
+.SUFFIXES:
 CC      ?= cc
 ARCH    ?= -march=native
 OPT     ?= -O3
@@ -100,6 +103,8 @@ else
 endif
 TEST_BIN := $(filter-out $(BUILD)/tests/comm/test_comm_mpi,$(TEST_SRC:%.c=$(BUILD)/%))
 TEST_BUILD := $(TEST_SRC:%.c=$(BUILD)/%)
+TEST_SHARED := tests/data/tok_cases.c
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o) $(TEST_SHARED:%.c=$(BUILD)/%.o)
 
 .PHONY: all test test-run test-portable demo bench clean features check-asan fuzz
 all: features tessera
@@ -126,11 +131,16 @@ $(BUILD)/%.o: %.c | features
 	@$(if $(Q),echo "  CC    $<")
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-# A test is its own .c file, plus any .c file listed below as shared by tests.
-$(BUILD)/tests/%: tests/%.c $(LIB) tests/test.h tests/ref.h
+# A test is its own .c file, plus any .c file listed below as shared by
+# tests (TEST_SHARED), each compiled to an object as the library's sources
+# are, so that its .d names every header it includes, the harness's too.
+$(TEST_OBJ): $(BUILD)/%.o: %.c | features
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC    $<")
-	$(Q)$(CC) $(CFLAGS) -Itests -o $@ $(filter %.c,$^) $(LIB) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -Itests -c -o $@ $<
+$(TEST_BUILD): %: %.o $(LIB)
+	@$(if $(Q),echo "  LD    $@")
+	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
 
 # The parsers' tests again under AddressSanitizer and UBSan (part of make test).
 ASAN_DIR   := $(BUILD)/asan
@@ -138,6 +148,7 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefine
 ASAN_TESTS := tests/core/test_core tests/kernels/test_vmath tests/io/test_safetensors tests/io/test_checkpoint tests/data/test_bpe tests/data/test_spm tests/data/test_loader
 ASAN_BIN   := $(ASAN_TESTS:%=$(ASAN_DIR)/%)
 ASAN_OBJ   := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o)
+ASAN_TOBJ  := $(ASAN_TESTS:%=$(ASAN_DIR)/%.o) $(TEST_SHARED:%.c=$(ASAN_DIR)/%.o)
 $(ASAN_DIR)/src/%.o: src/%.c | features
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  ASAN  $<")
@@ -145,15 +156,19 @@ $(ASAN_DIR)/src/%.o: src/%.c | features
 $(ASAN_DIR)/libtessera.a: $(ASAN_OBJ)
 	@rm -f $@
 	$(Q)ar rcs $@ $^
-$(ASAN_DIR)/tests/%: tests/%.c $(ASAN_DIR)/libtessera.a tests/test.h tests/ref.h
+$(ASAN_TOBJ): $(ASAN_DIR)/%.o: %.c | features
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  ASAN  $<")
-	$(Q)$(CC) $(filter-out $(OPT),$(CFLAGS)) $(ASAN_FLAGS) -Itests -o $@ $(filter %.c,$^) $(ASAN_DIR)/libtessera.a $(LDLIBS)
+	$(Q)$(CC) $(filter-out $(OPT),$(CFLAGS)) $(ASAN_FLAGS) -Itests -c -o $@ $<
+$(ASAN_BIN): %: %.o $(ASAN_DIR)/libtessera.a
+	@$(if $(Q),echo "  ASAN  $@")
+	$(Q)$(CC) $(filter-out $(OPT),$(CFLAGS)) $(ASAN_FLAGS) -o $@ $(filter %.o,$^) $(ASAN_DIR)/libtessera.a $(LDLIBS)
 
 # The tokenizer tests share their harness (reference cases, whole files,
 # round trips).
 TOK_TESTS := tests/data/test_bpe tests/data/test_spm
-$(TOK_TESTS:%=$(BUILD)/%) $(TOK_TESTS:%=$(ASAN_DIR)/%): tests/data/tok_cases.c tests/data/tok_cases.h
+$(TOK_TESTS:%=$(BUILD)/%): $(BUILD)/tests/data/tok_cases.o
+$(TOK_TESTS:%=$(ASAN_DIR)/%): $(ASAN_DIR)/tests/data/tok_cases.o
 
 # The command itself under both sanitizers: tests/cli/test_asan_cli.sh runs
 # the hardening and corpora tests with it.
@@ -190,7 +205,7 @@ test-portable:
 FUZZ_SECONDS ?= 20
 FUZZ_CC      ?= clang
 FUZZ_SRC     := src/core/check.c src/core/half.c src/core/prof.c src/core/timer.c src/core/json.c src/core/fileio.c src/core/checksum.c src/io/safetensors.c \
-                src/io/checkpoint.c src/data/shard.c src/cli/flags.c src/io/meta.c src/model/config.c \
+                src/io/checkpoint.c src/io/checkpoint_read.c src/data/shard.c src/cli/flags.c src/io/meta.c src/model/config.c \
                 src/io/hf_dir.c src/io/hf_gpt2.c src/io/hf_model.c src/io/weights.c src/model/params.c src/model/arch.c src/data/zread.c
 FUZZ_TARGETS := safetensors meta ckpt shard config hfdir zread
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
@@ -234,7 +249,7 @@ bench: tessera $(BENCH_BIN)
 clean:
 	rm -rf $(BUILD) tessera
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ASAN_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(ASAN_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(ASAN_TOBJ:.o=.d)
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
