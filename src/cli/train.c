@@ -298,9 +298,11 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
         .model = "gpt2-tiny", .lr_schedule = "cosine", .pipe_sched = "1f1b", .recompute = "none", .precision = "fp32", .reduce = "fp32",
         .tp = 1, .pp = 1, .sc = {.init = 0, .window = 0, .hysteresis = 0, .min = -1}, .restart_delay = 1,
     };
+    char model_help[1200];
+    snprintf(model_help, sizeof model_help, "%s (default gpt2-tiny)", config_preset_list());
     Flag f[] = {
-        {"model", FLAG_STR, &a->model, 0, 0, "PRESET", "gpt2-tiny (default), gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, llama-120m, llama-7b, llama2-7b, llama2-13b, llama2-70b", 0, NULL},
-        {"config", FLAG_STR, &a->config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama only: n_kv_head, rope_theta, norm_eps}", 0, NULL},
+        {"model", FLAG_STR, &a->model, 0, 0, "PRESET", model_help, 0, NULL},
+        {"config", FLAG_STR, &a->config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama and qwen2: n_kv_head, rope_theta, norm_eps, tie_embeddings}", 0, NULL},
         {"data", FLAG_STR, &a->tc.data, 0, 0, "PATH", "shard directory (from tessera prepare), shard glob, .bin file, or text file (required)", 0, NULL},
         {"val-data", FLAG_STR, &a->tc.val_data, 0, 0, "PATH", "validation data (default: the val shards of a --data directory)", 0, NULL},
         {"tokenizer", FLAG_STR, &a->tc.tokenizer, 0, 0, "gpt2|llama|byte", "gpt2 (default, vocabulary 50257), llama (32000) or byte (256)", 0, NULL},
