@@ -213,6 +213,29 @@ static int precision_flags(TrainConfig *tc, const char *prec, const char *reduce
     return 0;
 }
 
+// A test hook's "STEP:N" (both at least 1) into *a and *b; 0 when unset.
+static int test_hook_pair(const char *name, int *a, int *b, Err *e) {
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    int n = 0;
+    if (sscanf(v, "%d:%d%n", a, b, &n) != 2 || v[n] || *a < 1 || *b < 1)
+        return err_set(e, ERR_USAGE, "%s='%s': expected STEP:N, both at least 1", name, v);
+    return 0;
+}
+
+// --spike-guard, --spike-window, --spike-rollback, and the guard's test
+// hooks (TESSERA_TEST_SPIKE: from a step, N steps' losses seen ×1000;
+// TESSERA_TEST_SKIP: after a step, the loader past N steps' batches).
+static int spike_flags(TrainConfig *tc, Err *e) {
+    if ((tc->spike_window || tc->spike_rollback) && tc->spike_z <= 0)
+        return err_set(e, ERR_USAGE, "%s is the spike guard's: it needs --spike-guard Z",
+                       tc->spike_window ? "--spike-window" : "--spike-rollback");
+    if (tc->spike_rollback && !tc->ckpt_dir)
+        return err_set(e, ERR_USAGE, "--spike-rollback goes back to the run's last checkpoint: it needs --ckpt-dir (and --ckpt-every)");
+    return test_hook_pair("TESSERA_TEST_SPIKE", &tc->spike_step, &tc->spike_count, e) ||
+           test_hook_pair("TESSERA_TEST_SKIP", &tc->skip_step, &tc->skip_steps, e) ? -1 : 0;
+}
+
 // The step of --ckpt-dir's latest checkpoint (its `latest` file names
 // step_NNNNNNNN), or -1 when it has none yet.
 static int latest_step(const char *dir) {
@@ -326,6 +349,9 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
         {"log-every", FLAG_INT, &a->tc.log_every, 1, 1 << 30, "N", "print and log every N steps (default 10)", 0, NULL},
         {"ckpt-dir", FLAG_STR, &a->tc.ckpt_dir, 0, 0, "DIR", "save checkpoints under DIR (at the end, and every --ckpt-every)", 0, NULL},
         {"ckpt-every", FLAG_INT, &a->tc.ckpt_every, 0, 1 << 30, "N", "steps between checkpoints (default 0: only at the end)", 0, NULL},
+        {"spike-guard", FLAG_FLOAT, &a->tc.spike_z, 0, 1e6, "Z", "skip a step (no update, on every rank, marked \"spike\" in the log) whose loss or gradient norm exceeds the mean of the last --spike-window accepted steps by more than Z standard deviations; active once 10 steps are in the window (default off)", 0, NULL},
+        {"spike-window", FLAG_INT, &a->tc.spike_window, 10, 1 << 20, "W", "accepted steps --spike-guard's mean and deviation cover (default 100)", 0, NULL},
+        {"spike-rollback", FLAG_INT, &a->tc.spike_rollback, 1, 1 << 20, "K", "after K spikes in a row, go back to the last checkpoint (parameters, optimizer, the guard's window) and on past the batches that caused them (needs --spike-guard and --ckpt-dir)", 0, NULL},
         {"exit-after", FLAG_INT, &a->tc.exit_after, 0, 1 << 30, "N", "stop after step N with a checkpoint, as if interrupted; the LR schedule still spans --steps", 0, NULL},
         {"keep", FLAG_INT, &a->tc.keep, 0, 1 << 30, "K", "keep the newest K checkpoints (default 0: all)", 0, NULL},
         {"resume", FLAG_STR, &a->tc.resume, 0, 0, "[PATH]", "continue from a checkpoint or run directory (alone: --ckpt-dir's latest)", 0, "@latest"},
@@ -414,6 +440,7 @@ static int train_config(TrainArgs *a, int **layers, Err *e) {
     if (a->max_restarts && comm_mpi_launched())
         return err_set(e, ERR_USAGE, "--max-restarts restarts the ranks this command forks (--nproc); under mpirun or srun, "
                        "resubmit the job (Slurm: --requeue) with --resume");
+    if (spike_flags(tc, e)) return -1;
     if (tc->exit_after && !tc->ckpt_dir)
         return err_set(e, ERR_USAGE, "--exit-after %d stops with a checkpoint to resume from: it needs --ckpt-dir", tc->exit_after);
     // what can be checked before any rank starts: one line, exit 2

@@ -60,7 +60,8 @@ void report_step(Report *r, const StepMetrics *m) {
     clear_bar(r);
     printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%", m->step, m->steps,
            m->loss, m->lr, m->grad_norm, m->ms, m->tokens_per_s, 100 * m->mfu);
-    if (m->scaler) printf(" | scale %g%s", m->loss_scale, m->skipped ? " | skipped: gradients overflowed" : "");
+    if (m->scaler) printf(" | scale %g%s", m->loss_scale, m->skipped && !m->spike ? " | skipped: gradients overflowed" : "");
+    if (m->spike) printf(" | skipped: a spike (--spike-guard)");
     printf("\n");
     if (m->mfu > 1 && !r->mfu_warned) {
         r->mfu_warned = 1;
@@ -89,6 +90,7 @@ void report_step(Report *r, const StepMetrics *m) {
     jb_key(&b, "pp_wait_ms"); jb_fixed(&b, m->pp_wait_ms, 3);
     jb_key(&b, "loss_scale"); jb_num(&b, m->loss_scale);
     jb_key(&b, "skipped"); jb_bool(&b, m->skipped);
+    if (m->spike) { jb_key(&b, "spike"); jb_bool(&b, 1); }
     if (m->prof) {   // milliseconds by kind of work, and the rest of the step
         double ms[PROF_NKIND] = {0}, sum = 0;
         for (int i = 0; i < m->prof->n; i++) ms[m->prof->row[i].kind] += m->prof->row[i].seconds * 1e3;

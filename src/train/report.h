@@ -24,7 +24,8 @@ typedef struct StepMetrics {
     double pp_wait_ms;            // time this rank waited on pipeline sends and receives (its bubble)
     double loss_scale;            // fp16: the scale this step's backward used (1 without a scaler)
     int scaler;                   // the run has a loss scaler (fp16)
-    int skipped;                  // the step was skipped: its gradients overflowed
+    int skipped;                  // the step was skipped: its gradients overflowed, or a spike
+    int spike;                    // skipped by the spike guard (--spike-guard)
     const Profile *prof;          // --profile: where this step's time went on this rank (NULL: none)
 } StepMetrics;
 

@@ -36,7 +36,8 @@ int train_evaluate(Stage *st, Pipe *p, Loader *val, int64_t max_rounds, double *
     return rc;
 }
 
-static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls, const LossScaler *sc) {
+static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls, const LossScaler *sc,
+                             const SpikeGuard *spike) {
     JsonBuf b;
     jb_init(&b);
     jb_obj_begin(&b);
@@ -59,6 +60,12 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls, co
     jb_key(&b, "epoch"); jb_int(&b, ls.epoch);
     jb_key(&b, "pos"); jb_int(&b, ls.pos);
     jb_obj_end(&b);
+    if (spike->z > 0) {
+        char *s = spike_state_json(spike);
+        jb_key(&b, "spike");
+        jb_raw(&b, s);
+        free(s);
+    }
     jb_obj_end(&b);
     return b.s;
 }
@@ -74,7 +81,7 @@ static int save(Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
     double t0 = timer_now();
     int n = dp_npieces(t->dp), rc = 0;
-    char *train = train_meta_json(tc, t->done, loader_state(t->ld), t->fp16 ? &t->sc : NULL);
+    char *train = train_meta_json(tc, t->done, loader_state(t->ld), t->fp16 ? &t->sc : NULL, &t->spike);
     char *state = adamw_state_json(&t->opt);
     CkptPiece *pc = calloc((size_t)n + 1, sizeof *pc);
     if (!pc || !train || !state) rc = err_set(err, ERR_RUN, "out of memory");
@@ -182,6 +189,12 @@ static int print_profile(Trainer *t, Err *err) {
     return rc;
 }
 
+// The test hook of --spike-rollback's oracle: the loader moves past n
+// steps' batches, as a rollback leaves it past the spikes'.
+static void skip_batches(Trainer *t, int n) {
+    for (int i = 0; i < n * t->tc->accum; i++) loader_next(t->ld, t->inp, t->tgt);
+}
+
 int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
     Trainer *t;
     if (trainer_open(&t, tc, m, err)) return -1;
@@ -193,6 +206,11 @@ int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
         if (trainer_step(t, &sm, err)) goto done;
         int step = t->done, last = step == tc->steps;
         if (step % tc->log_every == 0 || last || step == 1 || sm.skipped) report_step(t->rep, &sm);
+        if (sm.spike && tc->spike_rollback && t->spike.run >= tc->spike_rollback) {   // back, and on past the data
+            if (trainer_rollback(t, err)) goto done;
+            continue;
+        }
+        if (tc->skip_step == step) skip_batches(t, tc->skip_steps);
         if (t->val && tc->eval_every > 0 && step % tc->eval_every == 0 && !last && evaluate(t, err)) goto done;
         if (tc->exit_after > 0 && step == tc->exit_after && !last) {   // after the step's evaluation, as without it
             if (tc->ckpt_dir && save(t, err)) goto done;

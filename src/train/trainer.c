@@ -143,6 +143,14 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     // fp16: an overflow anywhere skips the step everywhere and moves the scale
     int skipped = t->fp16 && g[2] > 0;
     if (t->fp16 && scaler_update(&t->sc, skipped, step + 1, err)) return -1;
+    // the spike guard: every rank sees the same global loss and norm, so
+    // all skip alike (the test hook's spikes seen once each, from their step)
+    if (tc->spike_count && step + 1 >= tc->spike_step && t->spikes_injected < tc->spike_count) {
+        loss *= 1000;
+        t->spikes_injected++;
+    }
+    int spike = !skipped && spike_check(&t->spike, loss, norm);
+    skipped |= spike;
 
     // clip (on the unscaled norm), unscale, and update the owned pieces; the
     // parameter sync starts inside (ZeRO ≥ 1)
@@ -167,7 +175,7 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
                        .mfu = tps * t->flops_tok / (t->peak * 1e9 * t->D * t->mesh->tp * t->mesh->pp),
                        .grad_comm_bytes = grad_sent, .tp_comm_bytes = tp_b1 - tp_b0, .tp_comm_ms = (tp_s1 - tp_s0) * 1e3,
                        .pp_comm_bytes = pp_b, .pp_wait_ms = pp_w * 1e3, .loss_scale = scale, .scaler = t->fp16,
-                       .skipped = skipped, .prof = t->prof};
+                       .skipped = skipped, .spike = spike, .prof = t->prof};
     if (skipped) return 0;
     if (!isfinite(loss)) return err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
     if (!isfinite(norm))
@@ -313,7 +321,39 @@ static int init_state(Trainer *t, uint32_t *crc, Err *err) {
         return err_set(err, ERR_USAGE, "%s/meta.json: field 'train.loader' is missing or out of range (epoch %lld, position "
                        "%lld of %lld samples)", ckpt_dir(ck), (long long)e, (long long)p, (long long)loader_samples(t->ld));
     loader_set_state(t->ld, (LoaderState){e, p % loader_samples(t->ld)});
+    const Json *sp = json_get(json_get(meta, "train"), "spike");   // a run without the guard has none
+    if (t->spike.z > 0 && sp && spike_state_read(&t->spike, sp, where, err)) return -1;
     t->done = (int)ckpt_step(ck);
+    return 0;
+}
+
+int trainer_rollback(Trainer *t, Err *err) {
+    Ckpt *resumed = t->ck, *ck = NULL;
+    LoaderState keep = loader_state(t->ld);
+    int from = t->done, rc;
+    uint32_t crc;
+    if (ckpt_open(&ck, t->tc->ckpt_dir, err)) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return err_set(err, ERR_RUN, "--spike-rollback: %d spikes in a row at step %d and no checkpoint in %s to go back "
+                       "to (%s)", t->tc->spike_rollback, from, t->tc->ckpt_dir, why);
+    }
+    // nothing in flight reads the parameters while they are replaced (ZeRO-3
+    // has the next forward's first segment gathering), and afterwards the
+    // gathers start again from the reloaded shards, as after a skipped step
+    t->ck = ck;
+    rc = dp_sync_params(t->dp, err) || init_state(t, &crc, err) || dp_skip(t->dp, err) ? -1 : 0;
+    t->ck = resumed;
+    ckpt_close(ck);
+    if (rc) return -1;
+    loader_set_state(t->ld, keep);
+    if (t->spike.run >= t->tc->spike_rollback) t->spike.run = 0;   // a checkpoint saved before the guard was on
+    stage_params_changed(&t->st);
+    t->sent_mark = trainer_comm_totals(t->mesh->dpg, NULL);
+    t->rollbacks++;
+    if (t->first)
+        printf("spikes:    %d in a row at step %d: back to the checkpoint of step %d, the data on past their batches\n",
+               t->tc->spike_rollback, from, t->done);
     return 0;
 }
 
@@ -386,6 +426,7 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     unsigned prec = stage_prec_flag(tc->precision);
     t->fp16 = tc->precision == PREC_FP16;
     scaler_init(&t->sc, &tc->scaler);
+    if (spike_init(&t->spike, tc->spike_z, tc->spike_window, tc->spike_rollback, err)) goto fail;
     if (check_room(t, &slice, slots, dp_stage_flags(tc->zero) | tc->recompute | prec, err)) goto fail;
     if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, dp_stage_flags(tc->zero) | tc->recompute | prec,
                    err))
@@ -451,5 +492,6 @@ void trainer_close(Trainer *t) {
     ckpt_close(t->ck);
     weights_close(&t->init);
     tokenizer_close(&t->tok);
+    spike_free(&t->spike);
     free(t);
 }

@@ -68,6 +68,11 @@ typedef struct TrainConfig {
     int loss_scale_given;      // --loss-scale was given (a resumed run keeps its checkpoint's scale and says so)
     int profile;               // time each kind of work in the steps, print the table at the end (core/prof)
     int overflow_step, overflow_rank;   // test hook: an inf in that world rank's gradients at that step (0: none)
+    double spike_z;            // --spike-guard: skip a step Z standard deviations above its window (0: off; train/spike)
+    int spike_window;          // --spike-window: accepted steps the guard's statistics cover
+    int spike_rollback;        // --spike-rollback: spikes in a row that send the run back to its last checkpoint (0: never)
+    int spike_step, spike_count;   // test hook: `count` steps from that one have their loss seen ×1000 (once each)
+    int skip_step, skip_steps;     // test hook: after that step the loader moves past `skip_steps` steps' batches
 } TrainConfig;
 
 typedef struct Trainer Trainer;

@@ -11,6 +11,7 @@
 #include "io/weights.h"
 #include "kernels/peak.h"
 #include "parallel/dp.h"
+#include "train/spike.h"
 #include "train/trainer.h"
 
 struct Trainer {
@@ -50,6 +51,9 @@ struct Trainer {
     int prof_steps;            // steps summed in prof_sum
     int first_step;            // steps done when this process started
     double prof_secs;          // their time
+    SpikeGuard spike;          // --spike-guard's window (train/spike)
+    int spikes_injected;       // the test hook's spikes so far
+    int rollbacks;             // times --spike-rollback went back to a checkpoint
 };
 
 // Bytes c has sent over all operations and (seconds non-NULL) the time
@@ -62,6 +66,12 @@ int trainer_sum_all(Trainer *t, double *v, int n, Err *err);
 // did not gets err "another rank failed <what>"); a failed reduction counts
 // as a failure.
 int trainer_agree(Trainer *t, int rc, const char *what, Err *err);
+
+// --spike-rollback: every rank goes back to the run's latest checkpoint
+// (parameters, AdamW moments and step, the loss scale, the spike guard's
+// window) and keeps its loader where it is, past the batches of the
+// spikes. 0, or -1 with err (no checkpoint to go back to, one unreadable).
+int trainer_rollback(Trainer *t, Err *err);
 
 // Gathers every rank's hostname into t->hosts (header.c). Every rank calls
 // it. 0, or -1 with err.
