@@ -39,6 +39,7 @@ struct Dp {
     size_t S;
     int emb;                 // the embeddings' segment (-1: none)
     int shared;              // a segment another stage holds and counts (-1: none)
+    int owner, counts_tp;    // this rank counts its pieces (layout_dp_owner), and the tensors replicated over TP
     EmbSync *es;             // the embedding lookup's gradient rows
     int micro, last;         // the current micro-batch; it is the last of the step
     // stage 0
@@ -58,12 +59,6 @@ struct Dp {
     Err err;
     double waited;
 };
-
-unsigned dp_stage_flags(int zero) {
-    return (zero >= 2 ? STAGE_NO_GRADS : 0) | (zero >= 3 ? STAGE_NO_PARAMS : 0);
-}
-
-int dp_pad_multiple(int zero, int ranks) { return zero >= 1 ? ranks : 1; }
 
 static int pool_of(const Dp *d, int k) {
     const ParamSeg *g = &d->t->seg[k];
@@ -278,8 +273,11 @@ static void hook_rows(void *ctx, const int *tokens, const float *dres, int B, in
 
 // ---- setup ----
 
-int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, CommDtype reduce, Stage *st, Err *err) {
+int dp_init(Dp **out, const Layout *l, double bucket_mb, Stage *st, Err *err) {
     *out = NULL;
+    Comm *c = l->dpg;
+    int zero = l->zero;
+    CommDtype reduce = l->reduce_bf16 ? DT_BF16 : DT_F32;
     CHECKF(c || zero == 0, "ZeRO-%d needs a communicator", zero);
     const ParamTable *t = &st->table;
     Dp *d = calloc(1, sizeof *d);
@@ -288,6 +286,8 @@ int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, CommDtype reduce, Sta
     d->zero = zero;
     d->rank = c ? comm_rank(c) : 0;
     d->d = c ? comm_size(c) : 1;
+    d->owner = layout_dp_owner(l);
+    d->counts_tp = layout_counts_tp_replicated(l);
     d->bucket_mb = bucket_mb;
     CHECKF(reduce == DT_F32 || reduce == DT_BF16, "gradients reduced in %s", comm_dtype_name(reduce));
     d->reduce = reduce;
@@ -420,10 +420,10 @@ static double split_sumsq(const Dp *d, const float *g, size_t lo, size_t hi) {
 }
 
 double dp_grad_sumsq(const Dp *d) {
-    if (d->zero == 0 && d->rank != 0) return 0.0;
+    if (!d->owner) return 0.0;
     // a shared copy is the embeddings' segment, the first: start after it
     size_t from = d->shared >= 0 ? d->t->seg[d->shared].hi : 0;
-    if (d->st->slice.tp_rank > 0) {
+    if (!d->counts_tp) {
         double s = 0;
         for (int k = 0; k < d->npc; k++) {
             if (d->zero && k == d->shared) continue;
@@ -457,8 +457,6 @@ float *dp_owned_grads(Dp *d, int seg, size_t *n) {
 
 int dp_npieces(const Dp *d) { return d->npc; }
 size_t dp_shard_floats(const Dp *d) { return d->S; }
-int dp_writes_checkpoint(const Dp *d) { return d->zero >= 1 || d->rank == 0; }
-int dp_checkpoint_files(const Dp *d) { return d->zero >= 1 ? d->d : 1; }
 
 DpPiece dp_piece(Dp *d, int k) {
     if (d->zero == 0) return (DpPiece){0, d->t->total, 0, d->st->params, d->st->grads};
