@@ -23,15 +23,19 @@
 // - micro-batches in flight on a stage (its activation slots);
 // - the communicators a run of the layout makes (the launcher's
 //   shared-memory budget);
-// - the host placement (which kinds of group stay inside one host).
+// - the host placement (which kinds of group stay inside one host);
+// - a rank's memory: parameters, their 16-bit copy, gradients, optimizer
+//   state and activations, by one model the trainer and the planner share.
 //
-// layout.c is pure arithmetic — it talks to nobody, so plan/ reads it
-// (DESIGN §2: the planner reads model/ and the layout, never comm/);
-// layout_groups.c splits the communicators and finds the hosts.
+// layout.c and layout_memory.c are pure arithmetic — they talk to nobody,
+// so plan/ reads them (DESIGN §2: the planner reads model/ and the layout,
+// never comm/); layout_groups.c splits the communicators and finds the
+// hosts.
 #ifndef TSR_PARALLEL_LAYOUT_H
 #define TSR_PARALLEL_LAYOUT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/check.h"
 #include "core/half.h"
@@ -155,6 +159,33 @@ int layout_comms(const Layout *l, int tied, LayoutComm *out);
 // The bytes of those communicators when each group of n ranks takes
 // area(n) bytes (comm/local's shared-memory areas).
 size_t layout_comm_bytes(const Layout *l, int tied, size_t (*area)(int n));
+
+// ---- memory (layout_memory.c) ----
+
+// The bytes one rank of a layout holds, as tessera allocates them: the one
+// model of a rank's memory. The trainer refuses with it a run that would
+// not fit the machine before it allocates anything, and the planner prints
+// it (tests/plan checks it against the allocator's tags to the byte).
+typedef struct LayoutMemory {
+    int64_t floats;        // parameters in the rank's slice: its flat buffers' length, ZeRO padding included
+    int params_shards;     // what ZeRO divides each state by: dp where the stage shards it (parameters
+    int grads_shards;      // from ZeRO-3, gradients from 2, the AdamW moments from 1), else 1
+    int optim_shards;
+    double params;         // fp32 parameters (MEM_PARAMS): 4·floats / params_shards
+    double params16;       // their 16-bit copy under bf16/fp16 (MEM_PARAMS16): 2·floats, kept whole below ZeRO-3
+    double grads;          // fp32 gradients (MEM_GRADS): 4·floats / grads_shards
+    double optim;          // AdamW's two moments (MEM_OPTIM): 8·floats / optim_shards
+    double acts;           // activations (MEM_ACTS) of the micro-batches in flight (layout_in_flight); 0 where
+                           // model/stage lays none out (an architecture it does not train, sizes past its limits)
+    double total;          // the sum
+} LayoutMemory;
+
+// The memory of pipeline stage `stage`'s ranks (each TP rank holds an equal
+// slice) training micro-batches of B sequences of T tokens, M per step, of
+// mc (its vocabulary padded for l->tp, as the trainer pads it). 0, or -1
+// with err (a split the layout refuses, a slice the parameter table cannot
+// build).
+int layout_memory(const Layout *l, const ModelConfig *mc, int stage, int B, int T, int M, LayoutMemory *out, Err *err);
 
 // ---- the groups (layout_groups.c) ----
 

@@ -180,11 +180,12 @@ void plan_tp_comm(const PlanModel *m, const PlanJob *j, const Layout *l, double 
     *messages *= M;
 }
 
-// The busiest device's parameters by part: a stage of L/pp layers plus the
-// first stage's embeddings (with pp=1 also the last stage's final norm and
-// head; a tied head is the first stage's embedding, held by the last stage
-// too when pp > 1), every count from the architecture's tensor table with
-// the vocabulary padded for tp ranks, as the trainer pads it.
+// The parts of the busiest device's parameters the communication model
+// uses: a stage of L/pp layers plus the first stage's embeddings (with
+// pp=1 also the last stage's final norm and head; a tied head is the first
+// stage's embedding, held by the last stage too when pp > 1), every count
+// from the architecture's tensor table with the vocabulary padded for tp
+// ranks, as the trainer pads it.
 typedef struct {
     ModelConfig padded;
     int64_t layers;   // the stage's
@@ -193,7 +194,7 @@ typedef struct {
     int64_t last;     // the last stage's beyond its layers: final norm, head, tied copy
 } DeviceParams;
 
-static void device_params(const PlanModel *m, const Layout *l, DeviceParams *dv, PlanResult *r) {
+static void device_params(const PlanModel *m, const Layout *l, DeviceParams *dv) {
     dv->padded = m->cfg;
     config_pad_vocab(&dv->padded, (int)m->V, l->tp);
     const ModelConfig *mc = &dv->padded;
@@ -201,23 +202,35 @@ static void device_params(const PlanModel *m, const Layout *l, DeviceParams *dv,
     dv->layer = arch_part_params(mc, PART_BLOCK, l->tp, 1);
     dv->emb = arch_part_params(mc, PART_EMBED, l->tp, 1);
     dv->last = (l->pp > 1 ? arch_tied_copy(mc, l->tp, 1) : 0) + arch_part_params(mc, PART_FINAL, l->tp, 1);
-    int64_t body = dv->layers * dv->layer;
-    int64_t first_stage = dv->emb + body + (l->pp == 1 ? dv->last : 0), last_stage = body + dv->last;
-    r->params_device = first_stage > last_stage ? first_stage : last_stage;
 }
 
-// Weights, gradients and optimizer state on the busiest device: 4 + 4 + 8
-// bytes per parameter in fp32, the ZeRO paper's 2 + 2 + 12 under 16-bit,
-// the parts ZeRO's stage shards divided by dp.
-static void model_states(const Layout *l, PlanResult *r) {
-    double psi = (double)r->params_device, d = l->dp;
-    int mixed = l->precision != PREC_FP32;
-    r->weights = (mixed ? 2 : 4) * psi;
-    r->grads = (mixed ? 2 : 4) * psi;
-    r->optim = (mixed ? 12 : 8) * psi;
-    if (l->zero >= 1) r->optim /= d;
-    if (l->zero >= 2) r->grads /= d;
-    if (l->zero >= 3) r->weights /= d;
+// Weights, gradients and optimizer state on the busiest device (the first
+// stage or the last) by the layout's memory model (parallel/layout, the
+// trainer's own sizes: its parameter table, ZeRO padding included): in
+// fp32 what tessera allocates, 4 + 4 + 8 bytes per parameter; under
+// 16-bit the ZeRO paper's 2 + 2 + 12 of the same parameters (tessera keeps
+// fp32 gradients, and its fp32 masters whole below ZeRO-3), the parts
+// ZeRO's stage shards divided by dp. *first gets the first stage's
+// memory (the most activations in flight).
+static void model_states(const Layout *l, const PlanJob *j, const DeviceParams *dv, PlanResult *r, LayoutMemory *first) {
+    int M = r->micro_batches > (1 << 30) ? 1 << 30 : (int)r->micro_batches;
+    int B = j->micro_batch > (1 << 30) ? 1 << 30 : (int)j->micro_batch, T = j->seq > (1 << 30) ? 1 << 30 : (int)j->seq;
+    LayoutMemory last;
+    Err err;
+    CHECKF(layout_memory(l, &dv->padded, 0, B, T, M, first, &err) == 0 &&
+           layout_memory(l, &dv->padded, l->pp - 1, B, T, M, &last, &err) == 0, "a checked layout: %s", err.msg);
+    const LayoutMemory *busy = last.floats > first->floats ? &last : first;
+    r->params_device = busy->floats;
+    double psi = (double)busy->floats;
+    if (l->precision == PREC_FP32) {
+        r->weights = busy->params;
+        r->grads = busy->grads;
+        r->optim = busy->optim;
+    } else {
+        r->weights = 2 * psi / busy->params_shards;
+        r->grads = 2 * psi / busy->grads_shards;
+        r->optim = 12 * psi / busy->optim_shards;
+    }
     r->model_states = r->weights + r->grads + r->optim;
 }
 
@@ -233,12 +246,12 @@ static void in_flight(const PlanJob *j, const Layout *l, PlanResult *r) {
 // Activation bytes on the busiest device: the layers of a chunk for every
 // micro-batch in flight by plan_act_layer's formula, with the shared sets
 // of recomputation and 16-bit widening and the stage's input and final norm
-// output; for an architecture tessera trains, its stage's own layout to
-// the byte (the slots of the micro-batches in flight, each a chunk's layers).
-static void activations(const PlanModel *m, const PlanJob *j, const Layout *l, const DeviceParams *dv, PlanResult *r) {
-    const ModelConfig *mc = &dv->padded;
+// output; for an architecture tessera trains, the first stage's by the
+// layout's memory model: the stage's own layout to the byte (the slots of
+// the micro-batches in flight, each a chunk's layers).
+static void activations(const PlanModel *m, const PlanJob *j, const Layout *l, const LayoutMemory *first, PlanResult *r) {
     int mixed = l->precision != PREC_FP32;
-    int64_t V = l->vstages > 1 ? l->vstages : 1, chunk = dv->layers / V;
+    int64_t V = l->vstages > 1 ? l->vstages : 1, chunk = m->L / l->pp / V;
     double t = l->tp, sbh = (double)j->seq * j->micro_batch * m->h;
     r->act_layer = plan_act_layer(m, j, l);
     r->act_korthikanti = sbh * (34 + 5.0 * m->a * j->seq / m->h);
@@ -257,16 +270,9 @@ static void activations(const PlanModel *m, const PlanJob *j, const Layout *l, c
     }
     r->acts += sbh * 4 / (l->sp ? t : 1) + sbh * 4;   // stage input (rows split under SP) and final norm output (gathered), fp32
     r->act_formula = r->acts;
-    ModelSlice sl;   // the first stage's (the most in flight), as the trainer lays it
-    Err ignored;
-    if (!l->naive_attention && arch_of(mc)->has_train && j->seq <= mc->max_seq && j->micro_batch * j->seq <= (1 << 30) &&
-        r->inflight <= (1 << 20) && chunk >= 1 && stage_check_split(mc, l->tp, l->sp, (int)j->seq, &ignored) == 0 &&
-        layout_slice_of(l, mc, 0, 0, &sl, &ignored) == 0) {
-        size_t exact = stage_act_bytes(mc, &sl, (int)j->micro_batch, (int)j->seq, (int)r->inflight, layout_stage_flags(l));
-        if (exact) {
-            r->acts = (double)exact;
-            r->act_exact = 1;
-        }
+    if (!l->naive_attention && j->micro_batch * j->seq <= (1 << 30) && first->acts > 0) {
+        r->acts = first->acts;
+        r->act_exact = 1;
     }
 }
 
@@ -340,10 +346,11 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     memset(r, 0, sizeof *r);
     r->params = plan_params(m);
     DeviceParams dv;
-    device_params(m, l, &dv, r);
-    model_states(l, r);
+    device_params(m, l, &dv);
     in_flight(j, l, r);
-    activations(m, j, l, &dv, r);
+    LayoutMemory first;
+    model_states(l, j, &dv, r, &first);
+    activations(m, j, l, &first, r);
     double e = l->precision != PREC_FP32 ? 2 : 4;
     r->comm_buf = l->dp > 1 ? (l->zero == 3 ? 2 * (double)dv.layer * e : 2 * 25e6) : 0;
     r->total = r->model_states + r->acts + r->comm_buf;

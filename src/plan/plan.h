@@ -5,10 +5,15 @@
 // Conventions (each printed under --explain):
 // - Parameters are counted exactly, final norm included, from the
 //   architecture's tensor table (model/arch), the one count in tessera.
-// - Model states per device follow ZeRO (Rajbhandari et al. 2020): fp32
-//   training 4+4+8 bytes per parameter; mixed precision 2 (weights) + 2
-//   (gradients) + 12 (fp32 master, Adam m and v); ZeRO-1 divides the
-//   optimizer states by dp, ZeRO-2 also the gradients, ZeRO-3 everything.
+// - Memory per device comes from the layout's memory model
+//   (layout_memory, parallel/layout), the one the trainer checks its ranks
+//   against: the parameters of the busiest stage's slice as its parameter
+//   table counts them, and its activations to the byte. Model states
+//   follow ZeRO (Rajbhandari et al. 2020): fp32 training 4+4+8 bytes per
+//   parameter, as tessera allocates; mixed precision the paper's 2
+//   (weights) + 2 (gradients) + 12 (fp32 master, Adam m and v); ZeRO-1
+//   divides the optimizer states by dp, ZeRO-2 also the gradients, ZeRO-3
+//   everything.
 // - FLOPs per token: 6N + 12·L·h·s (PaLM, appendix B); hardware FLOPs add
 //   recomputation (full: one more forward, 8N + 16·L·h·s).
 // - Activations: the tensors tessera's layer keeps for backward (see

@@ -341,17 +341,14 @@ static int check_same_start(Trainer *t, uint32_t crc, Err *err) {
 
 // Refuses, before allocating anything, a run whose ranks on this machine
 // would need more than its memory: parameters, gradients, AdamW moments
-// (each as ZeRO shards them), the 16-bit copy and the activations.
-static int check_room(const Trainer *t, const ModelSlice *sl, int slots, unsigned flags, Err *err) {
+// (each as ZeRO shards them), the 16-bit copy and the activations, by the
+// layout's memory model (the planner's figures).
+static int check_room(const Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
     const Layout *l = t->lay;
-    ParamTable pt;
-    if (ptable_build(&pt, &t->mc, sl, err)) return -1;
-    double n = (double)pt.total, d = t->D;
-    ptable_free(&pt);
-    double bytes = 4 * n / (l->zero >= 3 ? d : 1) + 4 * n / (l->zero >= 2 ? d : 1) + 8 * n / (l->zero >= 1 ? d : 1) +
-                   (l->precision != PREC_FP32 && l->zero < 3 ? 2 * n : 0) +
-                   (double)stage_act_bytes(&t->mc, sl, tc->batch, tc->seq, slots, flags);
+    LayoutMemory mem;
+    if (layout_memory(l, &t->mc, l->pp_rank, tc->batch, tc->seq, tc->accum, &mem, err)) return -1;
+    double bytes = mem.total;
     int local = l->world && !strcmp(comm_backend(l->world), "local") ? comm_size(l->world) : 1;
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (have > 0 && bytes * local > have)
@@ -389,7 +386,7 @@ int trainer_open(Trainer **out, const TrainConfig *tc, const Layout *l, Err *err
     unsigned flags = layout_stage_flags(l);
     t->fp16 = l->precision == PREC_FP16;
     scaler_init(&t->sc, &tc->scaler);
-    if (check_room(t, &slice, slots, flags, err)) goto fail;
+    if (check_room(t, err)) goto fail;
     if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, flags, err)) goto fail;
     if (l->tpg && stage_set_tp(&t->st, l->tpg, err)) goto fail;
     if (dp_init(&t->dp, l, tc->bucket_mb, &t->st, err)) goto fail;
