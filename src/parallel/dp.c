@@ -60,10 +60,41 @@ struct Dp {
     double waited;
 };
 
-static int pool_of(const Dp *d, int k) {
-    const ParamSeg *g = &d->t->seg[k];
+static int pool_of_seg(const ParamSeg *g) {
     if (g->layer >= 0) return POOL_BLK0 + (g->layer & 1);
     return g->part == PART_EMBED ? POOL_EMB : POOL_LNF;
+}
+
+static int pool_of(const Dp *d, int k) { return pool_of_seg(&d->t->seg[k]); }
+
+// The floats of each pool's buffers (stages 2, 3): its largest segment.
+static void pool_caps(const ParamTable *t, size_t caps[NPOOL]) {
+    for (int p = 0; p < NPOOL; p++) caps[p] = 0;
+    for (int k = 0; k < t->nseg; k++) {
+        size_t n = t->seg[k].hi - t->seg[k].lo;
+        int p = pool_of_seg(&t->seg[k]);
+        if (n > caps[p]) caps[p] = n;
+    }
+}
+
+// Gradients are reduced across ranks (else no hooks, no buffers).
+static int reduces_of(int zero, int ranks) { return zero >= 1 || ranks > 1; }
+
+// The embeddings' segment this table puts first (-1: none).
+static int emb_seg(const ParamTable *t) {
+    const ParamInfo *pe = ptable_role(t, ROLE_TOK_EMB);
+    return pe && pe->part == PART_EMBED ? ptable_seg_of(t, pe->offset) : -1;
+}
+
+size_t dp_comm_bytes(const ParamTable *t, const ModelSlice *sl, const Layout *l, int B, int T, int C) {
+    int zero = l->zero, bf16 = l->reduce_bf16, reduces = reduces_of(zero, l->dp);
+    size_t caps[NPOOL], bytes = 0;
+    pool_caps(t, caps);
+    for (int p = 0; zero >= 2 && p < NPOOL; p++)   // gradients, gathered parameters, the bf16 copy sent
+        bytes += caps[p] * (sizeof(float) + (zero >= 3 ? sizeof(float) : 0) + (bf16 ? sizeof(uint16_t) : 0));
+    if (bf16 && zero <= 1 && reduces) bytes += t->total * sizeof(uint16_t);
+    if (emb_seg(t) >= 0 && slice_is_first(sl) && reduces) bytes += embsync_size(l->dp, (size_t)B * T, C);
+    return bytes;
 }
 
 // Keeps the first failure (a collective inside a hook cannot return one);
@@ -299,12 +330,11 @@ int dp_init(Dp **out, const Layout *l, double bucket_mb, Stage *st, Err *err) {
     d->rs = calloc((size_t)t->nseg + 1, sizeof *d->rs);
     d->ag = calloc((size_t)t->nseg + 1, sizeof *d->ag);
     if (!d->sk || !d->soff || !d->rs || !d->ag) goto oom;
-    const ParamInfo *pe = ptable_role(t, ROLE_TOK_EMB);
-    d->emb = pe && pe->part == PART_EMBED ? ptable_seg_of(t, pe->offset) : -1;
+    d->emb = emb_seg(t);
     // the table puts the embeddings first: stage 0's buckets rely on it
     CHECKF(d->emb <= 0, "the embeddings are segment %d, not the first", d->emb);
     // the lookup's rows travel whenever gradients are reduced across ranks
-    int reduces = zero >= 1 || d->d > 1;
+    int reduces = reduces_of(zero, d->d);
     d->shared = -1;
     if (d->emb >= 0 && slice_is_first(&st->slice) && reduces && embsync_init(&d->es, c, st, err)) { dp_free(d); return -1; }
     for (int k = 0; k < t->nseg; k++) {   // stage 0's one piece is the whole buffer (S = total)
@@ -314,13 +344,12 @@ int dp_init(Dp **out, const Layout *l, double bucket_mb, Stage *st, Err *err) {
         d->sk[k] = n / per;
         d->soff[k] = d->S;
         d->S += d->sk[k];
-        if (zero >= 2) {
-            int p = pool_of(d, k);
-            if (n > d->gbuf[p].cap) d->gbuf[p].cap = n;
-        }
     }
     CHECK(zero || d->S == t->total);
+    size_t caps[NPOOL];
+    pool_caps(t, caps);
     for (int p = 0; p < NPOOL; p++) {
+        if (zero >= 2) d->gbuf[p].cap = caps[p];
         d->gbuf[p].seg = d->pbuf[p].seg = -1;
         if (zero >= 3) d->pbuf[p].cap = d->gbuf[p].cap;
         if ((d->gbuf[p].cap && !(d->gbuf[p].buf = mem_alloc(MEM_COMM, d->gbuf[p].cap * sizeof(float)))) ||

@@ -62,6 +62,13 @@ typedef struct Dp Dp;
 // layout_counts_tp_replicated).
 int dp_init(Dp **out, const Layout *l, double bucket_mb, Stage *st, Err *err);
 void dp_free(Dp *d);
+// The bytes of the communication buffers (MEM_COMM) dp_init allocates for
+// a stage of table t and slice sl under layout l, micro-batches of B×T
+// tokens of C channels: stages 2 and 3's pools (a pool's largest segment,
+// for the gradients, stage 3's gathered parameters and a bf16 reduction's
+// copy), stages 0 and 1's bf16 copy of the gradients, and the embedding
+// rows (parallel/embsync) of a first stage whose gradients are reduced.
+size_t dp_comm_bytes(const ParamTable *t, const ModelSlice *sl, const Layout *l, int B, int T, int C);
 
 // Before micro-batch k (of K)'s forward and before its backward (a
 // pipeline schedule interleaves them): the gradients the stage finishes

@@ -25,7 +25,8 @@
 //   shared-memory budget);
 // - the host placement (which kinds of group stay inside one host);
 // - a rank's memory: parameters, their 16-bit copy, gradients, optimizer
-//   state and activations, by one model the trainer and the planner share.
+//   state, activations and communication buffers, by one model the
+//   trainer and the planner share.
 //
 // layout.c and layout_memory.c are pure arithmetic — they talk to nobody,
 // so plan/ reads them (DESIGN §2: the planner reads model/ and the layout,
@@ -177,6 +178,9 @@ typedef struct LayoutMemory {
     double optim;          // AdamW's two moments (MEM_OPTIM): 8·floats / optim_shards
     double acts;           // activations (MEM_ACTS) of the micro-batches in flight (layout_in_flight); 0 where
                            // model/stage lays none out (an architecture it does not train, sizes past its limits)
+    double comm;           // communication buffers (MEM_COMM): parallel/dp's (dp_comm_bytes) and the
+                           // pipeline's gradient send buffers (pipe_comm_bytes; left out for schedules of
+                           // more than 2^22 operations over all stages)
     double total;          // the sum
 } LayoutMemory;
 

@@ -2,6 +2,8 @@
 #include "parallel/layout.h"
 
 #include "model/stage.h"
+#include "parallel/dp.h"
+#include "parallel/pipe.h"
 
 int layout_memory(const Layout *l, const ModelConfig *mc, int stage, int B, int T, int M, LayoutMemory *out, Err *err) {
     *out = (LayoutMemory){0};
@@ -10,6 +12,13 @@ int layout_memory(const Layout *l, const ModelConfig *mc, int stage, int B, int 
     if (layout_slice_of(l, mc, stage, 0, &sl, err) || ptable_build(&pt, mc, &sl, err)) return -1;
     double n = (double)pt.total;
     out->floats = (int64_t)pt.total;
+    int slots = layout_in_flight(l, M, stage);
+    out->comm = (double)dp_comm_bytes(&pt, &sl, l, B, T, mc->d_model);
+    // the pipeline's send buffers are counted by running every stage's
+    // schedule: past 2^22 operations (a planner's what-if, never a run of
+    // this machine) they are left out
+    if ((int64_t)l->pp * 2 * M * layout_chunks(l) <= (1 << 22))
+        out->comm += (double)pipe_comm_bytes(l, M, stage, stage_boundary_floats_of(mc, &sl, B, T));
     ptable_free(&pt);
     // ZeRO's stages shard the moments, then the gradients, then the
     // parameters; every segment is padded to split evenly (layout_slice)
@@ -20,11 +29,10 @@ int layout_memory(const Layout *l, const ModelConfig *mc, int stage, int B, int 
     out->params16 = l->precision != PREC_FP32 && l->zero < 3 ? 2 * n : 0;   // ZeRO-3 rounds what it gathers
     out->grads = 4 * n / out->grads_shards;
     out->optim = 8 * n / out->optim_shards;
-    int slots = layout_in_flight(l, M, stage);
     Err ignored;   // sizes stage_init would refuse lay out nothing
     if ((int64_t)B * T <= (1 << 30) && slots <= (1 << 20) && T <= mc->max_seq &&
         stage_check_split(mc, l->tp, l->sp, T, &ignored) == 0)
         out->acts = (double)stage_act_bytes(mc, &sl, B, T, slots, layout_stage_flags(l));
-    out->total = out->params + out->params16 + out->grads + out->optim + out->acts;
+    out->total = out->params + out->params16 + out->grads + out->optim + out->acts + out->comm;
     return 0;
 }

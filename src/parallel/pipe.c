@@ -104,6 +104,10 @@ static int held_most(const PipeOp *ops, int n) {
     return most;
 }
 
+size_t pipe_comm_bytes(const Layout *l, int M, int stage, size_t boundary) {
+    return (size_t)pipe_grad_buffers(l->schedule, l->pp, stage, M, layout_chunks(l)) * boundary * sizeof(float);
+}
+
 double pipe_bubble(int P, int M, int V) { return (double)(P - 1) / ((double)V * M + P - 1); }
 
 int pipe_grad_buffers(PipeSchedule s, int P, int rank, int M, int V) {
@@ -188,7 +192,7 @@ int pipe_init(Pipe **out, const Layout *l, int M, Stage *st, Err *err) {
     p->ngrad = pipe_grad_buffers(s, p->P, p->rank, M, p->V);
     p->gcap = stage_boundary_floats(st, st->B, st->T);
     p->grad_req = calloc((size_t)p->ngrad + 1, sizeof *p->grad_req);
-    if (p->ngrad) p->gbuf = mem_alloc(MEM_COMM, (size_t)p->ngrad * p->gcap * sizeof(float));
+    if (p->ngrad) p->gbuf = mem_alloc(MEM_COMM, pipe_comm_bytes(l, M, p->rank, p->gcap));
     if (!p->grad_req || (p->ngrad && !p->gbuf)) {
         pipe_free(p);
         return err_set(err, ERR_RUN, "out of memory for the pipeline's gradient send buffers");

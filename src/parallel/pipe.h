@@ -90,6 +90,10 @@ double pipe_bubble(int P, int M, int V);
 // received). Sends to one stage are taken in order, so with that many
 // used in turn the oldest has always been taken.
 int pipe_grad_buffers(PipeSchedule s, int P, int rank, int M, int V);
+// The bytes of those buffers (MEM_COMM) on stage `stage` of layout l, M
+// micro-batches per step, each buffer `boundary` floats
+// (stage_boundary_floats): what pipe_init allocates.
+size_t pipe_comm_bytes(const Layout *l, int M, int stage, size_t boundary);
 
 typedef struct Pipe Pipe;
 

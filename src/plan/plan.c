@@ -210,8 +210,8 @@ static void device_params(const PlanModel *m, const Layout *l, DeviceParams *dv)
 // fp32 what tessera allocates, 4 + 4 + 8 bytes per parameter; under
 // 16-bit the ZeRO paper's 2 + 2 + 12 of the same parameters (tessera keeps
 // fp32 gradients, and its fp32 masters whole below ZeRO-3), the parts
-// ZeRO's stage shards divided by dp. *first gets the first stage's
-// memory (the most activations in flight).
+// ZeRO's stage shards divided by dp; the communication buffers tessera's.
+// *first gets the first stage's memory (the most activations in flight).
 static void model_states(const Layout *l, const PlanJob *j, const DeviceParams *dv, PlanResult *r, LayoutMemory *first) {
     int M = r->micro_batches > (1 << 30) ? 1 << 30 : (int)r->micro_batches;
     int B = j->micro_batch > (1 << 30) ? 1 << 30 : (int)j->micro_batch, T = j->seq > (1 << 30) ? 1 << 30 : (int)j->seq;
@@ -220,6 +220,7 @@ static void model_states(const Layout *l, const PlanJob *j, const DeviceParams *
     CHECKF(layout_memory(l, &dv->padded, 0, B, T, M, first, &err) == 0 &&
            layout_memory(l, &dv->padded, l->pp - 1, B, T, M, &last, &err) == 0, "a checked layout: %s", err.msg);
     const LayoutMemory *busy = last.floats > first->floats ? &last : first;
+    r->comm_buf = last.comm > first->comm ? last.comm : first->comm;   // the stages' larger
     r->params_device = busy->floats;
     double psi = (double)busy->floats;
     if (l->precision == PREC_FP32) {
@@ -351,8 +352,6 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     LayoutMemory first;
     model_states(l, j, &dv, r, &first);
     activations(m, j, l, &first, r);
-    double e = l->precision != PREC_FP32 ? 2 : 4;
-    r->comm_buf = l->dp > 1 ? (l->zero == 3 ? 2 * (double)dv.layer * e : 2 * 25e6) : 0;
     r->total = r->model_states + r->acts + r->comm_buf;
     r->fits = r->total <= c->mem_gb * 1073741824.0;
 

@@ -8,7 +8,8 @@
 // - Memory per device comes from the layout's memory model
 //   (layout_memory, parallel/layout), the one the trainer checks its ranks
 //   against: the parameters of the busiest stage's slice as its parameter
-//   table counts them, and its activations to the byte. Model states
+//   table counts them, its activations and communication buffers to the
+//   byte. Model states
 //   follow ZeRO (Rajbhandari et al. 2020): fp32 training 4+4+8 bytes per
 //   parameter, as tessera allocates; mixed precision the paper's 2
 //   (weights) + 2 (gradients) + 12 (fp32 master, Adam m and v); ZeRO-1
