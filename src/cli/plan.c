@@ -35,7 +35,7 @@ static void commas(int64_t v, char *buf, size_t cap) {
     buf[o] = 0;
 }
 
-static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l,
+static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const Layout *l,
                          const PlanResult *r, int explain) {
     char p[32], pd[32], f12[32];
     commas(r->params, p, sizeof p);
@@ -71,7 +71,7 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
         printf("    per layer: tensors tessera keeps for backward (norm outputs, q/k/v, attention output and log-sum-exp,\n"
                "    residual, FFN pre- and post-activation, output); Korthikanti et al. s·b·h·(34+5as/h) for a 16-bit\n"
                "    Megatron layer = %.3g B%s\n", r->act_korthikanti,
-               l->fused_attention ? " (its 5as/h term is the s² attention matrix, which fused attention does not keep)" : "");
+               !l->naive_attention ? " (its 5as/h term is the s² attention matrix, which fused attention does not keep)" : "");
     }
     printf("flops      %.4g per token (6N + 12·L·h·s, PaLM convention); hardware %.4g with recompute %s\n", r->flops_token,
            r->hw_flops_token, rec_name[l->recompute]);
@@ -112,7 +112,7 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
                r->days, r->device_hours, r->megatron_days);
 }
 
-static void json_layout(const PlanModel *m, const PlanCluster *c, const PlanLayout *l, const PlanResult *r) {
+static void json_layout(const PlanModel *m, const PlanCluster *c, const Layout *l, const PlanResult *r) {
     JsonBuf b;
     jb_init(&b);
     jb_obj_begin(&b);
@@ -329,9 +329,9 @@ static int plan_model(const PlanArgs *a, int argc, char **argv, const Json *cfg,
 // The job, the cluster (--local's figures where no flag gave them) and
 // what every layout shares: schedule, recomputation, precision, reduction
 // dtype, attention, SP, virtual stages. 0, or -1 with e.
-static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *c, PlanLayout *l, Err *e) {
+static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *c, Layout *l, Err *e) {
     *j = (PlanJob){a->seq ? a->seq : m->s, a->gbatch, a->mbatch, a->tokens};
-    *l = (PlanLayout){0};
+    *l = (Layout){0};
     int s_ = 0, r_ = 0, p_ = 0, red_ = 0, att_ = 0;
     if (pick(a->schedule, sched_name, 2, "schedule", &s_, e) || pick(a->recompute, rec_name, 3, "recompute", &r_, e) ||
         pick(a->precision, (const char *[]){"fp32", "bf16", "fp16"}, 3, "precision", &p_, e) || pick(a->reduce, (const char *[]){"bf16", "fp32"}, 2, "reduce-dtype", &red_, e) ||
@@ -343,8 +343,8 @@ static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *
     l->schedule = s_;
     l->recompute = r_;
     l->precision = p_;
-    l->reduce_fp32 = red_;
-    l->fused_attention = att_;
+    l->reduce_bf16 = !red_;
+    l->naive_attention = !att_;
     l->sp = a->sp;
     l->vstages = a->vstages;
     return 0;
@@ -352,7 +352,7 @@ static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *
 
 // The layout --dp/--tp/--pp (or --why-not) name: its figures, or why it
 // is not valid or does not fit. 0, or -1 with e.
-static int plan_layout(const PlanArgs *a, const PlanModel *m, const PlanCluster *c, const PlanJob *j, PlanLayout *l, Err *e) {
+static int plan_layout(const PlanArgs *a, const PlanModel *m, const PlanCluster *c, const PlanJob *j, Layout *l, Err *e) {
     l->tp = a->tp ? a->tp : 1;
     l->pp = a->pp ? a->pp : 1;
     l->dp = a->dp ? a->dp : (int)(c->devices / ((int64_t)l->tp * l->pp) > 0 ? c->devices / ((int64_t)l->tp * l->pp) : 1);
@@ -374,9 +374,9 @@ static int plan_layout(const PlanArgs *a, const PlanModel *m, const PlanCluster 
 // layers, every ZeRO stage (or --zero's) and recomputation, ranked by step
 // time, then memory; the best --top, or the best as JSON. 0, or -1 with e
 // when none fits.
-static int plan_search(const PlanArgs *a, const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, Err *e) {
+static int plan_search(const PlanArgs *a, const PlanModel *m, const PlanCluster *c, const PlanJob *j, const Layout *l, Err *e) {
     enum { MAXL = 4096 };
-    static PlanLayout cand[MAXL];
+    static Layout cand[MAXL];
     static PlanResult res[MAXL];
     int n = 0, rejected_mem = 0, rejected_rule = 0;
     double best_mem = 1e300;
@@ -386,7 +386,7 @@ static int plan_search(const PlanArgs *a, const PlanModel *m, const PlanCluster 
             for (int z = 0; z <= 3; z++) {
                 if (a->zero >= 0 && z != a->zero) continue;
                 for (int rc = 0; rc < 3; rc++) {
-                    PlanLayout x = *l;
+                    Layout x = *l;
                     x.tp = t; x.pp = p; x.dp = (int)(c->devices / ((int64_t)t * p)); x.zero = z; x.recompute = rc;
                     x.vstages = 1;
                     if (x.dp > 1 << 30) continue;
@@ -406,7 +406,7 @@ static int plan_search(const PlanArgs *a, const PlanModel *m, const PlanCluster 
     for (int x = 1; x < n; x++)
         for (int b = x; b > 0 && (res[b].t_step < res[b - 1].t_step ||
                                   (res[b].t_step == res[b - 1].t_step && res[b].total < res[b - 1].total)); b--) {
-            PlanLayout tl = cand[b]; cand[b] = cand[b - 1]; cand[b - 1] = tl;
+            Layout tl = cand[b]; cand[b] = cand[b - 1]; cand[b - 1] = tl;
             PlanResult tr = res[b]; res[b] = res[b - 1]; res[b - 1] = tr;
         }
     if (a->json) { json_layout(m, c, &cand[0], &res[0]); return 0; }
@@ -436,7 +436,7 @@ int cmd_plan(int argc, char **argv) {
     PlanModel m;
     PlanJob j;
     PlanCluster c;
-    PlanLayout l;
+    Layout l;
     if (plan_flags(&a, argc, argv, &help, &cfg, &e)) goto out;
     if (help) { rc = 0; goto out; }
     if (plan_model(&a, argc, argv, cfg, &m, &e)) goto out;

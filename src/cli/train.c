@@ -15,10 +15,10 @@
 #include "core/json.h"
 #include "io/checkpoint.h"
 #include "model/stage.h"
-#include "parallel/mesh.h"
+#include "parallel/layout.h"
 #include "train/trainer.h"
 
-typedef struct { const TrainConfig *tc; int dp, tp, pp; } RankArgs;
+typedef struct { const TrainConfig *tc; int dp; } RankArgs;   // dp 0: the world's ranks / (tp·pp)
 
 // Ranks mpirun started on this machine (Open MPI, MPICH and Slurm say so
 // in the environment); 1 when none does.
@@ -38,35 +38,35 @@ static int overflow_rank_check(const TrainConfig *tc, int world, Err *e) {
                    getenv("TESSERA_TEST_OVERFLOW"), tc->overflow_rank, world, world == 1 ? "" : "s", world - 1);
 }
 
-// One rank of the mesh: rank 0 prints, the others keep quiet; errors go to
-// stderr with the rank.
+// One rank of the layout: rank 0 prints, the others keep quiet; errors go
+// to stderr with the rank.
 static int train_rank(Comm *world, void *arg) {
     RankArgs *ra = arg;
     Err e = {0};
-    Mesh m;
-    int dp = ra->dp ? ra->dp : comm_size(world) / (ra->tp * ra->pp);   // under mpirun: the ranks started / (tp·pp)
+    Layout l = ra->tc->layout;
+    l.dp = ra->dp ? ra->dp : comm_size(world) / (l.tp * l.pp);   // under mpirun: the ranks started / (tp·pp)
     if (overflow_rank_check(ra->tc, comm_size(world), &e)) {   // under mpirun: known only now; every rank sees it
         if (comm_rank(world) == 0) comm_rank_error(world, "tessera train", &e);
         return ERR_USAGE;
     }
-    if ((ra->tp > 1 || ra->pp > 1) && !strcmp(comm_backend(world), "mpi") && !comm_mpi_thread_multiple()) {
+    if ((l.tp > 1 || l.pp > 1) && !strcmp(comm_backend(world), "mpi") && !comm_mpi_thread_multiple()) {
         err_set(&e, ERR_USAGE, "--%s under mpirun needs an MPI library that grants MPI_THREAD_MULTIPLE (tensor-parallel "
-                "collectives and pipeline sends run beside the data-parallel group's)", ra->tp > 1 ? "tp" : "pp");
+                "collectives and pipeline sends run beside the data-parallel group's)", l.tp > 1 ? "tp" : "pp");
         comm_rank_error(world, "tessera train", &e);
         return ERR_USAGE;
     }
-    if (mesh_init(&m, world, dp, ra->tp, ra->pp, &e)) {
+    if (layout_init(&l, world, &e)) {
         err_prefix(&e, "--dp/--tp/--pp");
         comm_rank_error(world, "tessera train", &e);
         return e.code ? e.code : 1;
     }
     int rc = 0;
     if (comm_rank(world) != 0 && !freopen("/dev/null", "w", stdout)) rc = 1;
-    else if (train_run(ra->tc, &m, &e)) {
+    else if (train_run(ra->tc, &l, &e)) {
         comm_rank_error(world, "tessera train", &e);
         rc = e.code ? e.code : 1;
     }
-    mesh_free(&m);
+    layout_free(&l);
     return rc;
 }
 
@@ -91,21 +91,20 @@ static int check_inputs(const TrainConfig *tc, Err *e) {
     return 0;
 }
 
-// The forked ranks' communicators — the world, the statistics' copy of
-// it, the mesh's TP, DP and PP groups, a pipeline's neighbour pairs and
-// embedding group, an interleaved one's wrap-around pair (and the groups of
-// one the splits leave) — fit in the local backend's shared-memory segment
-// (exit 2 before forking).
-static int local_room(int n, int dp, int tp, int pp, int V, Err *e) {
-    size_t need = 2 * comm_local_area_bytes(n) + (size_t)dp * pp * comm_local_area_bytes(tp) +
-                  (size_t)tp * pp * comm_local_area_bytes(dp) + (size_t)dp * tp * comm_local_area_bytes(pp) +
-                  (size_t)n * comm_local_area_bytes(1);
-    if (pp > 1) need += (size_t)dp * tp * (5 * pp * comm_local_area_bytes(2) + comm_local_area_bytes(pp));
-    if (V > 1) need += (size_t)dp * tp * 2 * (comm_local_area_bytes(2) + comm_local_area_bytes(pp));   // the wrap-around pair
+// The forked ranks' communicators — every one the layout lists
+// (layout_comms: the world, the statistics' copy of it, the TP, DP and PP
+// groups, a pipeline's neighbour pairs, wrap-around pair and embedding
+// group) — fit in the local backend's shared-memory segment (exit 2
+// before forking). A checkpoint's or file's model is not known yet: its
+// head is taken as tied (one more group).
+static int local_room(const Layout *l, Err *e) {
+    size_t need = layout_comm_bytes(l, 1, comm_local_area_bytes);
     if (need <= comm_local_segment_bytes()) return 0;
-    int most = n;
-    while (most > 1 && 3 * comm_local_area_bytes(most) + 2 * (size_t)most * comm_local_area_bytes(1) > comm_local_segment_bytes())
-        most--;
+    int n = layout_devices(l), most = n;
+    for (; most > 1; most--) {   // the most data-parallel ranks alone that fit
+        Layout d = {.dp = most, .tp = 1, .pp = 1};
+        if (layout_comm_bytes(&d, 1, comm_local_area_bytes) <= comm_local_segment_bytes()) break;
+    }
     return err_set(e, ERR_USAGE, "--nproc %d: the ranks' shared-memory communicators need %zu MiB, more than the %zu MiB "
                    "segment (at most %d data-parallel ranks on one machine; start more with mpirun)", n, need >> 20,
                    comm_local_segment_bytes() >> 20, most);
@@ -116,8 +115,10 @@ static int local_room(int n, int dp, int tp, int pp, int V, Err *e) {
 // --pp-layers; NULL for an even split) and what can be checked of the
 // split before any rank starts (the flags' model; a checkpoint's or file's
 // is checked as the run starts).
-static int pipeline_flags(TrainConfig *tc, int pp, const char *spec, const char *sched, int micro, int **layers, Err *e) {
-    if (pipe_schedule_parse(sched, &tc->schedule, e)) return -1;
+static int pipeline_flags(TrainConfig *tc, const char *spec, const char *sched, int micro, int **layers, Err *e) {
+    Layout *l = &tc->layout;
+    int pp = l->pp;
+    if (pipe_schedule_parse(sched, &l->schedule, e)) return -1;
     if (micro) {
         if (tc->accum != 1 && tc->accum != micro)
             return err_set(e, ERR_USAGE, "--micro-batches %d and --grad-accum %d: they name the same number (give one)",
@@ -137,13 +138,13 @@ static int pipeline_flags(TrainConfig *tc, int pp, const char *spec, const char 
             (*layers)[k] = (int)v;
             q = end + 1;
         }
-        tc->pp_layers = *layers;
+        l->pp_layers = *layers;
     }
-    int V = tc->virtual_stages;
-    if (pipe_check(tc->schedule, pp, tc->accum, V, tc->pp_layers, e)) return -1;
+    int V = layout_chunks(l);
+    if (pipe_check(l->schedule, pp, tc->accum, V, l->pp_layers, e)) return -1;
     if (pp > 256 || (int64_t)pp * V > 4096) return err_set(e, ERR_USAGE, "--pp %d × --virtual-stages %d: at most 256 stages and 4096 chunks", pp, V);
     int begin[4097];
-    if (!tc->resume && !tc->init_from && pipe_split_layers(tc->model.n_layer, pp, V, tc->pp_layers, begin, e)) return -1;
+    if (!tc->resume && !tc->init_from && layout_split_layers(l, tc->model.n_layer, begin, e)) return -1;
     return 0;
 }
 
@@ -174,16 +175,16 @@ static int resumed_model(TrainConfig *tc, ModelConfig *mc) {
 // rank's gradients at that step (a step of --steps; the rank is checked
 // against the world once its size is known).
 static int precision_flags(TrainConfig *tc, const char *prec, const char *reduce, ScalerConfig *sc, Err *e) {
-    if (prec_parse(prec, &tc->precision))
+    if (prec_parse(prec, &tc->layout.precision))
         return err_set(e, ERR_USAGE, "--precision: expected fp32, bf16 or fp16, got '%s'", prec);
     if (strcmp(reduce, "fp32") && strcmp(reduce, "bf16"))
         return err_set(e, ERR_USAGE, "--reduce-dtype: expected fp32 or bf16, got '%s'", reduce);
-    tc->reduce_bf16 = !strcmp(reduce, "bf16");
+    tc->layout.reduce_bf16 = !strcmp(reduce, "bf16");
     const char *given = sc->init ? "--loss-scale" : sc->window ? "--loss-scale-window" : sc->hysteresis ? "--hysteresis"
                       : sc->min >= 0 ? "--loss-scale-min" : NULL;
-    if (given && tc->precision != PREC_FP16)
+    if (given && tc->layout.precision != PREC_FP16)
         return err_set(e, ERR_USAGE, "%s is fp16's dynamic loss scale: it needs --precision fp16 (%s needs no scale)", given,
-                       prec_name(tc->precision));
+                       prec_name(tc->layout.precision));
     tc->loss_scale_given = sc->init > 0;
     tc->scaler = (ScalerConfig){.init = sc->init ? sc->init : 65536.0, .window = sc->window ? sc->window : 2000,
                                 .hysteresis = sc->hysteresis ? sc->hysteresis : 1, .min = sc->min >= 0 ? sc->min : 1.0};
@@ -317,7 +318,7 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
     *a = (TrainArgs){
         .tc = {.tokenizer = "gpt2", .eval_batches = 20, .batch = 8, .accum = 1, .steps = 100, .log_every = 10, .seed = 1337,
                .lr = {.lr = 6e-4, .min_lr = -1, .warmup = 10}, .adamw = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
-               .clip = 1.0, .bucket_mb = 25, .virtual_stages = 1},
+               .clip = 1.0, .bucket_mb = 25, .layout = {.vstages = 1}},
         .model = "gpt2-tiny", .lr_schedule = "cosine", .pipe_sched = "1f1b", .recompute = "none", .precision = "fp32", .reduce = "fp32",
         .tp = 1, .pp = 1, .sc = {.init = 0, .window = 0, .hysteresis = 0, .min = -1}, .restart_delay = 1,
     };
@@ -359,12 +360,12 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
         {"threads", FLAG_INT, &a->tc.threads, 1, 1024, "N", "threads for kernels and BLAS (default: all cores; with --nproc or mpirun, cores / ranks on this machine)", 0, NULL},
         {"dp", FLAG_INT, &a->dp, 1, 256, "N", "data-parallel ranks: --batch sequences each, gradients averaged (default: ranks / (--tp × --pp))", 0, NULL},
         {"tp", FLAG_INT, &a->tp, 1, 256, "N", "tensor-parallel ranks: each layer's heads, FFN columns and vocabulary split over N neighbouring ranks (default 1)", 0, NULL},
-        {"sp", FLAG_BOOL, &a->tc.sp, 0, 0, "", "sequence parallelism with --tp: norms and residual stream split by rows, allgather/reduce-scatter instead of allreduce", 0, NULL},
+        {"sp", FLAG_BOOL, &a->tc.layout.sp, 0, 0, "", "sequence parallelism with --tp: norms and residual stream split by rows, allgather/reduce-scatter instead of allreduce", 0, NULL},
         {"pp", FLAG_INT, &a->pp, 1, 256, "N", "pipeline stages: each rank holds a contiguous range of layers, activations sent between stages per micro-batch (default 1)", 0, NULL},
         {"pp-layers", FLAG_STR, &a->pp_layers, 0, 0, "N,N,...", "layers of each pipeline stage (default: an even split)", 0, NULL},
         {"micro-batches", FLAG_INT, &a->micro, 1, 1 << 16, "M", "micro-batches per step through the pipeline: the same as --grad-accum (give either; both must agree)", 0, NULL},
         {"schedule", FLAG_STR, &a->pipe_sched, 0, 0, "S", "pipeline schedule: 1f1b (default; at most --pp micro-batches of activations per rank) or gpipe (all M)", 0, NULL},
-        {"virtual-stages", FLAG_INT, &a->tc.virtual_stages, 1, 64, "V", "interleaved 1F1B: each rank holds V chunks of layers, P apart, and a micro-batch goes round the stages V times; the bubble shrinks V-fold (default 1; needs --micro-batches a multiple of --pp)", 0, NULL},
+        {"virtual-stages", FLAG_INT, &a->tc.layout.vstages, 1, 64, "V", "interleaved 1F1B: each rank holds V chunks of layers, P apart, and a micro-batch goes round the stages V times; the bubble shrinks V-fold (default 1; needs --micro-batches a multiple of --pp)", 0, NULL},
         {"recompute", FLAG_STR, &a->recompute, 0, 0, "R", "activation recomputation: none (default), selective (the attention core again in backward) or full (each block again; only block outputs kept); the same gradients, bit for bit", 0, NULL},
         {"precision", FLAG_STR, &a->precision, 0, 0, "P", "fp32 (default), bf16 or fp16: 16-bit weights (a copy of the fp32 masters) and activations; bf16 multiplies on the CPU's bf16 units (AVX512_BF16) where it has them, fp32 elsewhere; fp16 has no arithmetic unit on CPUs: it stores in 16 bits and computes in fp32, with a dynamic loss scale", 0, NULL},
         {"reduce-dtype", FLAG_STR, &a->reduce, 0, 0, "T", "data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes, summed in fp32)", 0, NULL},
@@ -373,7 +374,7 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
         {"hysteresis", FLAG_INT, &a->sc.hysteresis, 1, 1 << 30, "N", "fp16: overflows before the scale first halves (default 1, PyTorch's; Megatron-LM uses 2)", 0, NULL},
         {"loss-scale-min", FLAG_FLOAT, &a->sc.min, 0, 1e30, "X", "fp16: stop with an error when the scale falls below X (default 1)", 0, NULL},
         {"nproc", FLAG_INT, &a->nproc, 1, 256, "N", "ranks to fork on this machine (= --dp × --tp × --pp); under mpirun leave it out", 0, NULL},
-        {"zero", FLAG_INT, &a->tc.zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0, NULL},
+        {"zero", FLAG_INT, &a->tc.layout.zero, 0, 3, "Z", "ZeRO stage over the --dp ranks: 0 (default), 1 AdamW state sharded, 2 also gradients, 3 also parameters", 0, NULL},
         {"bucket-mb", FLAG_FLOAT, &a->tc.bucket_mb, 0.001, 1e6, "MB", "gradient bucket size of --zero 0 (ZeRO reduces layer by layer; default 25)", 0, NULL},
         {"comm-timeout", FLAG_FLOAT, &a->comm_timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0, NULL},
         {"max-restarts", FLAG_INT, &a->max_restarts, 0, 1000, "K", "when a rank dies or the run fails (exit 1), start every rank again from --ckpt-dir's latest checkpoint, up to K times (default 0)", 0, NULL},
@@ -451,10 +452,13 @@ static int train_config(TrainArgs *a, int **layers, Err *e) {
     // ranks a terminal of its own even when its output goes to a file or pipe,
     // so a rank under it cannot tell, and draws none
     tc->progress = isatty(STDOUT_FILENO) && !comm_mpi_launched();
-    if (tc->sp && a->tp == 1) return err_set(e, ERR_USAGE, "--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more");
-    if (pipeline_flags(tc, a->pp, a->pp_layers, a->pipe_sched, a->micro, layers, e)) return -1;
-    if (!strcmp(a->recompute, "full")) tc->recompute = STAGE_RECOMPUTE_FULL;
-    else if (!strcmp(a->recompute, "selective")) tc->recompute = STAGE_RECOMPUTE_SELECTIVE;
+    tc->layout.dp = a->dp;   // 0 until the ranks are counted
+    tc->layout.tp = a->tp;
+    tc->layout.pp = a->pp;
+    if (tc->layout.sp && a->tp == 1) return err_set(e, ERR_USAGE, "--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more");
+    if (pipeline_flags(tc, a->pp_layers, a->pipe_sched, a->micro, layers, e)) return -1;
+    if (!strcmp(a->recompute, "full")) tc->layout.recompute = RECOMPUTE_FULL;
+    else if (!strcmp(a->recompute, "selective")) tc->layout.recompute = RECOMPUTE_SELECTIVE;
     else if (strcmp(a->recompute, "none"))
         return err_set(e, ERR_USAGE, "--recompute: expected none, selective or full, got '%s'", a->recompute);
     if (precision_flags(tc, a->precision, a->reduce, &a->sc, e)) return -1;
@@ -462,20 +466,20 @@ static int train_config(TrainArgs *a, int **layers, Err *e) {
     // rank starts (an --init-from file's model is checked by every rank)
     if (split_known) {   // padded as the trainer pads it
         config_pad_vocab(&split, split.vocab, a->tp);
-        if (stage_check_split(&split, a->tp, tc->sp, tc->seq, e)) return -1;
+        if (stage_check_split(&split, a->tp, tc->layout.sp, tc->seq, e)) return -1;
     }
     return 0;
 }
 
-// Whether the run needs ranks: under mpirun, or a mesh, or ZeRO (which runs
-// over a communicator, even of one rank), or restarts (which need a
-// launcher that outlives the ranks).
+// Whether the run needs ranks: under mpirun, or a layout of several ranks,
+// or ZeRO (which runs over a communicator, even of one rank), or restarts
+// (which need a launcher that outlives the ranks).
 static int needs_ranks(const TrainArgs *a) {
-    return comm_mpi_launched() || a->nproc > 1 || a->dp > 1 || a->tp > 1 || a->pp > 1 || a->tc.zero > 0 || a->max_restarts > 0;
+    return comm_mpi_launched() || a->nproc > 1 || a->dp > 1 || a->tp > 1 || a->pp > 1 || a->tc.layout.zero > 0 || a->max_restarts > 0;
 }
 
 // The ranks: forked here (--nproc, or dp·tp·pp) or the ones mpirun started,
-// their mesh checked against the world first. The run's exit status, or -1
+// their layout checked against the world first. The run's exit status, or -1
 // with e when a check failed before any rank started.
 static int train_ranks(TrainArgs *a, Err *e) {
     TrainConfig *tc = &a->tc;
@@ -488,12 +492,14 @@ static int train_ranks(TrainArgs *a, Err *e) {
         return err_set(e, ERR_USAGE, "--dp %d with --nproc %d: dp × tp × pp = %d × %d × %d ranks must be the ranks started",
                        dp, nproc, dp, tp, pp);
     }
-    if (world > 0 && (local_room(world, dp, tp, pp, tc->virtual_stages, e) || overflow_rank_check(tc, world, e))) return -1;
+    Layout l = tc->layout;
+    l.dp = dp;
+    if (world > 0 && (local_room(&l, e) || overflow_rank_check(tc, world, e))) return -1;
     if (!a->threads_given) {   // the cores shared by the ranks on this machine
         int local = world > 0 ? world : mpi_local_ranks();
         tc->threads = omp_get_num_procs() / local > 0 ? omp_get_num_procs() / local : 1;
     }
-    RankArgs ra = {tc, dp, tp, pp};
+    RankArgs ra = {tc, dp};
     return launch(tc, world, &ra, a->comm_timeout > 0 ? a->comm_timeout : comm_timeout_default(), a->max_restarts,
                   a->restart_delay);
 }
@@ -512,7 +518,9 @@ int cmd_train(int argc, char **argv) {
         goto out;
     }
     if (overflow_rank_check(&a.tc, 1, &e)) goto out;
-    Mesh one = mesh_single();
+    Layout one = a.tc.layout;   // one process: dp = tp = pp = 1, no groups
+    one.dp = one.tp = one.pp = 1;
+    layout_place(&one, 0);
     rc = train_run(&a.tc, &one, &e) ? e.code : 0;
 out:
     json_free(cfg);

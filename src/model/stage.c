@@ -313,6 +313,12 @@ void stage_free(Stage *s) {
     memset(s, 0, sizeof *s);
 }
 
+size_t stage_boundary_floats_of(const ModelConfig *cfg, const ModelSlice *slice, int B, int T) {
+    StageActs a = {0};
+    set_shape(&a, cfg, slice, B, T, 0);
+    return (size_t)a.dim.Ns * (size_t)a.dim.C;
+}
+
 static LocalDims call_dims(const Stage *s, int B, int T) {
     LocalDims d = s->acts->dim;
     d.B = B;

@@ -262,7 +262,9 @@ float *stage_input(Stage *s, int slot);         // input of a non-first stage
 float *stage_output(Stage *s, int slot);        // output of a non-last stage
 float *stage_grad_output(Stage *s, int slot);   // gradient arriving at a non-last stage
 float *stage_grad_input(Stage *s, int slot);    // gradient leaving the stage's input (after stage_backward)
-// Floats of each of them for a micro-batch of B×T tokens.
+// Floats of each of them for a micro-batch of B×T tokens; the same of a
+// stage not yet made, from its config and slice.
 size_t stage_boundary_floats(const Stage *s, int B, int T);
+size_t stage_boundary_floats_of(const ModelConfig *cfg, const ModelSlice *slice, int B, int T);
 
 #endif

@@ -1,6 +1,6 @@
 // model/tp — the tensor-parallel pieces a layer calls (Shoeybi et al. 2019,
 // Megatron-LM; sequence parallelism after Korthikanti et al. 2022), over
-// the mesh's TP group.
+// the layout's TP group.
 //
 // A tensor-parallel region starts at a column-parallel linear (weights split
 // by output: heads, FFN columns, vocabulary rows) and ends at a row-parallel

@@ -39,6 +39,7 @@ struct Dp {
     size_t S;
     int emb;                 // the embeddings' segment (-1: none)
     int shared;              // a segment another stage holds and counts (-1: none)
+    int owner, counts_tp;    // this rank counts its pieces (layout_dp_owner), and the tensors replicated over TP
     EmbSync *es;             // the embedding lookup's gradient rows
     int micro, last;         // the current micro-batch; it is the last of the step
     // stage 0
@@ -59,16 +60,41 @@ struct Dp {
     double waited;
 };
 
-unsigned dp_stage_flags(int zero) {
-    return (zero >= 2 ? STAGE_NO_GRADS : 0) | (zero >= 3 ? STAGE_NO_PARAMS : 0);
-}
-
-int dp_pad_multiple(int zero, int ranks) { return zero >= 1 ? ranks : 1; }
-
-static int pool_of(const Dp *d, int k) {
-    const ParamSeg *g = &d->t->seg[k];
+static int pool_of_seg(const ParamSeg *g) {
     if (g->layer >= 0) return POOL_BLK0 + (g->layer & 1);
     return g->part == PART_EMBED ? POOL_EMB : POOL_LNF;
+}
+
+static int pool_of(const Dp *d, int k) { return pool_of_seg(&d->t->seg[k]); }
+
+// The floats of each pool's buffers (stages 2, 3): its largest segment.
+static void pool_caps(const ParamTable *t, size_t caps[NPOOL]) {
+    for (int p = 0; p < NPOOL; p++) caps[p] = 0;
+    for (int k = 0; k < t->nseg; k++) {
+        size_t n = t->seg[k].hi - t->seg[k].lo;
+        int p = pool_of_seg(&t->seg[k]);
+        if (n > caps[p]) caps[p] = n;
+    }
+}
+
+// Gradients are reduced across ranks (else no hooks, no buffers).
+static int reduces_of(int zero, int ranks) { return zero >= 1 || ranks > 1; }
+
+// The embeddings' segment this table puts first (-1: none).
+static int emb_seg(const ParamTable *t) {
+    const ParamInfo *pe = ptable_role(t, ROLE_TOK_EMB);
+    return pe && pe->part == PART_EMBED ? ptable_seg_of(t, pe->offset) : -1;
+}
+
+size_t dp_comm_bytes(const ParamTable *t, const ModelSlice *sl, const Layout *l, int B, int T, int C) {
+    int zero = l->zero, bf16 = l->reduce_bf16, reduces = reduces_of(zero, l->dp);
+    size_t caps[NPOOL], bytes = 0;
+    pool_caps(t, caps);
+    for (int p = 0; zero >= 2 && p < NPOOL; p++)   // gradients, gathered parameters, the bf16 copy sent
+        bytes += caps[p] * (sizeof(float) + (zero >= 3 ? sizeof(float) : 0) + (bf16 ? sizeof(uint16_t) : 0));
+    if (bf16 && zero <= 1 && reduces) bytes += t->total * sizeof(uint16_t);
+    if (emb_seg(t) >= 0 && slice_is_first(sl) && reduces) bytes += embsync_size(l->dp, (size_t)B * T, C);
+    return bytes;
 }
 
 // Keeps the first failure (a collective inside a hook cannot return one);
@@ -278,8 +304,11 @@ static void hook_rows(void *ctx, const int *tokens, const float *dres, int B, in
 
 // ---- setup ----
 
-int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, CommDtype reduce, Stage *st, Err *err) {
+int dp_init(Dp **out, const Layout *l, double bucket_mb, Stage *st, Err *err) {
     *out = NULL;
+    Comm *c = l->dpg;
+    int zero = l->zero;
+    CommDtype reduce = l->reduce_bf16 ? DT_BF16 : DT_F32;
     CHECKF(c || zero == 0, "ZeRO-%d needs a communicator", zero);
     const ParamTable *t = &st->table;
     Dp *d = calloc(1, sizeof *d);
@@ -288,6 +317,8 @@ int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, CommDtype reduce, Sta
     d->zero = zero;
     d->rank = c ? comm_rank(c) : 0;
     d->d = c ? comm_size(c) : 1;
+    d->owner = layout_dp_owner(l);
+    d->counts_tp = layout_counts_tp_replicated(l);
     d->bucket_mb = bucket_mb;
     CHECKF(reduce == DT_F32 || reduce == DT_BF16, "gradients reduced in %s", comm_dtype_name(reduce));
     d->reduce = reduce;
@@ -299,12 +330,11 @@ int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, CommDtype reduce, Sta
     d->rs = calloc((size_t)t->nseg + 1, sizeof *d->rs);
     d->ag = calloc((size_t)t->nseg + 1, sizeof *d->ag);
     if (!d->sk || !d->soff || !d->rs || !d->ag) goto oom;
-    const ParamInfo *pe = ptable_role(t, ROLE_TOK_EMB);
-    d->emb = pe && pe->part == PART_EMBED ? ptable_seg_of(t, pe->offset) : -1;
+    d->emb = emb_seg(t);
     // the table puts the embeddings first: stage 0's buckets rely on it
     CHECKF(d->emb <= 0, "the embeddings are segment %d, not the first", d->emb);
     // the lookup's rows travel whenever gradients are reduced across ranks
-    int reduces = zero >= 1 || d->d > 1;
+    int reduces = reduces_of(zero, d->d);
     d->shared = -1;
     if (d->emb >= 0 && slice_is_first(&st->slice) && reduces && embsync_init(&d->es, c, st, err)) { dp_free(d); return -1; }
     for (int k = 0; k < t->nseg; k++) {   // stage 0's one piece is the whole buffer (S = total)
@@ -314,13 +344,12 @@ int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, CommDtype reduce, Sta
         d->sk[k] = n / per;
         d->soff[k] = d->S;
         d->S += d->sk[k];
-        if (zero >= 2) {
-            int p = pool_of(d, k);
-            if (n > d->gbuf[p].cap) d->gbuf[p].cap = n;
-        }
     }
     CHECK(zero || d->S == t->total);
+    size_t caps[NPOOL];
+    pool_caps(t, caps);
     for (int p = 0; p < NPOOL; p++) {
+        if (zero >= 2) d->gbuf[p].cap = caps[p];
         d->gbuf[p].seg = d->pbuf[p].seg = -1;
         if (zero >= 3) d->pbuf[p].cap = d->gbuf[p].cap;
         if ((d->gbuf[p].cap && !(d->gbuf[p].buf = mem_alloc(MEM_COMM, d->gbuf[p].cap * sizeof(float)))) ||
@@ -420,10 +449,10 @@ static double split_sumsq(const Dp *d, const float *g, size_t lo, size_t hi) {
 }
 
 double dp_grad_sumsq(const Dp *d) {
-    if (d->zero == 0 && d->rank != 0) return 0.0;
+    if (!d->owner) return 0.0;
     // a shared copy is the embeddings' segment, the first: start after it
     size_t from = d->shared >= 0 ? d->t->seg[d->shared].hi : 0;
-    if (d->st->slice.tp_rank > 0) {
+    if (!d->counts_tp) {
         double s = 0;
         for (int k = 0; k < d->npc; k++) {
             if (d->zero && k == d->shared) continue;
@@ -457,8 +486,6 @@ float *dp_owned_grads(Dp *d, int seg, size_t *n) {
 
 int dp_npieces(const Dp *d) { return d->npc; }
 size_t dp_shard_floats(const Dp *d) { return d->S; }
-int dp_writes_checkpoint(const Dp *d) { return d->zero >= 1 || d->rank == 0; }
-int dp_checkpoint_files(const Dp *d) { return d->zero >= 1 ? d->d : 1; }
 
 DpPiece dp_piece(Dp *d, int k) {
     if (d->zero == 0) return (DpPiece){0, d->t->total, 0, d->st->params, d->st->grads};

@@ -1,4 +1,4 @@
-// parallel/dp — data parallelism over the mesh's DP group, ZeRO stages 0-3
+// parallel/dp — data parallelism over the layout's DP group, ZeRO stages 0-3
 // in one code path (Rajbhandari et al. 2020; the sharding unit is FSDP's,
 // and, as in FSDP's NO_SHARD / SHARD_GRAD_OP / FULL_SHARD, the stages
 // differ only in what a rank keeps).
@@ -48,22 +48,27 @@
 #include "core/check.h"
 #include "model/stage.h"
 #include "optim/adamw.h"
+#include "parallel/layout.h"
 
 typedef struct Dp Dp;
 
-// What stage_init needs for ZeRO stage `zero` over `ranks` data-parallel
-// ranks: the flags (buffers the hooks replace) and the segment padding.
-unsigned dp_stage_flags(int zero);
-int dp_pad_multiple(int zero, int ranks);
-
-// Data parallelism of stage `zero` (0..3) over c (NULL: one process,
-// stage 0) for st, built as dp_stage_flags and dp_pad_multiple say;
-// installs st's hooks. bucket_mb sizes stage 0's buckets. reduce is the
-// gradients' dtype on the wire: DT_F32, or DT_BF16 (half the bytes; each
-// range is rounded to bf16 before it is sent, summed in fp32 in rank order
-// and rounded to bf16 again, then widened back into the fp32 gradients).
-int dp_init(Dp **out, Comm *c, int zero, double bucket_mb, CommDtype reduce, Stage *st, Err *err);
+// Data parallelism of l's ZeRO stage (0..3) over l's DP group (NULL: one
+// process, stage 0) for st, built with layout_slice and layout_stage_flags;
+// installs st's hooks. bucket_mb sizes stage 0's buckets. l->reduce_bf16:
+// the gradients go on the wire in bf16 (each range is rounded to bf16
+// before it is sent, summed in fp32 in rank order and rounded to bf16
+// again, then widened back into the fp32 gradients); else fp32. What this
+// rank counts in the gradient norm is the layout's (layout_dp_owner,
+// layout_counts_tp_replicated).
+int dp_init(Dp **out, const Layout *l, double bucket_mb, Stage *st, Err *err);
 void dp_free(Dp *d);
+// The bytes of the communication buffers (MEM_COMM) dp_init allocates for
+// a stage of table t and slice sl under layout l, micro-batches of B×T
+// tokens of C channels: stages 2 and 3's pools (a pool's largest segment,
+// for the gradients, stage 3's gathered parameters and a bf16 reduction's
+// copy), stages 0 and 1's bf16 copy of the gradients, and the embedding
+// rows (parallel/embsync) of a first stage whose gradients are reduced.
+size_t dp_comm_bytes(const ParamTable *t, const ModelSlice *sl, const Layout *l, int B, int T, int C);
 
 // Before micro-batch k (of K)'s forward and before its backward (a
 // pipeline schedule interleaves them): the gradients the stage finishes
@@ -73,12 +78,13 @@ void dp_microbatch(Dp *d, int k, int K);
 // gradients are then final (summed over the DP ranks). 0, or -1 with err
 // (also for a collective that failed inside a hook).
 int dp_finish(Dp *d, Err *err);
-// The sum of squares of the gradients this rank counts, in a fixed order:
-// its owned pieces under ZeRO ≥ 1; under ZeRO-0, where every rank holds
-// every gradient, all of them on DP rank 0 and none elsewhere. On a TP
-// rank other than 0 only the tensors split over TP count (the replicated
-// ones are the same on every TP rank). Summed over the DP and TP ranks it
-// counts every gradient exactly once.
+// The sum of squares of the gradients this rank counts, in a fixed order,
+// as the layout says: its owned pieces under ZeRO ≥ 1; under ZeRO-0, where
+// every rank holds every gradient, all of them on DP rank 0 and none
+// elsewhere (layout_dp_owner). On a TP rank other than 0 only the tensors
+// split over TP count (the replicated ones are the same on every TP rank:
+// layout_counts_tp_replicated). Summed over the DP and TP ranks it counts
+// every gradient exactly once.
 double dp_grad_sumsq(const Dp *d);
 // Segment seg (the embeddings', segment 0) is a copy another stage holds
 // too (a pipeline's last stage with a tied head): dp_grad_sumsq leaves it
@@ -113,8 +119,6 @@ typedef struct DpPiece {
 int dp_npieces(const Dp *d);
 DpPiece dp_piece(Dp *d, int k);
 size_t dp_shard_floats(const Dp *d);     // S: floats of the AdamW moments on this rank
-int dp_writes_checkpoint(const Dp *d);   // this rank's pieces go into a checkpoint (ZeRO-0: rank 0's only)
-int dp_checkpoint_files(const Dp *d);    // rank files a checkpoint has
 
 // Filling state segment by segment, between steps: fill writes segment k's
 // whole values into buf (laid out as its range [lo, hi)). dp_fill_params

@@ -35,7 +35,7 @@ int embsync_init(EmbSync **out, Comm *c, const Stage *st, Err *err) {
     e->T = st->T;
     e->rows = (size_t)st->B * st->T;
     size_t n = (size_t)e->n;
-    e->bytes = (n + 1) * e->rows * (sizeof(int32_t) + (size_t)e->C * sizeof(float));
+    e->bytes = embsync_size(e->n, e->rows, e->C);
     e->tok = mem_alloc(MEM_COMM, e->rows * sizeof(int32_t));
     e->all_tok = mem_alloc(MEM_COMM, n * e->rows * sizeof(int32_t));
     e->rows_out = mem_alloc(MEM_COMM, e->rows * (size_t)e->C * sizeof(float));
@@ -60,6 +60,10 @@ void embsync_free(EmbSync *e) {
 }
 
 size_t embsync_bytes(const EmbSync *e) { return e->bytes; }
+
+size_t embsync_size(int ranks, size_t rows, int C) {
+    return ((size_t)ranks + 1) * rows * (sizeof(int32_t) + (size_t)C * sizeof(float));
+}
 
 void embsync_hook(void *ctx, const int *tokens, const float *dres, int B, int T) {
     EmbSync *e = ctx;

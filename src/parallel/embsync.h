@@ -35,5 +35,8 @@ void embsync_hook(void *ctx, const int *tokens, const float *dres, int B, int T)
 // Returns 0, or -1 with err. Seconds blocked are added to *waited.
 int embsync_apply(EmbSync *e, float *g, size_t lo, size_t hi, double *waited, Err *err);
 size_t embsync_bytes(const EmbSync *e);   // its buffers (MEM_COMM)
+// The bytes of those buffers for `ranks` ranks exchanging `rows` token
+// rows of C floats: the ids and rows out, and every rank's in.
+size_t embsync_size(int ranks, size_t rows, int C);
 
 #endif

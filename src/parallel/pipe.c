@@ -93,16 +93,19 @@ int pipe_schedule(PipeSchedule s, int P, int rank, int M, int V, PipeOp *ops) {
     return n;
 }
 
-int pipe_in_flight(PipeSchedule s, int P, int rank, int M, int V) {
-    PipeOp *ops = malloc(2 * (size_t)M * (size_t)V * sizeof *ops);
-    CHECKF(ops, "out of memory");
-    int n = pipe_schedule(s, P, rank, M, V, ops), held = 0, most = 0;
+// The most micro-batch chunks a stage's n operations hold at once
+// (forwarded, not yet backwarded): pipe_init checks layout_in_flight by it.
+static int held_most(const PipeOp *ops, int n) {
+    int held = 0, most = 0;
     for (int i = 0; i < n; i++) {
         held += ops[i].bwd ? -1 : 1;
         if (held > most) most = held;
     }
-    free(ops);
     return most;
+}
+
+size_t pipe_comm_bytes(const Layout *l, int M, int stage, size_t boundary) {
+    return (size_t)pipe_grad_buffers(l->schedule, l->pp, stage, M, layout_chunks(l)) * boundary * sizeof(float);
 }
 
 double pipe_bubble(int P, int M, int V) { return (double)(P - 1) / ((double)V * M + P - 1); }
@@ -162,41 +165,12 @@ int pipe_grad_buffers(PipeSchedule s, int P, int rank, int M, int V) {
     return most;
 }
 
-int pipe_split_layers(int n_layer, int P, int V, const int *layers, int *begin, Err *err) {
-    if (P > n_layer)
-        return err_set(err, ERR_USAGE, "--pp %d: the model has only %d layers (at least one per stage)", P, n_layer);
-    CHECKF(V == 1 || !layers, "an interleaved schedule with stages of given layers");
-    begin[0] = 0;
-    if (!layers) {
-        if (V > 1 && n_layer % (P * V))
-            return err_set(err, ERR_USAGE, "--virtual-stages %d × --pp %d = %d chunks do not divide the model's %d layers",
-                           V, P, P * V, n_layer);
-        if (n_layer % P)
-            return err_set(err, ERR_USAGE, "--pp %d does not divide the model's %d layers: give each stage's layers with "
-                           "--pp-layers a,b,…", P, n_layer);
-        for (int k = 0; k < P * V; k++) begin[k + 1] = begin[k] + n_layer / (P * V);
-        return 0;
-    }
-    for (int k = 0; k < P; k++) {
-        if (layers[k] < 1) return err_set(err, ERR_USAGE, "--pp-layers: stage %d has %d layers (at least 1)", k, layers[k]);
-        begin[k + 1] = begin[k] + layers[k];
-    }
-    if (begin[P] != n_layer)
-        return err_set(err, ERR_USAGE, "--pp-layers: the stages' layers sum to %d, but the model has %d", begin[P], n_layer);
-    return 0;
-}
-
-void pipe_stage_slice(ModelSlice *s, const int *begin, int P, int V, int rank) {
-    s->layer_begin = begin[rank];
-    s->layer_end = begin[rank + 1];
-    s->chunks = V;
-    s->chunk_stride = V > 1 ? begin[P] - begin[0] : 0;   // an even split: chunk v is P virtual stages on
-}
-
 // ---- setup ----
 
-int pipe_init(Pipe **out, Comm *ppg, PipeSchedule s, int M, Stage *st, Err *err) {
+int pipe_init(Pipe **out, const Layout *l, int M, Stage *st, Err *err) {
     *out = NULL;
+    Comm *ppg = l->ppg;
+    PipeSchedule s = l->schedule;
     Pipe *p = calloc(1, sizeof *p);
     if (!p) return err_set(err, ERR_RUN, "out of memory");
     p->sched = s;
@@ -218,14 +192,15 @@ int pipe_init(Pipe **out, Comm *ppg, PipeSchedule s, int M, Stage *st, Err *err)
     p->ngrad = pipe_grad_buffers(s, p->P, p->rank, M, p->V);
     p->gcap = stage_boundary_floats(st, st->B, st->T);
     p->grad_req = calloc((size_t)p->ngrad + 1, sizeof *p->grad_req);
-    if (p->ngrad) p->gbuf = mem_alloc(MEM_COMM, (size_t)p->ngrad * p->gcap * sizeof(float));
+    if (p->ngrad) p->gbuf = mem_alloc(MEM_COMM, pipe_comm_bytes(l, M, p->rank, p->gcap));
     if (!p->grad_req || (p->ngrad && !p->gbuf)) {
         pipe_free(p);
         return err_set(err, ERR_RUN, "out of memory for the pipeline's gradient send buffers");
     }
     p->nops = pipe_schedule(s, p->P, p->rank, M, p->V, p->ops);
-    int need = pipe_in_flight(s, p->P, p->rank, M, p->V);
-    CHECKF(st->slots >= need, "the stage has %d slots, the schedule needs %d", st->slots, need);
+    int need = held_most(p->ops, p->nops);
+    CHECKF(st->slots >= need && need == layout_in_flight(l, M, p->rank), "the stage has %d slots, the schedule needs %d",
+           st->slots, need);
     if (p->P == 1) { *out = p; return 0; }
     // neighbour pairs (2j, 2j+1) from one pair of splits, (2j+1, 2j+2) from
     // another; a rank's group of one (an end of the chain) is dropped
@@ -384,8 +359,6 @@ int pipe_forward(Pipe *p, const int *tokens, const int *targets, int B, int T, d
 }
 
 // ---- the tied embedding ----
-
-int pipe_holds_tied_copy(const Pipe *p) { return p->tied && p->rank == p->P - 1; }
 
 int pipe_tied_sum(Pipe *p, Dp *dp, Err *err) {
     if (!p->tied) return 0;

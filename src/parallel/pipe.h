@@ -1,4 +1,4 @@
-// parallel/pipe — pipeline parallelism over the mesh's PP group: the
+// parallel/pipe — pipeline parallelism over the layout's PP group: the
 // schedule of one step's micro-batches on this rank's stage, the
 // activations and their gradients sent between neighbouring stages, and
 // the tied embedding's gradient summed between the first and the last
@@ -57,8 +57,9 @@
 #include "core/check.h"
 #include "model/stage.h"
 #include "parallel/dp.h"
+#include "parallel/layout.h"
 
-typedef enum { PIPE_1F1B, PIPE_GPIPE } PipeSchedule;
+// PipeSchedule is the layout's (parallel/layout).
 
 // "1f1b" or "gpipe" to a schedule; -1 with ERR_USAGE naming --schedule.
 int pipe_schedule_parse(const char *s, PipeSchedule *out, Err *err);
@@ -80,9 +81,6 @@ int pipe_check(PipeSchedule s, int P, int M, int V, const int *layers, Err *err)
 // (V > 1: interleaved 1F1B) into ops (2·M·V of them); returns their
 // number. The arguments pass pipe_check.
 int pipe_schedule(PipeSchedule s, int P, int rank, int M, int V, PipeOp *ops);
-// The largest number of micro-batch chunks whose activations are held at
-// once on stage `rank` (forwarded, not yet backwarded): the stage's slots.
-int pipe_in_flight(PipeSchedule s, int P, int rank, int M, int V);
 // The planned bubble: (P − 1)/(V·M + P − 1) of the step.
 double pipe_bubble(int P, int M, int V);
 // Send buffers stage `rank` needs for the gradients it sends back: one more
@@ -92,24 +90,19 @@ double pipe_bubble(int P, int M, int V);
 // received). Sends to one stage are taken in order, so with that many
 // used in turn the oldest has always been taken.
 int pipe_grad_buffers(PipeSchedule s, int P, int rank, int M, int V);
-
-// The layer ranges of P·V virtual stages for n_layer layers (V = 1: the
-// stages): an even split, or `layers` (P counts, NULL for even; only with
-// V = 1, as pipe_check says). -1 with ERR_USAGE naming --pp, --pp-layers
-// or --virtual-stages when the split is impossible. begin gets P·V + 1 entries.
-int pipe_split_layers(int n_layer, int P, int V, const int *layers, int *begin, Err *err);
-// Stage `rank`'s layers into s: chunk v is virtual stage v·P + rank of the
-// split `begin` (pipe_split_layers).
-void pipe_stage_slice(ModelSlice *s, const int *begin, int P, int V, int rank);
+// The bytes of those buffers (MEM_COMM) on stage `stage` of layout l, M
+// micro-batches per step, each buffer `boundary` floats
+// (stage_boundary_floats): what pipe_init allocates.
+size_t pipe_comm_bytes(const Layout *l, int M, int stage, size_t boundary);
 
 typedef struct Pipe Pipe;
 
-// The pipeline of stage st over ppg (NULL: one stage), M micro-batches
-// per step under schedule s through st's chunks (interleaved when it has
-// more than one); st has pipe_in_flight slots. Every rank of ppg calls it
-// (it splits the neighbour and embedding communicators off ppg). 0, or -1
-// with err.
-int pipe_init(Pipe **out, Comm *ppg, PipeSchedule s, int M, Stage *st, Err *err);
+// The pipeline of stage st over l's PP group (NULL: one stage), M
+// micro-batches per step under l's schedule through st's chunks
+// (interleaved when it has more than one); st has layout_in_flight slots.
+// Every rank of the group calls it (it splits the neighbour and embedding
+// communicators off it, as layout_comms lists them). 0, or -1 with err.
+int pipe_init(Pipe **out, const Layout *l, int M, Stage *st, Err *err);
 void pipe_free(Pipe *p);
 
 // One step's M micro-batches: tokens and targets hold M micro-batches of
@@ -124,14 +117,10 @@ int pipe_step(Pipe *p, Dp *dp, const int *tokens, const int *targets, int B, int
 // per-token losses, elsewhere 0. 0, or -1 with err.
 int pipe_forward(Pipe *p, const int *tokens, const int *targets, int B, int T, double *loss_sum, Err *err);
 
-// Whether this stage holds a copy of the embeddings that another stage
-// holds too (the last stage of a pipeline with a tied head): its gradient
-// is summed with the first stage's by pipe_tied_sum, and counted once, on
-// the first stage.
-int pipe_holds_tied_copy(const Pipe *p);
 // After dp_finish: sums the owned gradients of the embeddings' segment
 // (the same piece on both) of the first and last stage, first + last, in
-// place on both; nothing on other stages or without a tied head. 0, or -1
+// place on both; nothing on other stages or without a tied head (the last
+// stage's copy is counted on the first: layout_holds_tied_copy). 0, or -1
 // with err.
 int pipe_tied_sum(Pipe *p, Dp *dp, Err *err);
 

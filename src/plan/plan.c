@@ -54,7 +54,7 @@ int plan_check_inputs(const PlanModel *m, const PlanCluster *c, const PlanJob *j
     return 0;
 }
 
-int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, Err *err) {
+int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const Layout *l, Err *err) {
     if (plan_check_inputs(m, c, j, err)) return -1;
     if (m->L < 1 || m->h < 1 || m->a < 1 || m->kv < 1 || m->f < 1 || m->V < 1)
         return err_set(err, ERR_USAGE, "model sizes must be positive");
@@ -79,10 +79,10 @@ int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
         return err_set(err, ERR_USAGE, "the global batch %lld is not a multiple of dp·micro-batch = %lld",
                        (long long)j->global_batch, (long long)l->dp * j->micro_batch);
     int64_t M = j->global_batch / ((int64_t)l->dp * j->micro_batch);
-    if (l->schedule == SCHED_1F1B && l->pp > 1 && M < l->pp)
+    if (l->schedule == PIPE_1F1B && l->pp > 1 && M < l->pp)
         return err_set(err, ERR_USAGE, "1F1B needs at least pp=%d micro-batches per step (have %lld)", l->pp, (long long)M);
     int V = l->vstages > 1 ? l->vstages : 1;
-    if (V > 1 && (l->pp < 2 || l->schedule != SCHED_1F1B))
+    if (V > 1 && (l->pp < 2 || l->schedule != PIPE_1F1B))
         return err_set(err, ERR_USAGE, "virtual stages interleave the 1F1B schedule of pp ≥ 2 stages");
     if (V > 1 && m->L % ((int64_t)l->pp * V))
         return err_set(err, ERR_USAGE, "pp·V = %lld chunks do not divide the %lld layers", (long long)l->pp * V, (long long)m->L);
@@ -96,7 +96,7 @@ int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
 // describes (those in which[] when n > 0, else all), on one of tp ranks: a
 // micro-batch of N = tp tokens makes every slice whole, under sequence
 // parallelism one row of the residual stream each.
-static double act_per_token(const PlanModel *m, const PlanLayout *l, const int *which, int n) {
+static double act_per_token(const PlanModel *m, const Layout *l, const int *which, int n) {
     const Arch *ar = arch_of(&m->cfg);
     int tp = l->tp, hs = (int)(m->h / m->a);
     LocalDims d = {.B = 1, .T = tp, .N = tp, .C = (int)m->h, .Cl = (int)m->h / tp, .NHl = (int)m->a / tp,
@@ -111,7 +111,7 @@ static double act_per_token(const PlanModel *m, const PlanLayout *l, const int *
     return bytes / tp;
 }
 
-double plan_act_layer(const PlanModel *m, const PlanJob *j, const PlanLayout *l) {
+double plan_act_layer(const PlanModel *m, const PlanJob *j, const Layout *l) {
     // Elements kept per token, as tessera's layer saves them (the
     // architecture's act_floats: for GPT-2 the norms' outputs and
     // statistics, q/k/v, the attention output and log-sum-exp, the
@@ -126,24 +126,24 @@ double plan_act_layer(const PlanModel *m, const PlanJob *j, const PlanLayout *l)
     // fp32 (the statistics, the log-sum-exp, the layer output).
     double h = (double)m->h, t = l->tp, sp = l->sp ? t : 1, e = l->precision == PREC_FP32 ? 4 : 2;
     double per_token = act_per_token(m, l, NULL, 0);
-    if (!l->fused_attention) per_token += e * (double)m->a * (double)j->seq / t;
+    if (l->naive_attention) per_token += e * (double)m->a * (double)j->seq / t;
     double tokens = (double)j->seq * (double)j->micro_batch;
     if (l->recompute == RECOMPUTE_FULL) return tokens * 4 * h / sp;   // only the layer input
     if (l->recompute == RECOMPUTE_SELECTIVE) per_token -= plan_act_core(m, j, l) / tokens;   // the attention core's
     return tokens * per_token;
 }
 
-double plan_act_core(const PlanModel *m, const PlanJob *j, const PlanLayout *l) {
+double plan_act_core(const PlanModel *m, const PlanJob *j, const Layout *l) {
     // the attention core's saved tensors (the output and its log-sum-exp),
     // and with a naive attention the probabilities (a·s/t per token)
     const Arch *ar = arch_of(&m->cfg);
     double t = l->tp, e = l->precision == PREC_FP32 ? 4 : 2;
     double per_token = act_per_token(m, l, ar->core, ar->ncore);
-    if (!l->fused_attention) per_token += e * (double)m->a * (double)j->seq / t;
+    if (l->naive_attention) per_token += e * (double)m->a * (double)j->seq / t;
     return (double)j->seq * (double)j->micro_batch * per_token;
 }
 
-void plan_tp_comm(const PlanModel *m, const PlanJob *j, const PlanLayout *l, double *bytes, double *messages) {
+void plan_tp_comm(const PlanModel *m, const PlanJob *j, const Layout *l, double *bytes, double *messages) {
     *bytes = *messages = 0;
     int n = l->tp;
     if (n == 1) return;
@@ -173,11 +173,12 @@ void plan_tp_comm(const PlanModel *m, const PlanJob *j, const PlanLayout *l, dou
     *messages *= M;
 }
 
-// The busiest device's parameters by part: a stage of L/pp layers plus the
-// first stage's embeddings (with pp=1 also the last stage's final norm and
-// head; a tied head is the first stage's embedding, held by the last stage
-// too when pp > 1), every count from the architecture's tensor table with
-// the vocabulary padded for tp ranks, as the trainer pads it.
+// The parts of the busiest device's parameters the communication model
+// uses: a stage of L/pp layers plus the first stage's embeddings (with
+// pp=1 also the last stage's final norm and head; a tied head is the first
+// stage's embedding, held by the last stage too when pp > 1), every count
+// from the architecture's tensor table with the vocabulary padded for tp
+// ranks, as the trainer pads it.
 typedef struct {
     ModelConfig padded;
     int64_t layers;   // the stage's
@@ -186,7 +187,7 @@ typedef struct {
     int64_t last;     // the last stage's beyond its layers: final norm, head, tied copy
 } DeviceParams;
 
-static void device_params(const PlanModel *m, const PlanLayout *l, DeviceParams *dv, PlanResult *r) {
+static void device_params(const PlanModel *m, const Layout *l, DeviceParams *dv) {
     dv->padded = m->cfg;
     config_pad_vocab(&dv->padded, (int)m->V, l->tp);
     const ModelConfig *mc = &dv->padded;
@@ -194,84 +195,85 @@ static void device_params(const PlanModel *m, const PlanLayout *l, DeviceParams 
     dv->layer = arch_part_params(mc, PART_BLOCK, l->tp, 1);
     dv->emb = arch_part_params(mc, PART_EMBED, l->tp, 1);
     dv->last = (l->pp > 1 ? arch_tied_copy(mc, l->tp, 1) : 0) + arch_part_params(mc, PART_FINAL, l->tp, 1);
-    int64_t body = dv->layers * dv->layer;
-    int64_t first_stage = dv->emb + body + (l->pp == 1 ? dv->last : 0), last_stage = body + dv->last;
-    r->params_device = first_stage > last_stage ? first_stage : last_stage;
 }
 
-// Weights, gradients and optimizer state on the busiest device: 4 + 4 + 8
-// bytes per parameter in fp32, the ZeRO paper's 2 + 2 + 12 under 16-bit,
-// the parts ZeRO's stage shards divided by dp.
-static void model_states(const PlanLayout *l, PlanResult *r) {
-    double psi = (double)r->params_device, d = l->dp;
-    int mixed = l->precision != PREC_FP32;
-    r->weights = (mixed ? 2 : 4) * psi;
-    r->grads = (mixed ? 2 : 4) * psi;
-    r->optim = (mixed ? 12 : 8) * psi;
-    if (l->zero >= 1) r->optim /= d;
-    if (l->zero >= 2) r->grads /= d;
-    if (l->zero >= 3) r->weights /= d;
+// Weights, gradients and optimizer state on the busiest device (the first
+// stage or the last) by the layout's memory model (parallel/layout, the
+// trainer's own sizes: its parameter table, ZeRO padding included): in
+// fp32 what tessera allocates, 4 + 4 + 8 bytes per parameter; under
+// 16-bit the ZeRO paper's 2 + 2 + 12 of the same parameters (tessera keeps
+// fp32 gradients, and its fp32 masters whole below ZeRO-3), the parts
+// ZeRO's stage shards divided by dp; the communication buffers tessera's.
+// *first gets the first stage's memory (the most activations in flight).
+static void model_states(const Layout *l, const PlanJob *j, const DeviceParams *dv, PlanResult *r, LayoutMemory *first) {
+    int M = r->micro_batches > (1 << 30) ? 1 << 30 : (int)r->micro_batches;
+    int B = j->micro_batch > (1 << 30) ? 1 << 30 : (int)j->micro_batch, T = j->seq > (1 << 30) ? 1 << 30 : (int)j->seq;
+    LayoutMemory last;
+    Err err;
+    CHECKF(layout_memory(l, &dv->padded, 0, B, T, M, first, &err) == 0 &&
+           layout_memory(l, &dv->padded, l->pp - 1, B, T, M, &last, &err) == 0, "a checked layout: %s", err.msg);
+    const LayoutMemory *busy = last.floats > first->floats ? &last : first;
+    r->comm_buf = last.comm > first->comm ? last.comm : first->comm;   // the stages' larger
+    r->params_device = busy->floats;
+    double psi = (double)busy->floats;
+    if (l->precision == PREC_FP32) {
+        r->weights = busy->params;
+        r->grads = busy->grads;
+        r->optim = busy->optim;
+    } else {
+        r->weights = 2 * psi / busy->params_shards;
+        r->grads = 2 * psi / busy->grads_shards;
+        r->optim = 12 * psi / busy->optim_shards;
+    }
     r->model_states = r->weights + r->grads + r->optim;
 }
 
 // Micro-batches per step, and how many (interleaved: micro-batch chunks)
-// stage 0 holds in flight under the schedule.
-static void in_flight(const PlanJob *j, const PlanLayout *l, PlanResult *r) {
+// stage 0 holds in flight under the schedule: the layout's count, the
+// trainer's slots.
+static void in_flight(const PlanJob *j, const Layout *l, PlanResult *r) {
     r->micro_batches = j->global_batch / ((int64_t)l->dp * j->micro_batch);
-    int64_t V = l->vstages > 1 ? l->vstages : 1;
-    r->inflight = l->schedule == SCHED_GPIPE ? r->micro_batches : (r->micro_batches < l->pp ? r->micro_batches : l->pp);
-    if (V > 1) {   // stage 0's warm-up forwards and one more, each a chunk of the stage's layers
-        r->inflight = 2 * (l->pp - 1) + (V - 1) * l->pp + 1;
-        if (r->inflight > V * r->micro_batches) r->inflight = V * r->micro_batches;
-    }
-    if (l->pp == 1) r->inflight = 1;   // micro-batches run one after another
+    int M = r->micro_batches > (1 << 30) ? 1 << 30 : (int)r->micro_batches;
+    r->inflight = layout_in_flight(l, M, 0);
 }
 
 // Activation bytes on the busiest device: the layers of a chunk for every
 // micro-batch in flight by plan_act_layer's formula, with the shared sets
 // of recomputation and 16-bit widening and the stage's input and final norm
-// output; for an architecture tessera trains, its stage's own layout to
-// the byte (the slots of the micro-batches in flight, each a chunk's layers).
-static void activations(const PlanModel *m, const PlanJob *j, const PlanLayout *l, const DeviceParams *dv, PlanResult *r) {
-    const ModelConfig *mc = &dv->padded;
+// output; for an architecture tessera trains, the first stage's by the
+// layout's memory model: the stage's own layout to the byte (the slots of
+// the micro-batches in flight, each a chunk's layers).
+static void activations(const PlanModel *m, const PlanJob *j, const Layout *l, const LayoutMemory *first, PlanResult *r) {
     int mixed = l->precision != PREC_FP32;
-    int64_t V = l->vstages > 1 ? l->vstages : 1, chunk = dv->layers / V;
+    int64_t V = l->vstages > 1 ? l->vstages : 1, chunk = m->L / l->pp / V;
     double t = l->tp, sbh = (double)j->seq * j->micro_batch * m->h;
     r->act_layer = plan_act_layer(m, j, l);
     r->act_korthikanti = sbh * (34 + 5.0 * m->a * j->seq / m->h);
     r->acts = r->act_layer * chunk * r->inflight;
     if (l->recompute == RECOMPUTE_FULL) {   // one layer's full activations while recomputing it
-        PlanLayout none = *l;   // in fp32
+        Layout none = *l;   // in fp32
         none.recompute = RECOMPUTE_NONE;
         none.precision = PREC_FP32;
         r->acts += plan_act_layer(m, j, &none);
     }
     if (l->recompute == RECOMPUTE_SELECTIVE) r->acts += plan_act_core(m, j, l);   // one layer's attention core, shared
     if (mixed && l->recompute != RECOMPUTE_FULL) {   // one layer's 16-bit activations in fp32 while it runs
-        PlanLayout f32 = *l;
+        Layout f32 = *l;
         f32.precision = PREC_FP32;
         r->acts += (plan_act_layer(m, j, &f32) - r->act_layer) * 2;
     }
     r->acts += sbh * 4 / (l->sp ? t : 1) + sbh * 4;   // stage input (rows split under SP) and final norm output (gathered), fp32
     r->act_formula = r->acts;
-    ModelSlice sl = {0, (int)chunk, 0, l->tp, 1, l->sp && l->tp > 1, 1, 0};
-    Err ignored;
-    unsigned flags = (l->recompute == RECOMPUTE_FULL ? STAGE_RECOMPUTE_FULL : 0) |
-                     (l->recompute == RECOMPUTE_SELECTIVE ? STAGE_RECOMPUTE_SELECTIVE : 0) | stage_prec_flag(l->precision);
-    if (l->fused_attention && arch_of(mc)->has_train && j->seq <= mc->max_seq && j->micro_batch * j->seq <= (1 << 30) &&
-        r->inflight <= (1 << 20) && chunk >= 1 && stage_check_split(mc, l->tp, l->sp, (int)j->seq, &ignored) == 0) {
-        size_t exact = stage_act_bytes(mc, &sl, (int)j->micro_batch, (int)j->seq, (int)r->inflight, flags);
-        if (exact) {
-            r->acts = (double)exact;
-            r->act_exact = 1;
-        }
+    if (!l->naive_attention && j->micro_batch * j->seq <= (1 << 30) && first->acts > 0) {
+        r->acts = first->acts;
+        r->act_exact = 1;
     }
 }
 
 // FLOPs per token (the architecture's: 6N + 12·L·h·s, an untied token
 // embedding's lookup left out of N; and what recomputation adds), the
 // compute time of a step and the pipeline bubble.
-static void compute_time(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r) {
+static void compute_time(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const Layout *l, PlanResult *r) {
     double N = (double)r->params, Lhs = (double)m->L * m->h * j->seq, p = l->pp;
     int64_t V = l->vstages > 1 ? l->vstages : 1;
     r->flops_token = arch_flops_token(&m->cfg, (int)j->seq);
@@ -286,11 +288,11 @@ static void compute_time(const PlanModel *m, const PlanCluster *c, const PlanJob
 // Data-parallel bytes and time per device per step. Ranks are placed
 // tensor-parallel neighbours first (rank = pp·dp·tp + dp·tp + tp): a
 // data-parallel group fits in a node when tp·dp devices do.
-static void dp_comm(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l,
+static void dp_comm(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const Layout *l,
                     const DeviceParams *dv, PlanResult *r) {
     double d = l->dp, psi = (double)r->params_device;
     int mixed = l->precision != PREC_FP32;
-    double grad_bytes = (mixed && !l->reduce_fp32 ? 2 : 4) * psi;
+    double grad_bytes = (mixed && l->reduce_bf16 ? 2 : 4) * psi;
     int64_t tpdp = (int64_t)l->tp * l->dp;
     r->dp_inter = l->dp > 1 && tpdp > c->per_node;
     double bw_dp = (tpdp <= c->per_node ? c->bw_intra : c->bw_inter) * 1e9, alpha = c->alpha_us * 1e-6;
@@ -311,7 +313,7 @@ static void dp_comm(const PlanModel *m, const PlanCluster *c, const PlanJob *j, 
     // and the gradient row of each of the micro-batch's s·b tokens.
     if (d > 1) {
         double rows = (double)j->seq * j->micro_batch, syncs = l->zero >= 2 ? M : 1;
-        r->bytes_dp += syncs * (d - 1) * rows * (4 + (mixed && !l->reduce_fp32 ? 2 : 4) * (double)m->h);
+        r->bytes_dp += syncs * (d - 1) * rows * (4 + (mixed && l->reduce_bf16 ? 2 : 4) * (double)m->h);
     }
     r->t_dp = r->bytes_dp / bw_dp + (d > 1 ? 2 * (d - 1) * alpha : 0);
     // overlapped with the backward pass (two thirds of compute)
@@ -323,7 +325,7 @@ static void dp_comm(const PlanModel *m, const PlanCluster *c, const PlanJob *j, 
 // two ends only one of them), for each of its chunks (interleaved, the two
 // ends hand V − 1 chunks on to each other); under SP each TP rank sends its
 // rows. A pipeline fits in a node when all the devices do.
-static void pp_comm(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r) {
+static void pp_comm(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const Layout *l, PlanResult *r) {
     double t = l->tp, p = l->pp, alpha = c->alpha_us * 1e-6;
     int64_t V = l->vstages > 1 ? l->vstages : 1;
     double e = l->precision != PREC_FP32 ? 2 : 4, sbh = (double)j->seq * j->micro_batch * m->h;
@@ -335,16 +337,15 @@ static void pp_comm(const PlanModel *m, const PlanCluster *c, const PlanJob *j, 
     r->t_pp = r->bytes_pp / bw_pp + pp_msgs * alpha;
 }
 
-void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r) {
+void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const Layout *l, PlanResult *r) {
     memset(r, 0, sizeof *r);
     r->params = plan_params(m);
     DeviceParams dv;
-    device_params(m, l, &dv, r);
-    model_states(l, r);
+    device_params(m, l, &dv);
     in_flight(j, l, r);
-    activations(m, j, l, &dv, r);
-    double e = l->precision != PREC_FP32 ? 2 : 4;
-    r->comm_buf = l->dp > 1 ? (l->zero == 3 ? 2 * (double)dv.layer * e : 2 * 25e6) : 0;
+    LayoutMemory first;
+    model_states(l, j, &dv, r, &first);
+    activations(m, j, l, &first, r);
     r->total = r->model_states + r->acts + r->comm_buf;
     r->fits = r->total <= c->mem_gb * 1073741824.0;
 

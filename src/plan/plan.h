@@ -5,10 +5,16 @@
 // Conventions (each printed under --explain):
 // - Parameters are counted exactly, final norm included, from the
 //   architecture's tensor table (model/arch), the one count in tessera.
-// - Model states per device follow ZeRO (Rajbhandari et al. 2020): fp32
-//   training 4+4+8 bytes per parameter; mixed precision 2 (weights) + 2
-//   (gradients) + 12 (fp32 master, Adam m and v); ZeRO-1 divides the
-//   optimizer states by dp, ZeRO-2 also the gradients, ZeRO-3 everything.
+// - Memory per device comes from the layout's memory model
+//   (layout_memory, parallel/layout), the one the trainer checks its ranks
+//   against: the parameters of the busiest stage's slice as its parameter
+//   table counts them, its activations and communication buffers to the
+//   byte. Model states
+//   follow ZeRO (Rajbhandari et al. 2020): fp32 training 4+4+8 bytes per
+//   parameter, as tessera allocates; mixed precision the paper's 2
+//   (weights) + 2 (gradients) + 12 (fp32 master, Adam m and v); ZeRO-1
+//   divides the optimizer states by dp, ZeRO-2 also the gradients, ZeRO-3
+//   everything.
 // - FLOPs per token: 6N + 12·L·h·s (PaLM, appendix B; model/arch's
 //   arch_flops_token, the trainer's MFU count: N leaves out an untied token
 //   embedding, only looked up); hardware FLOPs add recomputation (full:
@@ -38,9 +44,8 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "model/config.h"
+#include "parallel/layout.h"
 
-typedef enum { SCHED_1F1B, SCHED_GPIPE } PlanSchedule;
-typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } PlanRecompute;
 
 // The model: its config (model/arch describes its tensors, so parameter
 // counts come from there) and the sizes the formulas use, read off it.
@@ -65,15 +70,10 @@ typedef struct PlanJob {
     double tokens;                  // to train on
 } PlanJob;
 
-typedef struct PlanLayout {
-    int dp, tp, pp, zero, sp;
-    PlanSchedule schedule;
-    int vstages;                    // chunks per pipeline stage (> 1: interleaved 1F1B); 0 or 1: none
-    PlanRecompute recompute;
-    Precision precision;
-    int reduce_fp32;                // gradients reduced in fp32 under mixed precision
-    int fused_attention;            // no s² term (tessera's kind)
-} PlanLayout;
+// A layout is parallel/layout's, the trainer's own: the axes, ZeRO, SP,
+// schedule, virtual stages, recomputation, precision, reduction dtype (and
+// naive_attention, the what-if of an attention that keeps its s²
+// probabilities). The planner reads the axes only, never the groups.
 
 typedef struct PlanResult {
     int64_t params;                 // exact, final norm included
@@ -83,7 +83,7 @@ typedef struct PlanResult {
     double act_korthikanti;         // s·b·h·(34 + 5as/h) for comparison
     double act_formula;             // the activations by plan_act_layer's formula
     int act_exact;                  // acts is tessera's stage layout itself (an architecture it trains), to the byte
-    int64_t micro_batches, inflight;   // in flight: micro-batches (interleaved: micro-batch chunks) on stage 0
+    int64_t micro_batches, inflight;   // in flight on stage 0 (layout_in_flight): micro-batches (interleaved: chunks)
     double flops_token, hw_flops_token;
     double t_compute, t_bubble, t_dp, t_dp_exposed, t_tp, t_pp, t_step;
     double bytes_dp, bytes_tp, bytes_pp;   // per device per step
@@ -108,9 +108,9 @@ int64_t plan_params(const PlanModel *m);
 int plan_check_inputs(const PlanModel *m, const PlanCluster *c, const PlanJob *j, Err *err);
 // Checks the layout against the model, cluster and job (DESIGN §3), the
 // above included; the message names the constraint.
-int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, Err *err);
+int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const Layout *l, Err *err);
 // Evaluates a checked layout.
-void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const PlanLayout *l, PlanResult *r);
+void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const Layout *l, PlanResult *r);
 
 // Bytes one device sends in the tensor-parallel group per step, and the
 // messages they take, as tessera's layers exchange them (model/tp) and its
@@ -122,14 +122,14 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
 // norms' gradients (4h per layer, 2h for the final norm) are summed.
 // Bytes as TP rank 0 counts them (another rank may differ by a few bytes
 // when a large allreduce's pieces do not split evenly over tp).
-void plan_tp_comm(const PlanModel *m, const PlanJob *j, const PlanLayout *l, double *bytes, double *messages);
+void plan_tp_comm(const PlanModel *m, const PlanJob *j, const Layout *l, double *bytes, double *messages);
 
 // Activation bytes one layer keeps for backward per micro-batch of b·s tokens
 // on one device (see plan.c for the derivation): under full recomputation
 // only its input; under selective all but the attention core's.
-double plan_act_layer(const PlanModel *m, const PlanJob *j, const PlanLayout *l);
+double plan_act_layer(const PlanModel *m, const PlanJob *j, const Layout *l);
 // Bytes of one layer's attention core per micro-batch (what selective
 // recomputation drops and recomputes into one shared set).
-double plan_act_core(const PlanModel *m, const PlanJob *j, const PlanLayout *l);
+double plan_act_core(const PlanModel *m, const PlanJob *j, const Layout *l);
 
 #endif

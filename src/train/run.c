@@ -49,7 +49,7 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls, co
     jb_key(&b, "batch"); jb_int(&b, tc->batch);
     jb_key(&b, "seq"); jb_int(&b, tc->seq);
     jb_key(&b, "grad_accum"); jb_int(&b, tc->accum);
-    jb_key(&b, "precision"); jb_str(&b, prec_name(tc->precision));
+    jb_key(&b, "precision"); jb_str(&b, prec_name(tc->layout.precision));
     if (sc) {
         char *s = scaler_state_json(sc);
         jb_key(&b, "loss_scaler");
@@ -73,9 +73,9 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls, co
 // Saves a checkpoint of the current step; every rank calls it. Each rank
 // that owns distinct pieces (every rank under ZeRO, DP rank 0 otherwise)
 // writes its parameters and moments — its stage's and TP slice's — into
-// its own file, number (pp_rank·tp + tp_rank)·(files per DP group) + its
-// DP file; the last stage leaves out its copy of the tied embeddings
-// (the first stage's is the same). World rank 0 creates the step first and
+// its own file, numbered by the layout (layout_ckpt_file); the last stage
+// leaves out its copy of the tied embeddings (the first stage's is the
+// same). World rank 0 creates the step first and
 // commits it once all have written. Any failure fails all.
 static int save(Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
@@ -87,8 +87,8 @@ static int save(Trainer *t, Err *err) {
     if (!pc || !train || !state) rc = err_set(err, ERR_RUN, "out of memory");
     if (t->first && !rc) rc = ckpt_begin(tc->ckpt_dir, t->done, err);
     rc = trainer_agree(t, rc, "to write its part of the checkpoint", err);
-    if (!rc && dp_writes_checkpoint(t->dp)) {
-        size_t from = pipe_holds_tied_copy(t->pipe) ? t->st.table.seg[0].hi : 0;   // past the tied copy
+    if (!rc && layout_dp_owner(t->lay)) {
+        size_t from = layout_holds_tied_copy(t->lay, &t->mc) ? t->st.table.seg[0].hi : 0;   // past the tied copy
         int np = 0;
         for (int k = 0; k < n; k++) {
             DpPiece p = dp_piece(t->dp, k);
@@ -97,15 +97,11 @@ static int save(Trainer *t, Err *err) {
             pc[np++] = (CkptPiece){p.lo + cut, p.hi, {p.params + cut, t->opt.m + p.off + cut, t->opt.v + p.off + cut}};
         }
         const char *const sections[3] = {"", adamw_sections[0], adamw_sections[1]};   // parameters, moments
-        // files per (stage, TP rank): its DP ranks' (ZeRO) or its first DP rank's
-        int per = dp_checkpoint_files(t->dp);
-        int file = (t->mesh->pp_rank * t->mesh->tp + t->mesh->tp_rank) * per + (per > 1 ? t->rank : 0);
-        rc = ckpt_write_pieces(tc->ckpt_dir, t->done, file, &t->st.table, sections, 3, pc, np, err);
+        rc = ckpt_write_pieces(tc->ckpt_dir, t->done, layout_ckpt_file(t->lay), &t->st.table, sections, 3, pc, np, err);
     }
     rc = trainer_agree(t, rc, "to write its part of the checkpoint", err);
-    CkptMeta md = {.step = t->done, .cfg = &t->mc, .nfiles = dp_checkpoint_files(t->dp) * t->mesh->tp * t->mesh->pp,
-                   .dp = t->D, .tp = t->mesh->tp, .pp = t->mesh->pp,
-                   .zero = tc->zero, .state = state, .train = train};
+    CkptMeta md = {.step = t->done, .cfg = &t->mc, .nfiles = layout_ckpt_files(t->lay), .dp = t->lay->dp,
+                   .tp = t->lay->tp, .pp = t->lay->pp, .zero = t->lay->zero, .state = state, .train = train};
     if (t->first && !rc) rc = ckpt_commit(tc->ckpt_dir, &md, tc->keep, err);
     rc = trainer_agree(t, rc, "to write its part of the checkpoint", err);
     if (rc && t->first) ckpt_abort(tc->ckpt_dir, t->done);
@@ -120,7 +116,7 @@ static int save(Trainer *t, Err *err) {
 // it is not counted as the steps' traffic.
 static int evaluate(Trainer *t, Err *err) {
     if (dp_sync_params(t->dp, err)) return -1;   // what the step sent is counted with it
-    uint64_t b0 = trainer_comm_totals(t->mesh->dpg, NULL);
+    uint64_t b0 = trainer_comm_totals(t->lay->dpg, NULL);
     int64_t n;
     double t0 = timer_now(), sum;
     // --eval-batches steps' worth of sequences (batch × accumulation × DP
@@ -131,13 +127,13 @@ static int evaluate(Trainer *t, Err *err) {
     if (rc || stage_tp_status(&t->st, err)) return -1;
     // the last stage scored each DP rank's tokens: one of its ranks counts
     // them, and every rank gets the sum
-    int counts = t->last && t->mesh->tp_rank == 0;
+    int counts = layout_counts_loss(t->lay, t->last);
     double v[2] = {counts ? sum : 0.0, counts ? (double)n : 0.0};
     if (trainer_sum_all(t, v, 2, err)) return -1;
     n = (int64_t)v[1];
     double loss = v[1] > 0 ? v[0] / v[1] : 0.0;
     report_eval(t->rep, t->done, loss, n, timer_now() - t0);
-    t->sent_mark += trainer_comm_totals(t->mesh->dpg, NULL) - b0;
+    t->sent_mark += trainer_comm_totals(t->lay->dpg, NULL) - b0;
     return 0;
 }
 
@@ -147,11 +143,11 @@ static char *linear_name(void *ctx, int in, int out, char *buf, size_t n) { retu
 // peers run the same shapes), gathered to world rank 0, which prints them.
 static int print_profile(Trainer *t, Err *err) {
     enum { HEAD = 4, ROW = 8, SLOT = HEAD + ROW * PROF_MAX_ROWS };
-    int P = t->mesh->pp;
+    int P = t->lay->pp;
     double *v = calloc((size_t)P * SLOT, sizeof *v), *sum = calloc((size_t)P * SLOT, sizeof *sum);
     if (!v || !sum) { free(v); free(sum); return err_set(err, ERR_RUN, "out of memory"); }
-    if (t->mesh->dp_rank == 0 && t->mesh->tp_rank == 0) {
-        double *o = v + (size_t)t->mesh->pp_rank * SLOT;
+    if (t->lay->dp_rank == 0 && t->lay->tp_rank == 0) {
+        double *o = v + (size_t)t->lay->pp_rank * SLOT;
         const Profile *p = t->prof_sum;
         o[0] = p->n;
         o[1] = t->prof_steps;
@@ -175,12 +171,12 @@ static int print_profile(Trainer *t, Err *err) {
                                  .seconds = x[5], .flops = x[6], .bytes = x[7]};
         }
         char title[160];
-        int w = s * t->mesh->dp * t->mesh->tp;   // the world rank of (pp s, dp 0, tp 0)
+        int w = layout_rank_at(t->lay, 0, 0, s);
         if (P > 1)
             snprintf(title, sizeof title, "stage %d of %d (world rank %d, %d thread%s)", s, P, w, kernels_threads(),
                      kernels_threads() == 1 ? "" : "s");
         else
-            snprintf(title, sizeof title, "rank 0 of %d (%d thread%s)", t->mesh->dp * t->mesh->tp, kernels_threads(),
+            snprintf(title, sizeof title, "rank 0 of %d (%d thread%s)", layout_devices(t->lay), kernels_threads(),
                      kernels_threads() == 1 ? "" : "s");
         report_profile(t->rep, &p, (int)o[1], o[2], o[3], title, linear_name, &t->st);
     }
@@ -195,9 +191,9 @@ static void skip_batches(Trainer *t, int n) {
     for (int i = 0; i < n * t->tc->accum; i++) loader_next(t->ld, t->inp, t->tgt);
 }
 
-int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
+int train_run(const TrainConfig *tc, const Layout *l, Err *err) {
     Trainer *t;
-    if (trainer_open(&t, tc, m, err)) return -1;
+    if (trainer_open(&t, tc, l, err)) return -1;
     int start = t->done, rc = -1;
     double t_start = timer_now();
     if (start >= tc->steps) printf("nothing to train: the checkpoint is at step %d and --steps is %d\n", start, tc->steps);
@@ -231,24 +227,24 @@ int train_run(const TrainConfig *tc, Mesh *m, Err *err) {
     char line[1024];
     dp_summary(t->dp, tc->steps - start, line, sizeof line);
     if (line[0]) printf("comm:      %s\n", line);
-    if (t->mesh->tp > 1 && start < tc->steps) {
-        const CommStats *cs = comm_stats(t->mesh->tpg);
+    if (t->lay->tp > 1 && start < tc->steps) {
+        const CommStats *cs = comm_stats(t->lay->tpg);
         double tps;
-        uint64_t sent = trainer_comm_totals(t->mesh->tpg, &tps);
+        uint64_t sent = trainer_comm_totals(t->lay->tpg, &tps);
         printf("comm:      tensor-parallel collectives %.2f s in all (%.0f%% of the run, evaluations included); "
                "%.1f MB sent per rank, %llu calls\n", tps, total > 0 ? 100 * tps / total : 0.0,
                sent / 1e6, (unsigned long long)(cs->calls[OP_ALLREDUCE] +
                cs->calls[OP_ALLGATHER] + cs->calls[OP_REDUCE_SCATTER]));
     }
-    if (m->pp > 1 && start < tc->steps) {
+    if (l->pp > 1 && start < tc->steps) {
         // every rank's waits against every rank's step time: the mean bubble
         double v[4] = {t->pp_wait, t->t_steps, (double)t->pp_sent, 0};
         if (trainer_sum_all(t, v, 3, err)) goto done;
         double n = tc->steps - start;
         printf("pipeline:  bubble %.1f%% measured (time the ranks waited on pipeline sends and receives, mean over %d "
                "ranks) against %s = %.1f%% planned; %.2f MB sent between stages per step per rank\n",
-               v[1] > 0 ? 100 * v[0] / v[1] : 0.0, m->dp * m->tp * m->pp, t->V > 1 ? "(P−1)/(V·M+P−1)" : "(P−1)/(M+P−1)",
-               100 * pipe_bubble(m->pp, tc->accum, t->V), v[2] / 1e6 / n / (m->dp * m->tp * m->pp));
+               v[1] > 0 ? 100 * v[0] / v[1] : 0.0, layout_devices(l), t->V > 1 ? "(P−1)/(V·M+P−1)" : "(P−1)/(M+P−1)",
+               100 * pipe_bubble(l->pp, tc->accum, t->V), v[2] / 1e6 / n / layout_devices(l));
     }
     if (tc->profile && start < tc->steps && print_profile(t, err)) goto done;
     report_memory(t->rep);

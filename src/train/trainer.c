@@ -99,7 +99,7 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     Stage *st = &t->st;
     int B = tc->batch, T = tc->seq, K = tc->accum, step = t->done;
     double t0 = timer_now(), tp_s0, tp_s1;
-    uint64_t tp_b0 = trainer_comm_totals(t->mesh->tpg, &tp_s0);
+    uint64_t tp_b0 = trainer_comm_totals(t->lay->tpg, &tp_s0);
 
     double pp_w0 = pipe_waited(t->pipe);
     uint64_t pp_b0 = pipe_bytes_sent(t->pipe);
@@ -124,17 +124,18 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     // embedding's, summed between the first and the last stage
     if (dp_finish(t->dp, err) || stage_tp_status(st, err)) return -1;
     if (pipe_tied_sum(t->pipe, t->dp, err)) return -1;
-    uint64_t grad_sent = trainer_comm_totals(t->mesh->dpg, NULL) - t->sent_mark;
+    uint64_t grad_sent = trainer_comm_totals(t->lay->dpg, NULL) - t->sent_mark;
     t->sent_mark += grad_sent;
 
-    if (tc->overflow_step == step + 1 && tc->overflow_rank == t->mesh->rank) poison_grads(t);
+    if (tc->overflow_step == step + 1 && tc->overflow_rank == t->lay->rank) poison_grads(t);
 
     // the global loss and gradient norm, every gradient counted once (the
     // last stage's TP ranks computed the same loss: the first one counts
     // it), and under fp16 the ranks whose gradients overflowed
     p0 = prof_begin();
     double aux = stage_take_aux(&t->st);   // every stage's blocks' auxiliary losses, counted by TP rank 0
-    double g[3] = {t->mesh->tp_rank == 0 ? (t->last ? loss_sum : 0.0) + aux : 0.0, dp_grad_sumsq(t->dp),
+    double g[3] = {(layout_counts_loss(t->lay, t->last) ? loss_sum : 0.0) +
+                   (layout_counts_tp_replicated(t->lay) ? aux : 0.0), dp_grad_sumsq(t->dp),
                    t->fp16 ? grads_overflow(t) : 0.0};
     prof_end(p0, PROF_GRADS, 0, 0);
     if (trainer_sum_all(t, g, 3, err)) return -1;
@@ -167,12 +168,12 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     uint64_t pp_b = pipe_bytes_sent(t->pipe) - pp_b0;
     t->pp_wait += pp_w;
     t->pp_sent += pp_b;
-    uint64_t tp_b1 = trainer_comm_totals(t->mesh->tpg, &tp_s1);
+    uint64_t tp_b1 = trainer_comm_totals(t->lay->tpg, &tp_s1);
     t->done = step + 1;
     double tps = t->tokens_per_step / dt;
     *m = (StepMetrics){.step = step + 1, .steps = tc->steps, .loss = loss, .lr = lr, .grad_norm = norm,
                        .ms = dt * 1e3, .tokens_per_s = tps,
-                       .mfu = tps * t->flops_tok / (t->peak * 1e9 * t->D * t->mesh->tp * t->mesh->pp),
+                       .mfu = tps * t->flops_tok / (t->peak * 1e9 * layout_devices(t->lay)),
                        .grad_comm_bytes = grad_sent, .tp_comm_bytes = tp_b1 - tp_b0, .tp_comm_ms = (tp_s1 - tp_s0) * 1e3,
                        .pp_comm_bytes = pp_b, .pp_wait_ms = pp_w * 1e3, .loss_scale = scale, .scaler = t->fp16,
                        .skipped = skipped, .spike = spike, .prof = t->prof};
@@ -222,8 +223,8 @@ static int choose_model(Trainer *t, Err *err) {
     if (mc->vocab != t->tok.vocab)
         return err_set(err, ERR_USAGE, "the model's vocabulary (%d) does not match --tokenizer %s (%d)", mc->vocab,
                        t->tok.name, t->tok.vocab);
-    config_pad_vocab(mc, mc->vocab, t->mesh->tp);   // Megatron's padding: every TP rank an equal slice
-    if (config_validate(mc, err) || stage_check_split(mc, t->mesh->tp, tc->sp, tc->seq, err)) return -1;
+    config_pad_vocab(mc, mc->vocab, t->lay->tp);   // Megatron's padding: every TP rank an equal slice
+    if (config_validate(mc, err) || stage_check_split(mc, t->lay->tp, t->lay->sp, tc->seq, err)) return -1;
     if (tc->seq > mc->max_seq)
         return err_set(err, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, mc->max_seq);
     return 0;
@@ -349,7 +350,7 @@ int trainer_rollback(Trainer *t, Err *err) {
     loader_set_state(t->ld, keep);
     if (t->spike.run >= t->tc->spike_rollback) t->spike.run = 0;   // a checkpoint saved before the guard was on
     stage_params_changed(&t->st);
-    t->sent_mark = trainer_comm_totals(t->mesh->dpg, NULL);
+    t->sent_mark = trainer_comm_totals(t->lay->dpg, NULL);
     t->rollbacks++;
     if (t->first)
         printf("spikes:    %d in a row at step %d: back to the checkpoint of step %d, the data on past their batches\n",
@@ -360,7 +361,7 @@ int trainer_rollback(Trainer *t, Err *err) {
 // Parameters start identical by construction (init by global index, or the
 // same file); every DP rank verifies it before the first step.
 static int check_same_start(Trainer *t, uint32_t crc, Err *err) {
-    Comm *c = t->mesh->dpg;
+    Comm *c = t->lay->dpg;
     if (!c) return 0;
     int32_t mine = (int32_t)crc, *all = calloc((size_t)t->D, 4);
     if (!all || comm_allgather(c, &mine, all, 1, DT_I32, err)) { free(all); return -1; }
@@ -375,17 +376,15 @@ static int check_same_start(Trainer *t, uint32_t crc, Err *err) {
 
 // Refuses, before allocating anything, a run whose ranks on this machine
 // would need more than its memory: parameters, gradients, AdamW moments
-// (each as ZeRO shards them), the 16-bit copy and the activations.
-static int check_room(const Trainer *t, const ModelSlice *sl, int slots, unsigned flags, Err *err) {
+// (each as ZeRO shards them), the 16-bit copy and the activations, by the
+// layout's memory model (the planner's figures).
+static int check_room(const Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
-    ParamTable pt;
-    if (ptable_build(&pt, &t->mc, sl, err)) return -1;
-    double n = (double)pt.total, d = t->D;
-    ptable_free(&pt);
-    double bytes = 4 * n / (tc->zero >= 3 ? d : 1) + 4 * n / (tc->zero >= 2 ? d : 1) + 8 * n / (tc->zero >= 1 ? d : 1) +
-                   (tc->precision != PREC_FP32 && tc->zero < 3 ? 2 * n : 0) +
-                   (double)stage_act_bytes(&t->mc, sl, tc->batch, tc->seq, slots, flags);
-    int local = t->mesh->world && !strcmp(comm_backend(t->mesh->world), "local") ? comm_size(t->mesh->world) : 1;
+    const Layout *l = t->lay;
+    LayoutMemory mem;
+    if (layout_memory(l, &t->mc, l->pp_rank, tc->batch, tc->seq, tc->accum, &mem, err)) return -1;
+    double bytes = mem.total;
+    int local = l->world && !strcmp(comm_backend(l->world), "local") ? comm_size(l->world) : 1;
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (have > 0 && bytes * local > have)
         return err_set(err, ERR_USAGE, "%s needs %.1f GiB per rank (parameters, gradients, AdamW moments, activations)%s; "
@@ -395,46 +394,40 @@ static int check_room(const Trainer *t, const ModelSlice *sl, int slots, unsigne
     return 0;
 }
 
-int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
+int trainer_open(Trainer **out, const TrainConfig *tc, const Layout *l, Err *err) {
     *out = NULL;
-    if (tc->zero && !m->dpg)
-        return err_set(err, ERR_USAGE, "--zero %d needs a communicator (tessera train starts one)", tc->zero);
+    if (l->zero && !l->dpg)
+        return err_set(err, ERR_USAGE, "--zero %d needs a communicator (tessera train starts one)", l->zero);
     Trainer *t = calloc(1, sizeof *t);
     if (!t) return err_set(err, ERR_RUN, "out of memory");
     t->tc = tc;
-    t->mesh = m;
-    t->rank = m->dpg ? comm_rank(m->dpg) : 0;
-    t->D = m->dpg ? comm_size(m->dpg) : 1;
-    t->first = m->rank == 0;
+    t->lay = l;
+    t->rank = l->dp_rank;
+    t->D = l->dp;
+    t->first = l->rank == 0;
     t->lock = -1;
     if (tokenizer_open(&t->tok, tc->tokenizer, err)) { free(t); return -1; }
     uint32_t crc = 0;
     if (choose_model(t, err)) goto fail;
     if (tc->threads > 0) kernels_set_threads(tc->threads);
     if (open_data(t, err)) goto fail;
-    ModelSlice slice = slice_whole(&t->mc);
-    int V = t->V = tc->virtual_stages > 1 ? tc->virtual_stages : 1;
-    if (!(t->begin = calloc((size_t)m->pp * V + 1, sizeof *t->begin))) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
-    if (pipe_split_layers(t->mc.n_layer, m->pp, V, tc->pp_layers, t->begin, err)) goto fail;
-    pipe_stage_slice(&slice, t->begin, m->pp, V, m->pp_rank);
-    slice.tp_rank = m->tp_rank;
-    slice.tp_size = m->tp;
-    slice.sp = tc->sp;
-    slice.pad_multiple = dp_pad_multiple(tc->zero, t->D);   // ZeRO: every segment splits into D equal pieces
+    // this rank's slice of the model and its activation slots, as the layout says
+    ModelSlice slice;
+    int V = t->V = layout_chunks(l);
+    if (!(t->begin = calloc((size_t)l->pp * V + 1, sizeof *t->begin))) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
+    if (layout_split_layers(l, t->mc.n_layer, t->begin, err) || layout_slice(l, &t->mc, &slice, err)) goto fail;
     t->last = slice_is_last(&slice, &t->mc);
-    int slots = pipe_in_flight(tc->schedule, m->pp, m->pp_rank, tc->accum, V);   // the micro-batches in flight here
-    unsigned prec = stage_prec_flag(tc->precision);
-    t->fp16 = tc->precision == PREC_FP16;
+    int slots = layout_in_flight(l, tc->accum, l->pp_rank);   // the micro-batches in flight here
+    unsigned flags = layout_stage_flags(l);
+    t->fp16 = l->precision == PREC_FP16;
     scaler_init(&t->sc, &tc->scaler);
     if (spike_init(&t->spike, tc->spike_z, tc->spike_window, tc->spike_rollback, err)) goto fail;
-    if (check_room(t, &slice, slots, dp_stage_flags(tc->zero) | tc->recompute | prec, err)) goto fail;
-    if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, dp_stage_flags(tc->zero) | tc->recompute | prec,
-                   err))
-        goto fail;
-    if (m->tpg && stage_set_tp(&t->st, m->tpg, err)) goto fail;
-    if (dp_init(&t->dp, m->dpg, tc->zero, tc->bucket_mb, tc->reduce_bf16 ? DT_BF16 : DT_F32, &t->st, err)) goto fail;
-    if (pipe_init(&t->pipe, m->ppg, tc->schedule, tc->accum, &t->st, err)) goto fail;
-    if (pipe_holds_tied_copy(t->pipe)) dp_set_shared(t->dp, 0);   // the first stage counts the embeddings
+    if (check_room(t, err)) goto fail;
+    if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, flags, err)) goto fail;
+    if (l->tpg && stage_set_tp(&t->st, l->tpg, err)) goto fail;
+    if (dp_init(&t->dp, l, tc->bucket_mb, &t->st, err)) goto fail;
+    if (pipe_init(&t->pipe, l, tc->accum, &t->st, err)) goto fail;
+    if (layout_holds_tied_copy(l, &t->mc)) dp_set_shared(t->dp, 0);   // the first stage counts the embeddings
     if (adamw_init(&t->opt, dp_shard_floats(t->dp), err)) goto fail;   // the moments of the owned pieces
     if (init_state(t, &crc, err) || check_same_start(t, crc, err)) goto fail;
     t->first_step = t->done;
@@ -442,8 +435,8 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
         err_set(err, ERR_RUN, "out of memory");
         goto fail;
     }
-    if (m->world && comm_split(m->world, 0, comm_rank(m->world), "stats", &t->stats, err)) goto fail;
-    if (t->stats && trainer_find_hosts(t, err)) goto fail;
+    if (l->world && comm_split(l->world, 0, comm_rank(l->world), "stats", &t->stats, err)) goto fail;
+    if (t->stats && layout_hosts(l, t->stats, t->hosts, sizeof t->hosts, err)) goto fail;
     // only rank 0 logs, draws the progress bar and holds the run directory's
     // lock: the others must not wait in the first step for a rank that could
     // not take them
@@ -453,18 +446,18 @@ int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err) {
     t->inp = malloc((size_t)tc->accum * tc->batch * tc->seq * sizeof *t->inp);
     t->tgt = malloc((size_t)tc->accum * tc->batch * tc->seq * sizeof *t->tgt);
     if (!t->inp || !t->tgt) { err_set(err, ERR_RUN, "out of memory"); goto fail; }
-    t->tokens_per_step = (double)tc->batch * tc->seq * tc->accum * t->D;
+    t->tokens_per_step = layout_tokens_per_step(l, tc->batch, tc->seq, tc->accum);
     t->flops_tok = arch_flops_token(&t->mc, tc->seq);
     peak_probe(&t->peaks, kernels_threads());
     t->peak = tc->peak_gflops;
     t->peak_src = "--peak-gflops";
     if (t->peak <= 0) {   // the peak of the arithmetic the run's products use
-        t->peak = peak_for(&t->peaks, tc->precision);
-        t->peak_src = peak_for_name(&t->peaks, tc->precision);
+        t->peak = peak_for(&t->peaks, l->precision);
+        t->peak_src = peak_for_name(&t->peaks, l->precision);
     }
     if (t->peak <= 0) { t->peak = kernels_sgemm_gflops(1024, 5); t->peak_src = "SGEMM 1024³: no FMA unit to probe"; }
     trainer_print_header(t);
-    t->sent_mark = trainer_comm_totals(m->dpg, NULL);
+    t->sent_mark = trainer_comm_totals(l->dpg, NULL);
     *out = t;
     return 0;
 fail:

@@ -1,7 +1,8 @@
 // train/trainer — the training step, written once for every layout, and
 // the run around it.
 //
-// trainer_open sets a run up on its mesh: data, the stage (this rank's part
+// trainer_open sets a run up on its layout (parallel/layout: what this
+// rank holds and counts, and its groups): data, the stage (this rank's part
 // of the model), the data-parallel module (ZeRO 0-3), the optimizer, the
 // starting state (checkpoint, --init-from file or seed), and prints the
 // header. trainer_step is one optimizer step, always the same sequence:
@@ -25,7 +26,7 @@
 #include "model/stage.h"
 #include "optim/adamw.h"
 #include "optim/scaler.h"
-#include "parallel/mesh.h"
+#include "parallel/layout.h"
 #include "parallel/pipe.h"
 #include "train/report.h"
 #include "train/schedule.h"
@@ -56,14 +57,9 @@ typedef struct TrainConfig {
     double peak_gflops;        // MFU denominator; 0 = the measured peak of the run's arithmetic (kernels/peak)
     int progress;              // draw a progress bar on rank 0 (the launcher's stdout is a terminal)
     double bucket_mb;          // ZeRO-0 gradient bucket size
-    int zero;                  // ZeRO stage 0..3 over the DP group
-    int sp;                    // sequence parallelism over the TP group
-    PipeSchedule schedule;     // pipeline schedule (pp > 1)
-    const int *pp_layers;      // layers of each pipeline stage, or NULL for an even split
-    int virtual_stages;        // chunks per pipeline stage (> 1: the interleaved 1F1B schedule); 0 or 1: one
-    unsigned recompute;        // 0, STAGE_RECOMPUTE_FULL or STAGE_RECOMPUTE_SELECTIVE (model/stage)
-    Precision precision;       // fp32, or bf16/fp16: 16-bit weights and activations, fp32 masters (model/stage)
-    int reduce_bf16;           // data-parallel gradient reduction in bf16 (summed in fp32)
+    Layout layout;             // the layout the flags ask for: axes (dp 0 until the ranks are counted), ZeRO,
+                               // SP, schedule, virtual stages, --pp-layers, recomputation, precision, reduction
+                               // dtype; the ranks run on it placed, with their groups (trainer_open's l)
     ScalerConfig scaler;       // fp16's dynamic loss scale (optim/scaler)
     int loss_scale_given;      // --loss-scale was given (a resumed run keeps its checkpoint's scale and says so)
     int profile;               // time each kind of work in the steps, print the table at the end (core/prof)
@@ -77,9 +73,10 @@ typedef struct TrainConfig {
 
 typedef struct Trainer Trainer;
 
-// Sets up a run of tc on mesh m (its DP, TP and PP groups). m->world
-// NULL is one process. Prints the header on stdout. 0, or -1 with err.
-int trainer_open(Trainer **out, const TrainConfig *tc, Mesh *m, Err *err);
+// Sets up a run of tc on layout l: tc->layout placed at this rank, with its
+// DP, TP and PP groups (layout_init; l->world NULL is one process). Prints
+// the header on stdout. 0, or -1 with err.
+int trainer_open(Trainer **out, const TrainConfig *tc, const Layout *l, Err *err);
 void trainer_close(Trainer *t);
 // Steps done so far (the checkpoint's step after a resume).
 int trainer_steps_done(const Trainer *t);
@@ -87,9 +84,9 @@ int trainer_steps_done(const Trainer *t);
 // the loss is no longer finite).
 int trainer_step(Trainer *t, StepMetrics *m, Err *err);
 
-// Runs the whole training of tc on m: header, steps, one line per logged
+// Runs the whole training of tc on l (as trainer_open): header, steps, one line per logged
 // step, evaluations, checkpoints and the summary. Returns 0, or -1 with err.
-int train_run(const TrainConfig *tc, Mesh *m, Err *err);
+int train_run(const TrainConfig *tc, const Layout *l, Err *err);
 
 
 // The sum of the per-token losses of the model over this rank's part of

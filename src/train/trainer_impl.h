@@ -16,7 +16,7 @@
 
 struct Trainer {
     const TrainConfig *tc;
-    Mesh *mesh;
+    const Layout *lay;         // the run's layout, placed at this rank: every share and count is its
     int rank, D;               // DP rank and size
     int first;                 // world rank 0: it prints, logs and commits checkpoints
     int lock;                  // world rank 0's lock on --ckpt-dir (-1: none)
@@ -32,7 +32,7 @@ struct Trainer {
     Pipe *pipe;                // the pipeline schedule and the neighbours (one stage: the plain loop)
     int last;                  // this rank's stage holds the loss
     int V;                     // chunks per stage (virtual stages; 1: not interleaved)
-    int *begin;                // the layers of virtual stage j: [begin[j], begin[j + 1]) (pipe_split_layers)
+    int *begin;                // the layers of virtual stage j: [begin[j], begin[j + 1]) (layout_split_layers)
     AdamW opt;
     LossScaler sc;             // fp16's loss scale
     int fp16;
@@ -73,9 +73,6 @@ int trainer_agree(Trainer *t, int rc, const char *what, Err *err);
 // spikes. 0, or -1 with err (no checkpoint to go back to, one unreadable).
 int trainer_rollback(Trainer *t, Err *err);
 
-// Gathers every rank's hostname into t->hosts (header.c). Every rank calls
-// it. 0, or -1 with err.
-int trainer_find_hosts(Trainer *t, Err *err);
 // Prints the run's header on stdout: the model, data, batch, layout,
 // optimizer, machine and precision, and where the run starts from.
 void trainer_print_header(Trainer *t);

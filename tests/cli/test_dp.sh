@@ -194,6 +194,13 @@ for z in 0 1 2 3; do
   done
 done
 if [ $pl_bad -eq 0 ]; then ok "plan predicts the weights, gradient and optimizer bytes per rank exactly for ZeRO 0-3"; else bad "plan vs ZeRO memory"; fi
+cm_bad=0
+for z in 0 1 2 3; do
+  pj=$("$BIN" plan --model gpt2-tiny --vocab 256 --devices 4 --dp 4 --zero $z --precision fp32 --global-batch 8 --micro-batch 2 --seq 64 --json)
+  want=$(echo "$pj" | sed 's/.*"comm_buffer_bytes":\([0-9.e+]*\).*/\1/'); got=$(mem "$TMP/t4${z}1.jsonl" comm)
+  awk -v a="$got" -v b="$want" 'BEGIN { exit !(a == b) }' || { cm_bad=1; echo "     zero $z comm: $got vs plan $want"; }
+done
+if [ $cm_bad -eq 0 ]; then ok "plan predicts the communication buffers per rank exactly for ZeRO 0-3 (pools, embedding rows)"; else bad "plan vs communication buffers"; fi
 
 # ---- a rank killed mid-training under ZeRO-3 ----
 # Every rank stops, the launcher exits non-zero, the last complete

@@ -129,7 +129,7 @@ static void test_roundtrip(void) {
 static void test_slices_across_files(void) {
     Err e;
     ModelConfig c = tiny();
-    ModelSlice whole = slice_whole(&c), h0 = {0, c.n_layer, 0, 2, 1, 0}, h1 = {0, c.n_layer, 1, 2, 1, 0};
+    ModelSlice whole = slice_whole(&c), h0 = {0, c.n_layer, 0, 2, 1, 0, 1, 0}, h1 = {0, c.n_layer, 1, 2, 1, 0, 1, 0};
     Model w, a, b, w2;
     EXPECT(model_init(&w, &c, &whole, &e) == 0 && model_init(&a, &c, &h0, &e) == 0 &&
            model_init(&b, &c, &h1, &e) == 0 && model_init(&w2, &c, &whole, &e) == 0, "%s", e.msg);
@@ -172,7 +172,7 @@ static void test_slices_across_files(void) {
 static void test_flat_pieces(void) {
     Err e;
     ModelConfig c = tiny();
-    ModelSlice whole = slice_whole(&c), padded = whole, h[2] = {{0, c.n_layer, 0, 2, 1, 0}, {0, c.n_layer, 1, 2, 1, 0}};
+    ModelSlice whole = slice_whole(&c), padded = whole, h[2] = {{0, c.n_layer, 0, 2, 1, 0, 1, 0}, {0, c.n_layer, 1, 2, 1, 0, 1, 0}};
     padded.pad_multiple = 3;
     Model w, p, w2, half[2];
     EXPECT(model_init(&w, &c, &whole, &e) == 0 && model_init(&p, &c, &padded, &e) == 0 &&

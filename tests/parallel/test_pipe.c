@@ -4,15 +4,15 @@
 // the one-process order); the ranks, blocking only on receives as
 // parallel/pipe does, never deadlock, and every neighbour channel carries
 // its messages in the order the receiver expects them; the activations in
-// flight are what pipe_in_flight says (P − r under 1F1B, M under GPipe,
+// flight are what parallel/layout's layout_in_flight says (P − r under 1F1B, M under GPipe,
 // 2(P − r − 1) + (V − 1)·P + 1 chunks interleaved, at most V·M); with
 // sends that complete only as the receiver takes them (rendezvous), the
 // gradient send buffers pipe_grad_buffers counts keep every rank from
 // waiting on a send it must itself unblock, whichever ranks run ahead;
 // and with a forward taking 1 and a backward 2 time units per chunk, the
 // step takes exactly (V·M + P − 1)·3/V: the bubble (P − 1)/(V·M + P − 1)
-// the planner and the summary print. Then the layer split: chunks P apart,
-// and the errors.
+// the planner and the summary print. Then the layout's layer split and
+// slices: chunks P apart, and the errors.
 #include <string.h>
 
 #include "parallel/pipe.h"
@@ -147,7 +147,8 @@ static void check_plan(int P, int V, int M, PipeSchedule s, int *bad_cover, int 
         // interleaved: the warm-up forwards and one more (the planner's count for stage 0)
         int ahead = 2 * (P - r - 1) + (V - 1) * P + 1;
         int want = s == PIPE_GPIPE ? M : V == 1 ? (P - r < M ? P - r : M) : (ahead < V * M ? ahead : V * M);
-        *bad_flight += most != pipe_in_flight(s, P, r, M, V) || most != want;
+        Layout l = {.dp = 1, .tp = 1, .pp = P, .vstages = V, .schedule = s};
+        *bad_flight += most != layout_in_flight(&l, M, r) || most != want;
     }
     // sends taken only by the receiver: every rank in front of the others,
     // in turn, and the two orders of all
@@ -181,7 +182,7 @@ static void test_schedules(void) {
     EXPECT(n > 300, "only %d schedules checked", n);
     EXPECT(cover == 0, "%d operation lists miss or repeat an operation", cover);
     EXPECT(order == 0, "%d times a chunk's micro-batches or a channel's messages came out of order", order);
-    EXPECT(flight == 0, "%d stages hold another number of micro-batches than pipe_in_flight says", flight);
+    EXPECT(flight == 0, "%d stages hold another number of micro-batches than layout_in_flight says", flight);
     EXPECT(dead == 0, "%d schedules deadlock", dead);
     EXPECT(bubble == 0, "%d schedules take another time than (V·M + P − 1)·(f + b)/V", bubble);
 }
@@ -198,19 +199,22 @@ static void test_split(void) {
     Err e;
     int begin[17];
     ModelSlice s = {0};
-    EXPECT(pipe_split_layers(8, 2, 2, NULL, begin, &e) == 0, "%s", e.msg);
-    pipe_stage_slice(&s, begin, 2, 2, 1);
+    ModelConfig mc = {.n_layer = 8};
+    Layout l = {.dp = 1, .tp = 1, .pp = 2, .vstages = 2};
+    EXPECT(layout_split_layers(&l, 8, begin, &e) == 0, "%s", e.msg);
+    EXPECT(layout_slice_of(&l, &mc, 1, 0, &s, &e) == 0, "%s", e.msg);
     int b0, e0, b1, e1;
     slice_chunk_layers(&s, 0, &b0, &e0);
     slice_chunk_layers(&s, 1, &b1, &e1);
     EXPECT(slice_chunks(&s) == 2 && b0 == 2 && e0 == 4 && b1 == 6 && e1 == 8, "stage 1 of 2 with 2 chunks of 8 layers: "
            "%d–%d and %d–%d", b0, e0, b1, e1);
     EXPECT(!slice_is_first(&s), "stage 1 is not the first");
-    pipe_stage_slice(&s, begin, 2, 2, 0);
+    layout_slice_of(&l, &mc, 0, 0, &s, &e);
     EXPECT(slice_is_first(&s), "stage 0 is the first");
     int layers[2] = {3, 5};
-    EXPECT(pipe_split_layers(8, 2, 1, layers, begin, &e) == 0 && begin[1] == 3 && begin[2] == 8, "--pp-layers 3,5");
-    EXPECT(pipe_split_layers(6, 2, 2, NULL, begin, &e) == -1 && strstr(e.msg, "2 × --pp 2 = 4 chunks do not divide"),
+    Layout given = {.dp = 1, .tp = 1, .pp = 2, .pp_layers = layers};
+    EXPECT(layout_split_layers(&given, 8, begin, &e) == 0 && begin[1] == 3 && begin[2] == 8, "--pp-layers 3,5");
+    EXPECT(layout_split_layers(&l, 6, begin, &e) == -1 && strstr(e.msg, "2 × --pp 2 = 4 chunks do not divide"),
            "%s", e.msg);
     EXPECT(pipe_check(PIPE_1F1B, 2, 4, 2, layers, &e) == -1 && strstr(e.msg, "--pp-layers"), "%s", e.msg);
     EXPECT(pipe_check(PIPE_1F1B, 2, 6, 3, NULL, &e) == 0, "M = 6 on P = 2");

@@ -39,7 +39,7 @@ static void test_zero_states(void) {
     PlanCluster c = cluster(8);
     PlanJob j = {2048, 64, 1, 0};
     for (int z = 0; z <= 3; z++) {
-        PlanLayout l = {.dp = 8, .tp = 1, .pp = 1, .zero = z, .precision = PREC_BF16, .fused_attention = 1};
+        Layout l = {.dp = 8, .tp = 1, .pp = 1, .zero = z, .precision = PREC_BF16};
         PlanResult r;
         EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
         plan_eval(&m, &c, &j, &l, &r);
@@ -47,7 +47,7 @@ static void test_zero_states(void) {
         double want = z == 0 ? 16 * psi : z == 1 ? 4 * psi + 12 * psi / d : z == 2 ? 2 * psi + 14 * psi / d : 16 * psi / d;
         EXPECT(fabs(r.model_states - want) < 1e-6 * want, "zero %d: %.6g, want %.6g", z, r.model_states, want);
     }
-    PlanLayout l = {.dp = 8, .tp = 1, .pp = 1, .precision = PREC_FP32, .fused_attention = 1};
+    Layout l = {.dp = 8, .tp = 1, .pp = 1, .precision = PREC_FP32};
     PlanResult r;
     plan_eval(&m, &c, &j, &l, &r);
     EXPECT(r.model_states == 16.0 * r.params_device, "fp32 Adam is 16 B per parameter");
@@ -59,7 +59,7 @@ static void test_activations_and_flops(void) {
     plan_model_preset(&m, "gpt3-175b", &e);
     PlanCluster c = cluster(64);
     PlanJob j = {2048, 64, 1, 0};
-    PlanLayout l = {.dp = 1, .tp = 8, .pp = 8, .precision = PREC_BF16, .fused_attention = 1};
+    Layout l = {.dp = 1, .tp = 8, .pp = 8, .precision = PREC_BF16};
     PlanResult r;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
     plan_eval(&m, &c, &j, &l, &r);
@@ -71,14 +71,14 @@ static void test_activations_and_flops(void) {
     j2.seq = 4096;
     double a1 = plan_act_layer(&m, &j, &l), a2 = plan_act_layer(&m, &j2, &l);
     EXPECT(fabs(a2 / a1 - 2) < 1e-12, "fused attention activations scale with s (%.6f)", a2 / a1);
-    l.fused_attention = 0;
+    l.naive_attention = 1;
     EXPECT(plan_act_layer(&m, &j2, &l) / plan_act_layer(&m, &j, &l) > 2.1, "naive attention has the s² term");
-    l.fused_attention = 1;
+    l.naive_attention = 0;
     // sequence parallelism and tensor parallelism shrink activations; full recompute keeps only the input
-    PlanLayout sp = l;
+    Layout sp = l;
     sp.sp = 1;
     EXPECT(plan_act_layer(&m, &j, &sp) < a1, "sequence parallel");
-    PlanLayout full = l;
+    Layout full = l;
     full.recompute = RECOMPUTE_FULL;
     EXPECT(plan_act_layer(&m, &j, &full) == 4.0 * sbh, "full recompute keeps the s·b·h layer input (fp32)");
     plan_eval(&m, &c, &j, &full, &r);
@@ -95,7 +95,7 @@ static void test_megatron_estimates(void) {
     c.tflops = 140;
     c.mfu = 1;   // X is the achieved throughput
     PlanJob j = {2048, 1536, 1, 300e9};
-    PlanLayout l = {.dp = 8, .tp = 8, .pp = 16, .precision = PREC_BF16, .recompute = RECOMPUTE_FULL, .fused_attention = 1};
+    Layout l = {.dp = 8, .tp = 8, .pp = 16, .precision = PREC_BF16, .recompute = RECOMPUTE_FULL};
     EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
     plan_eval(&m, &c, &j, &l, &r);
     EXPECT(fabs(r.megatron_days - 34) < 0.5, "175B: %.2f days, paper ≈ 34", r.megatron_days);
@@ -104,7 +104,7 @@ static void test_megatron_estimates(void) {
     c.tflops = 163;
     c.mfu = 1;
     j = (PlanJob){2048, 3072, 1, 450e9};
-    l = (PlanLayout){.dp = 6, .tp = 8, .pp = 64, .precision = PREC_BF16, .recompute = RECOMPUTE_FULL, .fused_attention = 1};
+    l = (Layout){.dp = 6, .tp = 8, .pp = 64, .precision = PREC_BF16, .recompute = RECOMPUTE_FULL};
     EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
     plan_eval(&m, &c, &j, &l, &r);
     EXPECT(fabs(r.megatron_days - 84) < 1.0, "1T: %.2f days, paper ≈ 84", r.megatron_days);
@@ -116,7 +116,7 @@ static void test_megatron_estimates(void) {
 // recomputation mode and precision. The gradients: fp32's; under bf16/fp16
 // the planner counts the ZeRO paper's 16-bit gradients, tessera keeps fp32
 // ones (twice the bytes).
-static void check_against_tessera(const char *preset, int vocab, int B, int T, PlanRecompute rc, Precision prec) {
+static void check_against_tessera(const char *preset, int vocab, int B, int T, Recompute rc, Precision prec) {
     Err e;
     ModelConfig mc;
     config_preset(&mc, preset, &e);
@@ -133,7 +133,7 @@ static void check_against_tessera(const char *preset, int vocab, int B, int T, P
     plan_model_from_config(&m, &mc);
     PlanCluster c = cluster(1);
     PlanJob j = {T, B, B, 0};
-    PlanLayout l = {.dp = 1, .tp = 1, .pp = 1, .precision = prec, .fused_attention = 1, .recompute = rc};
+    Layout l = {.dp = 1, .tp = 1, .pp = 1, .precision = prec, .recompute = rc};
     PlanResult r;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
     plan_eval(&m, &c, &j, &l, &r);
@@ -162,11 +162,11 @@ static void check_against_tessera(const char *preset, int vocab, int B, int T, P
 static void test_against_tessera(void) {
     for (int p = 0; p < PREC_COUNT; p++)
         for (int rc = 0; rc < 3; rc++) {
-            check_against_tessera("gpt2-tiny", 256, 12, 64, (PlanRecompute)rc, (Precision)p);
-            check_against_tessera("gpt2-tiny", 50257, 4, 32, (PlanRecompute)rc, (Precision)p);
-            check_against_tessera("gpt2-124m", 50257, 4, 64, (PlanRecompute)rc, (Precision)p);
-            check_against_tessera("llama-tiny", 256, 6, 64, (PlanRecompute)rc, (Precision)p);
-            check_against_tessera("llama-120m", 32000, 2, 64, (PlanRecompute)rc, (Precision)p);
+            check_against_tessera("gpt2-tiny", 256, 12, 64, (Recompute)rc, (Precision)p);
+            check_against_tessera("gpt2-tiny", 50257, 4, 32, (Recompute)rc, (Precision)p);
+            check_against_tessera("gpt2-124m", 50257, 4, 64, (Recompute)rc, (Precision)p);
+            check_against_tessera("llama-tiny", 256, 6, 64, (Recompute)rc, (Precision)p);
+            check_against_tessera("llama-120m", 32000, 2, 64, (Recompute)rc, (Precision)p);
         }
 }
 
@@ -179,7 +179,7 @@ static void test_interleaved(void) {
     plan_model_preset(&m, "gpt2-124m", &e);
     PlanCluster c = cluster(4);
     PlanJob j = {1024, 16, 1, 1e9};
-    PlanLayout l = {.dp = 1, .tp = 1, .pp = 4, .precision = PREC_BF16, .fused_attention = 1};
+    Layout l = {.dp = 1, .tp = 1, .pp = 4, .precision = PREC_BF16};
     PlanResult one, three;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
     plan_eval(&m, &c, &j, &l, &one);
@@ -204,7 +204,7 @@ static void test_interleaved(void) {
     j.global_batch = 6;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "multiple of pp=4"), "%s", e.msg);
     j.global_batch = 16;
-    l.schedule = SCHED_GPIPE;
+    l.schedule = PIPE_GPIPE;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "1F1B"), "%s", e.msg);
 }
 
@@ -214,11 +214,11 @@ static void test_invalid_and_sweep(void) {
     plan_model_preset(&m, "gpt2-124m", &e);
     PlanCluster c = cluster(8);
     PlanJob j = {1024, 64, 1, 1e9};
-    PlanLayout l = {.dp = 1, .tp = 8, .pp = 1, .precision = PREC_BF16};
+    Layout l = {.dp = 1, .tp = 8, .pp = 1, .precision = PREC_BF16};
     EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "heads"), "tp=8 with 12 heads: %s", e.msg);
-    l = (PlanLayout){.dp = 3, .tp = 1, .pp = 1};
+    l = (Layout){.dp = 3, .tp = 1, .pp = 1};
     EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "devices"), "dp·tp·pp != devices: %s", e.msg);
-    l = (PlanLayout){.dp = 2, .tp = 1, .pp = 4, .schedule = SCHED_1F1B};
+    l = (Layout){.dp = 2, .tp = 1, .pp = 4, .schedule = PIPE_1F1B};
     j.global_batch = 4;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "1F1B"), "too few micro-batches: %s", e.msg);
     // inputs that hold for no layout: the sequence beyond the positions, nodes of unequal size
@@ -240,9 +240,9 @@ static void test_invalid_and_sweep(void) {
             PlanCluster cc = cluster(devs[a]);
             PlanJob jj = {seqs[b], gbs[g], 1, 1e12};
             int dp = (int)(devs[a] / (tps[t] * pps[p]));
-            PlanLayout ll = {.dp = dp > 0 ? dp : 1, .tp = tps[t], .pp = pps[p], .zero = zs[z], .recompute = (a + b) % 3,
-                             .precision = (Precision)(g % 3), .sp = t % 2, .fused_attention = p % 2,
-                             .schedule = (PlanSchedule)(z % 2), .vstages = 1 + (g + b) % 3};
+            Layout ll = {.dp = dp > 0 ? dp : 1, .tp = tps[t], .pp = pps[p], .zero = zs[z], .recompute = (a + b) % 3,
+                             .precision = (Precision)(g % 3), .sp = t % 2, .naive_attention = !(p % 2),
+                             .schedule = (PipeSchedule)(z % 2), .vstages = 1 + (g + b) % 3};
             if (plan_check(&m, &cc, &jj, &ll, &e)) continue;
             PlanResult r;
             plan_eval(&m, &cc, &jj, &ll, &r);
