@@ -6,59 +6,8 @@
 
 #include "core/alloc.h"
 #include "core/half.h"
+#include "parallel/dp_impl.h"
 #include "parallel/embsync.h"
-
-enum { POOL_EMB, POOL_LNF, POOL_BLK0, POOL_BLK1, NPOOL };
-enum { BUF_EMPTY, BUF_PENDING, BUF_READY, BUF_IN_USE };
-
-// A pooled buffer: one segment's parameters (gathered) or gradients (to be
-// reduce-scattered) at a time.
-typedef struct {
-    float *buf;
-    uint16_t *h;         // gradients under a bf16 reduction: buf's values in bf16, as sent
-    size_t cap;
-    int seg, state;
-    int micro;           // gradients: the micro-batch they are from
-    CommRequest *req;
-} Buf;
-
-// Stage 0: an allreduce bucket, a float range of the gradient buffer.
-typedef struct {
-    size_t lo, hi;
-    CommRequest *req;
-} Bucket;
-
-struct Dp {
-    Comm *c;                 // NULL: one process
-    int zero, rank, d;
-    double bucket_mb;
-    Stage *st;
-    const ParamTable *t;
-    int npc;                 // owned pieces: 1 (stage 0) or one per segment
-    size_t *sk, *soff;       // per segment: piece floats, offset in the shard
-    size_t S;
-    int emb;                 // the embeddings' segment (-1: none)
-    int shared;              // a segment another stage holds and counts (-1: none)
-    int owner, counts_tp;    // this rank counts its pieces (layout_dp_owner), and the tensors replicated over TP
-    EmbSync *es;             // the embedding lookup's gradient rows
-    int micro, last;         // the current micro-batch; it is the last of the step
-    // stage 0
-    Bucket *b;               // b[0] is the last range of the buffer
-    int nb, next;            // buckets, next to start
-    Bucket embb;             // the embeddings' bucket (hi = 0: none)
-    // stages 1-3
-    float *pshard;           // stage 3: owned parameters
-    float *gshard;           // stages 2, 3: owned gradients
-    Buf pbuf[NPOOL];         // stage 3: gathered parameters
-    Buf gbuf[NPOOL];         // stages 2, 3: gradients being written or reduced
-    CommRequest **rs;        // stage 1: per segment, its in-place reduce-scatter
-    CommRequest **ag;        // stages 1, 2: per segment, the allgather of the updated parameters
-    CommDtype reduce;        // the gradients' dtype on the wire
-    uint16_t *h;             // stages 0, 1 under a bf16 reduction: the gradient buffer in bf16, as sent (MEM_COMM)
-    int failed;
-    Err err;
-    double waited;
-};
 
 static int pool_of_seg(const ParamSeg *g) {
     if (g->layer >= 0) return POOL_BLK0 + (g->layer & 1);
@@ -562,52 +511,4 @@ int dp_fill_shard(Dp *d, float *shard, DpFill fill, void *ctx) {
         rc = d->zero == 0 ? fill(ctx, k, shard + d->t->seg[k].lo)
                           : fill_piece(d, k, scratch_of(d, k), shard + d->soff[k], fill, ctx);
     return rc;
-}
-
-// ---- reporting ----
-
-static size_t pool_bytes(const Dp *d) {
-    size_t b = 0;
-    for (int p = 0; p < NPOOL; p++) b += (d->pbuf[p].cap + d->gbuf[p].cap) * sizeof(float);
-    return b + (d->es ? embsync_bytes(d->es) : 0);
-}
-
-void dp_describe(const Dp *d, char *buf, size_t cap) {
-    buf[0] = 0;
-    if (!d->c) return;
-    if (d->zero == 0) {
-        if (d->d > 1)
-            snprintf(buf, cap, "data parallel over %d ranks (%s backend), gradients in %d buckets of ≤ %g MB, overlapped "
-                     "with backward", d->d, comm_backend(d->c), d->nb + (d->embb.hi > 0), d->bucket_mb);
-        return;
-    }
-    static const char *what[] = {"", "AdamW state sharded; gradients reduce-scattered per layer during the last backward, "
-                                     "updated parameters allgathered during the next forward",
-                                 "AdamW state and gradients sharded; gradients reduce-scattered per layer during every "
-                                 "backward, updated parameters allgathered during the next forward",
-                                 "AdamW state, gradients and parameters sharded; each layer's parameters allgathered "
-                                 "before its forward and its backward (the next one prefetched)"};
-    char b1[32];
-    snprintf(buf, cap, "data parallel over %d ranks (%s backend), ZeRO-%d: %s; shard %zu of %zu floats per rank, "
-             "%d segments, comm buffers %s", d->d, comm_backend(d->c), d->zero, what[d->zero], d->S, d->t->total,
-             d->t->nseg, mem_fmt(pool_bytes(d), b1, sizeof b1));
-}
-
-void dp_summary(const Dp *d, int steps, char *buf, size_t cap) {
-    buf[0] = 0;
-    if (!d->c || (d->zero == 0 && d->d == 1)) return;
-    const CommStats *cs = comm_stats(d->c);
-    int n = steps > 0 ? steps : 1;
-    if (d->zero == 0) {
-        double ar = cs->seconds[OP_ALLREDUCE], hid = ar > 0 ? 100 * (1 - d->waited / ar) : 100.0;
-        snprintf(buf, cap, "gradient allreduce %.2f s in all, %.2f s of it waited for after backward (%.0f%% hidden); "
-                 "%.1f MB sent per step per rank", ar, d->waited, hid < 0 ? 0.0 : hid,
-                 cs->bytes_sent[OP_ALLREDUCE] / 1e6 / n);
-        return;
-    }
-    double t = cs->seconds[OP_REDUCE_SCATTER] + cs->seconds[OP_ALLGATHER], hid = t > 0 ? 100 * (1 - d->waited / t) : 100.0;
-    uint64_t sent = cs->bytes_sent[OP_REDUCE_SCATTER] + cs->bytes_sent[OP_ALLGATHER];
-    snprintf(buf, cap, "reduce-scatter %.2f s + allgather %.2f s in all, %.2f s of it waited for (%.0f%% hidden); "
-             "%.1f MB sent per step per rank", cs->seconds[OP_REDUCE_SCATTER], cs->seconds[OP_ALLGATHER], d->waited,
-             hid < 0 ? 0.0 : hid, sent / 1e6 / n);
 }

@@ -1,0 +1,62 @@
+// parallel/dp_impl.h — the data-parallel state, shared by dp.c (setup,
+// the stage's hooks, the step) and dp_report.c (what the header and the
+// summary say of it). Internal to parallel/.
+#ifndef TSR_PARALLEL_DP_IMPL_H
+#define TSR_PARALLEL_DP_IMPL_H
+
+#include "parallel/dp.h"
+#include "parallel/embsync.h"
+
+enum { POOL_EMB, POOL_LNF, POOL_BLK0, POOL_BLK1, NPOOL };
+enum { BUF_EMPTY, BUF_PENDING, BUF_READY, BUF_IN_USE };
+
+// A pooled buffer: one segment's parameters (gathered) or gradients (to be
+// reduce-scattered) at a time.
+typedef struct {
+    float *buf;
+    uint16_t *h;         // gradients under a bf16 reduction: buf's values in bf16, as sent
+    size_t cap;
+    int seg, state;
+    int micro;           // gradients: the micro-batch they are from
+    CommRequest *req;
+} Buf;
+
+// Stage 0: an allreduce bucket, a float range of the gradient buffer.
+typedef struct {
+    size_t lo, hi;
+    CommRequest *req;
+} Bucket;
+
+struct Dp {
+    Comm *c;                 // NULL: one process
+    int zero, rank, d;
+    double bucket_mb;
+    Stage *st;
+    const ParamTable *t;
+    int npc;                 // owned pieces: 1 (stage 0) or one per segment
+    size_t *sk, *soff;       // per segment: piece floats, offset in the shard
+    size_t S;
+    int emb;                 // the embeddings' segment (-1: none)
+    int shared;              // a segment another stage holds and counts (-1: none)
+    int owner, counts_tp;    // this rank counts its pieces (layout_dp_owner), and the tensors replicated over TP
+    EmbSync *es;             // the embedding lookup's gradient rows
+    int micro, last;         // the current micro-batch; it is the last of the step
+    // stage 0
+    Bucket *b;               // b[0] is the last range of the buffer
+    int nb, next;            // buckets, next to start
+    Bucket embb;             // the embeddings' bucket (hi = 0: none)
+    // stages 1-3
+    float *pshard;           // stage 3: owned parameters
+    float *gshard;           // stages 2, 3: owned gradients
+    Buf pbuf[NPOOL];         // stage 3: gathered parameters
+    Buf gbuf[NPOOL];         // stages 2, 3: gradients being written or reduced
+    CommRequest **rs;        // stage 1: per segment, its in-place reduce-scatter
+    CommRequest **ag;        // stages 1, 2: per segment, the allgather of the updated parameters
+    CommDtype reduce;        // the gradients' dtype on the wire
+    uint16_t *h;             // stages 0, 1 under a bf16 reduction: the gradient buffer in bf16, as sent (MEM_COMM)
+    int failed;
+    Err err;
+    double waited;
+};
+
+#endif
