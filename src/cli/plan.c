@@ -280,7 +280,7 @@ static int plan_flags(PlanArgs *a, int argc, char **argv, int *help, Json **cfg,
     if (*help) {
         printf("usage: tessera plan --model PRESET | --config FILE.json [--layers L --d-model C --heads NH ...] [cluster] [job] [layout]\n\n"
                "Predicts memory per device, FLOPs, communication, step time and training time; with a layout\n"
-               "(--dp/--tp/--pp) for that layout, without one the best layouts. Presets: %s.\n\n", plan_preset_list());
+               "(--dp/--tp/--pp) for that layout, without one the best layouts. Presets: %s.\n\n", config_preset_list_all());
         flags_print(f, nf);
     }
     a->given_devices = flags_find(f, nf, "devices")->seen;

@@ -39,7 +39,7 @@ int hf_model_config(const Json *cfg, const char *path, ModelConfig *mc, Err *err
     const Arch *ar = mt && mt->type == JSON_STR ? arch_of_hf(mt->text, &id) : NULL;
     if (!ar) {
         char known[160] = "";
-        for (int a = 0, n = 0; a < ARCH_COUNT; a++)
+        for (int a = 0, n = 0; a < ARCH_COUNT && n < (int)sizeof known; a++)
             if (arch_registry[a]->hf)
                 n += snprintf(known + n, sizeof known - (size_t)n, "%s\"%s\"", n ? ", " : "", arch_registry[a]->hf->model_type);
         return err_set(err, ERR_USAGE, "%s: model_type is %s%s%s, not one tessera reads (%s)", path,

@@ -74,18 +74,13 @@ int meta_model(const Json *meta, const char *path, ModelConfig *cfg, Err *err) {
     const Json *m = json_get(meta, "model");
     if (!m || m->type != JSON_OBJ) return err_set(err, ERR_USAGE, "%s: missing field 'model'", path);
     static const char *keys[] = {"n_layer", "n_head", "d_model", "d_ff", "max_seq", "vocab"};
-    int *dst[] = {&cfg->n_layer, &cfg->n_head, &cfg->d_model, &cfg->d_ff, &cfg->max_seq, &cfg->vocab};
     memset(cfg, 0, sizeof *cfg);
-    for (int i = 0; i < 6; i++) {
-        int64_t v;
-        if (json_int64(json_get(m, keys[i]), &v) || v < 1 || v > (1 << 30))
-            return err_set(err, ERR_USAGE, "%s: field 'model.%s' is missing or not a positive integer", path, keys[i]);
-        *dst[i] = (int)v;
-    }
+    for (int i = 0; i < 6; i++)   // what every model has; the loop below reads them with the rest
+        if (!json_get(m, keys[i])) return err_set(err, ERR_USAGE, "%s: field 'model.%s' is missing", path, keys[i]);
     const Json *ar = json_get(m, "arch");
     if (ar && (ar->type != JSON_STR || config_arch_parse(ar->text, &cfg->arch)))
         return err_set(err, ERR_USAGE, "%s: field 'model.arch' must be one of %s", path, config_arch_list());
-    for (const Json *f = m->child; f; f = f->next) {   // the architecture's own fields (n_kv_head, rope_theta, ...)
+    for (const Json *f = m->child; f; f = f->next) {   // every model field, checked as a config's are
         if (!strcmp(f->key, "arch") || !strcmp(f->key, "name") || !strcmp(f->key, "vocab_padded")) continue;
         Err fe = {0};
         if (config_set_field(cfg, f->key, f, &fe))

@@ -171,8 +171,7 @@ void config_to_json(const ModelConfig *c, JsonBuf *b) {
         const Field *f = &fields[i];
         if (!field_has(f, c->arch) || (f->off == offsetof(ModelConfig, n_kv_head) && !c->n_kv_head)) continue;
         jb_key(b, f->key);
-        if (f->off == offsetof(ModelConfig, rope_theta)) jb_num(b, config_rope_theta(c));
-        else if (f->off == offsetof(ModelConfig, norm_eps)) jb_num(b, config_norm_eps(c));
+        if (f->kind == F_FLOAT) jb_num(b, config_field(c, f->key));   // the architecture's default filled in
         else if (f->kind == F_BOOL) jb_bool(b, (int)field_value(c, f));
         else jb_int(b, (int64_t)field_value(c, f));   // n_kv_head as set: 0 stays absent
         if (f->off == offsetof(ModelConfig, vocab)) { jb_key(b, "vocab_padded"); jb_int(b, c->vocab_padded); }

@@ -8,8 +8,6 @@
 #include "model/arch.h"
 #include "model/stage.h"
 
-const char *plan_preset_list(void) { return config_preset_list_all(); }
-
 void plan_model_from_config(PlanModel *m, const ModelConfig *c) {
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", c->name);
@@ -39,7 +37,7 @@ int plan_model_preset(PlanModel *m, const char *name, Err *err) {
         plan_model_from_config(m, &c);
         return 0;
     }
-    return err_set(err, ERR_USAGE, "--model: unknown preset '%s' (known: %s)", name, plan_preset_list());
+    return err_set(err, ERR_USAGE, "--model: unknown preset '%s' (known: %s)", name, config_preset_list_all());
 }
 
 int64_t plan_params(const PlanModel *m) { return config_param_count(&m->cfg, 0); }

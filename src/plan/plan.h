@@ -95,7 +95,6 @@ typedef struct PlanResult {
 } PlanResult;
 
 int plan_model_preset(PlanModel *m, const char *name, Err *err);
-const char *plan_preset_list(void);
 void plan_model_from_config(PlanModel *m, const ModelConfig *c);
 // Replaces the vocabulary (V and its padding).
 void plan_model_set_vocab(PlanModel *m, int64_t vocab);
