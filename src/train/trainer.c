@@ -351,7 +351,6 @@ int trainer_rollback(Trainer *t, Err *err) {
     if (t->spike.run >= t->tc->spike_rollback) t->spike.run = 0;   // a checkpoint saved before the guard was on
     stage_params_changed(&t->st);
     t->sent_mark = trainer_comm_totals(t->lay->dpg, NULL);
-    t->rollbacks++;
     if (t->first)
         printf("spikes:    %d in a row at step %d: back to the checkpoint of step %d, the data on past their batches\n",
                t->tc->spike_rollback, from, t->done);

@@ -53,7 +53,6 @@ struct Trainer {
     double prof_secs;          // their time
     SpikeGuard spike;          // --spike-guard's window (train/spike)
     int spikes_injected;       // the test hook's spikes so far
-    int rollbacks;             // times --spike-rollback went back to a checkpoint
 };
 
 // Bytes c has sent over all operations and (seconds non-NULL) the time
