@@ -70,7 +70,23 @@ static void tiles3(int mr, const TileH *t) { switch (mr) { T(3, 8) T(3, 7) T(3, 
 static void tiles4(int mr, const TileH *t) { switch (mr) { T(4, 6) T(4, 5) T(4, 4) T(4, 3) T(4, 2) T(4, 1) } }
 #undef T
 
-enum { BF16_KPC = 256 };   // reduction block (pairs) when B is wide: a panel's 256 pairs, reused by every row tile
+enum {
+    BF16_KPMAX = 1024,        // the longest reduction block (pairs): a tile's panel of B at most 256 KiB
+    BF16_BLOCK = 512 << 10,   // bytes of packed B a column block holds: half a core's L2
+};
+
+// The tile order: column blocks of B that fit BF16_BLOCK outermost, then
+// row tiles, then the column tiles of the block. A's row tile stays in L1
+// across the block's column tiles, the block in L2 across all row tiles;
+// B is read from memory once and A once per column block. Tile x of the
+// step's rt·ct tiles (row tile, column tile) under that order:
+static void tile_at(long x, int rt, int ct, int cpb, int *ri, int *ci) {
+    long full = (long)rt * cpb;               // tiles in a full column block
+    int b = (int)(x / full), w = ct - b * cpb < cpb ? ct - b * cpb : cpb;   // the block and its width
+    long r = x - b * full;
+    *ri = (int)(r / w);
+    *ci = b * cpb + (int)(r % w);
+}
 
 void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
                int accumulate) {
@@ -88,12 +104,14 @@ void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t
     }
     int NR = 16 * nv, MR = nv == 2 ? 12 : nv == 3 ? 8 : 6;
     TileFn fn = nv == 2 ? tiles2 : nv == 3 ? tiles3 : tiles4;
-    // A packed B of at most 1 MiB stays in L2 whole: no reduction blocks, each tile of C written once.
-    int KPC = (double)KP * NC <= 262144 ? KP : BF16_KPC;
+    // Reduction blocks of equal length, at most BF16_KPMAX pairs: C is read and written once per block.
+    // A tile stores its sums as fp32 and the next block reloads them, so the blocks change no bits.
+    int nkb = (KP + BF16_KPMAX - 1) / BF16_KPMAX, KPC = (KP + nkb - 1) / nkb;
     int rt = (R + MR - 1) / MR, ct = (NC + NR - 1) / NR;
+    int cpb = (int)(BF16_BLOCK / ((size_t)KPC * NR * 4));   // column tiles per block
+    if (cpb < 1) cpb = 1;
+    if (cpb > ct) cpb = ct;
     long tiles = (long)rt * ct;
-    // The operand read from memory is walked once: row tiles outer when A is the larger, panels when B is.
-    int rows_outer = (double)R >= (double)NC;
     int nt = omp_in_parallel() ? 1 : kernels_threads();
     if ((double)R * NC * KP < 2e6) nt = 1;   // a small product is not worth waking threads
     if (nt > tiles) nt = (int)tiles;
@@ -104,7 +122,9 @@ void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t
             int th = omp_get_thread_num(), n = omp_get_num_threads();
             long lo = tiles * th / n, hi = tiles * (th + 1) / n;   // a contiguous share of the tiles
             for (long x = lo; x < hi; x++) {
-                int i = (int)(rows_outer ? x / ct : x % rt) * MR, j = (int)(rows_outer ? x % ct : x / rt) * NR;
+                int ri, ci;
+                tile_at(x, rt, ct, cpb, &ri, &ci);
+                int i = ri * MR, j = ci * NR;
                 TileH t = {.A = A + (size_t)i * lda + 2 * (size_t)p0, .B = Bp + 2 * ((size_t)p0 * ldb + j),
                            .C = C + (size_t)i * ldc + j, .lda = lda, .ldb = ldb, .ldc = ldc, .kp = kp,
                            .nr = NC - j < NR ? NC - j : NR, .load = load};
