@@ -23,6 +23,7 @@ static inline __mmask16 lane_mask(int n) {
 typedef struct TileH {
     const uint16_t *A, *B;
     float *C;
+    const float *bias;   // with load 0: the sums start from these nr values, every row alike (NULL: from 0)
     int lda, ldb, ldc, kp, nr, load;
 } TileH;
 
@@ -36,7 +37,9 @@ typedef struct TileH {
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) m[v] = lane_mask(t->nr - 16 * v);                \
         _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[i][v] =                                     \
-                t->load ? _mm512_maskz_loadu_ps(m[v], C + (size_t)i * ldc + 16 * v) : _mm512_setzero_ps();     \
+                t->load   ? _mm512_maskz_loadu_ps(m[v], C + (size_t)i * ldc + 16 * v)                         \
+                : t->bias ? _mm512_maskz_loadu_ps(m[v], t->bias + 16 * v)                                      \
+                          : _mm512_setzero_ps();                                                               \
         for (int p = 0; p < kp; p++) {                                                                         \
             const uint16_t *b = B + (size_t)p * ldb2;                                                          \
             __m512bh y[NV];                                                                                    \
@@ -88,12 +91,14 @@ static void tile_at(long x, int rt, int ct, int cpb, int *ri, int *ci) {
     *ci = b * cpb + (int)(r % w);
 }
 
-void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
-               int accumulate) {
+static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C,
+                     int ldc, int accumulate, const float *bias) {
     if (R <= 0 || NC <= 0) return;
-    if (KP <= 0) {   // an empty reduction: C = 0, or unchanged
-        if (!accumulate)
-            for (int i = 0; i < R; i++) memset(C + (size_t)i * ldc, 0, (size_t)NC * sizeof *C);
+    if (KP <= 0) {   // an empty reduction: C = 0 or the bias, or unchanged
+        for (int i = 0; i < R && !accumulate; i++) {
+            if (bias) memcpy(C + (size_t)i * ldc, bias, (size_t)NC * sizeof *C);
+            else memset(C + (size_t)i * ldc, 0, (size_t)NC * sizeof *C);
+        }
         return;
     }
     // The tile width (32, 48 or 64 columns) that wastes the fewest lanes on NC, the widest on a tie.
@@ -126,12 +131,22 @@ void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t
                 tile_at(x, rt, ct, cpb, &ri, &ci);
                 int i = ri * MR, j = ci * NR;
                 TileH t = {.A = A + (size_t)i * lda + 2 * (size_t)p0, .B = Bp + 2 * ((size_t)p0 * ldb + j),
-                           .C = C + (size_t)i * ldc + j, .lda = lda, .ldb = ldb, .ldc = ldc, .kp = kp,
-                           .nr = NC - j < NR ? NC - j : NR, .load = load};
+                           .C = C + (size_t)i * ldc + j, .bias = bias ? bias + j : NULL, .lda = lda, .ldb = ldb,
+                           .ldc = ldc, .kp = kp, .nr = NC - j < NR ? NC - j : NR, .load = load};
                 fn(R - i < MR ? R - i : MR, &t);
             }
         }
     }
+}
+
+void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+               int accumulate) {
+    gemm_run(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, NULL);
+}
+
+void gemm_bf16_bias(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+                    const float *bias) {
+    gemm_run(R, NC, KP, A, lda, Bp, ldb, C, ldc, 0, bias);
 }
 
 static int pack_threads(double elems) { return omp_in_parallel() || elems < 65536 ? 1 : kernels_threads(); }
@@ -295,6 +310,11 @@ int gemm_bf16_own(void) { return 0; }
 void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
                int accumulate) {
     (void)R, (void)NC, (void)KP, (void)A, (void)lda, (void)Bp, (void)ldb, (void)C, (void)ldc, (void)accumulate;
+    NOT_BUILT;
+}
+void gemm_bf16_bias(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+                    const float *bias) {
+    (void)R, (void)NC, (void)KP, (void)A, (void)lda, (void)Bp, (void)ldb, (void)C, (void)ldc, (void)bias;
     NOT_BUILT;
 }
 void bf16_pack_rows(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {

@@ -29,6 +29,10 @@ int gemm_bf16_own(void);
 // values, ldb in pairs, ldc in floats. Threads split the tiles of C.
 void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
                int accumulate);
+// C (R,NC) = bias (NC, every row) + A · Bp: the bits of gemm_bf16 accumulating
+// onto rows that hold the bias, without writing and reading C for it.
+void gemm_bf16_bias(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+                    const float *bias);
 
 // The packers, each rounding fp32 to bf16 (nearest even) and writing a zero
 // into the pad of an odd K. kp(K) = (K+1)/2 pairs.

@@ -253,11 +253,8 @@ static int forward_bf16(float *out, const float *inp, const float *weight, const
     if (!a) return -1;
     bf16_pack_rows(a, 2 * kp, inp, C, N, C);
     const uint16_t *b = weight_form(weight, C, OC, FORM_FWD, a + (size_t)N * 2 * kp);
-    if (bias) {
-        #pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof *out);
-    }
-    gemm_bf16(N, OC, kp, a, 2 * kp, b, OC, out, OC, bias != NULL);
+    if (bias) gemm_bf16_bias(N, OC, kp, a, 2 * kp, b, OC, out, OC, bias);
+    else gemm_bf16(N, OC, kp, a, 2 * kp, b, OC, out, OC, 0);
     return 0;
 }
 

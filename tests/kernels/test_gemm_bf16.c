@@ -107,7 +107,8 @@ static void test_gemm_bf16(void) {
     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) check_gemm(25, widths[w], 40, 0);
     check_gemm(30, 70, 0, 0);     // an empty reduction: C = 0
     check_gemm(30, 70, 0, 1);     // ... or unchanged
-    check_gemm(9, 1100, 601, 1);  // the reduction in blocks (packed B over 1 MiB), its tail, odd K
+    check_gemm(9, 1100, 601, 1);  // column blocks of B (six 64-column tiles each), odd K
+    check_gemm(9, 300, 4101, 1);  // the reduction in three blocks of 684 pairs, the last shorter, odd K
     check_gemm(70, 64, 5001, 0);  // a narrow B, a long whole reduction
     check_gemm(300, 260, 96, 1);  // more rows than columns: row tiles outer
     // threads: tiles split differently, the same sums
@@ -125,6 +126,33 @@ static void test_gemm_bf16(void) {
     kernels_set_threads(saved);
     EXPECT(memcmp(c1, c2, (size_t)R * NC * sizeof(float)) == 0, "gemm_bf16 differs between 1 and 2 threads");
     free(A); free(B); free(c1); free(c2); free(a); free(b);
+}
+
+// Bit for bit: C = bias + A·B (gemm_bf16_bias) as the rows holding the bias
+// with the product added; and a reduction cut in two calls (the second
+// adding to the first's fp32 sums) as one call — so the kernel's own
+// reduction blocks change no bits.
+static void test_gemm_bias(void) {
+    int shapes[][3] = {{13, 37, 19}, {25, 100, 40}, {7, 1100, 601}, {9, 300, 4101}, {300, 260, 96}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int R = shapes[s][0], NC = shapes[s][1], K = shapes[s][2], kp = (K + 1) / 2, h = kp / 2;
+        float *A = randn((size_t)R * K, 1), *B = randn((size_t)K * NC, 1), *bias = randn((size_t)NC, 1);
+        float *c1 = calloc((size_t)R * NC, sizeof *c1), *c2 = calloc((size_t)R * NC, sizeof *c2);
+        uint16_t *a = calloc((size_t)R * 2 * kp, sizeof *a), *b = calloc((size_t)2 * kp * NC, sizeof *b);
+        bf16_pack_rows(a, 2 * kp, A, K, R, K);
+        bf16_pack_pairs(b, B, NC, K, NC);
+        gemm_bf16_bias(R, NC, kp, a, 2 * kp, b, NC, c1, NC, bias);
+        for (int i = 0; i < R; i++) memcpy(c2 + (size_t)i * NC, bias, (size_t)NC * sizeof *c2);
+        gemm_bf16(R, NC, kp, a, 2 * kp, b, NC, c2, NC, 1);
+        EXPECT(memcmp(c1, c2, (size_t)R * NC * sizeof *c1) == 0, "gemm_bf16_bias R=%d NC=%d K=%d: not the bits of "
+               "the product added to the bias", R, NC, K);
+        gemm_bf16(R, NC, kp, a, 2 * kp, b, NC, c1, NC, 0);
+        gemm_bf16(R, NC, h, a, 2 * kp, b, NC, c2, NC, 0);
+        gemm_bf16(R, NC, kp - h, a + 2 * h, 2 * kp, b + 2 * (size_t)h * NC, NC, c2, NC, 1);
+        EXPECT(memcmp(c1, c2, (size_t)R * NC * sizeof *c1) == 0, "gemm_bf16 R=%d NC=%d K=%d: a reduction cut at pair "
+               "%d gives other bits", R, NC, K, h);
+        free(A); free(B); free(bias); free(c1); free(c2); free(a); free(b);
+    }
 }
 
 // The linear layers under matmul_set_bf16: forward, input and weight gradients
@@ -349,6 +377,7 @@ int main(void) {
     }
     RUN(test_pack);
     RUN(test_gemm_bf16);
+    RUN(test_gemm_bias);
     RUN(test_linear_bf16);
     RUN(test_hold);
     RUN(test_pack16);
