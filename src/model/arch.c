@@ -30,6 +30,11 @@ double arch_flops_token(const ModelConfig *c, int T) {
     return 6.0 * ((double)config_param_count(c, 0) - lookup) + 12.0 * c->n_layer * (double)T * c->d_model;
 }
 
+double arch_flops_token_pairs(const ModelConfig *c, int T, double pairs) {
+    double attn = 12.0 * c->n_layer * (double)T * c->d_model;
+    return arch_flops_token(c, T) - attn + attn * pairs / ((double)T * (T + 1) / 2);
+}
+
 int64_t arch_dim(const ModelConfig *c, Dim d, int padded) {
     switch (d) {
     case DIM_3: return 3;

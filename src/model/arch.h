@@ -218,6 +218,11 @@ const Arch *arch_of_hf(const char *model_type, ArchId *id);
 // embedding is only looked up: no FLOPs; a tied one is the head's GEMM
 // too) and 12·L·T·C for attention's scores and weighted sums.
 double arch_flops_token(const ModelConfig *c, int T);
+// The same with attention over `pairs` (query, key) pairs per sequence of T
+// on average instead of causal attention's T(T+1)/2: document masking's
+// sum of L(L+1)/2 over a sequence's documents (model/doc), the attention
+// term scaled by pairs / (T(T+1)/2).
+double arch_flops_token_pairs(const ModelConfig *c, int T, double pairs);
 
 // Helpers of the blocks' tensor-parallel passes (model/gpt2, model/llama):
 // this rank's rows of a gathered (N,C) buffer; the gradient arriving at a
