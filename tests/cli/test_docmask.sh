@@ -109,5 +109,13 @@ S="sample --ckpt $TMP/ck --tokens 40 --temperature 0 --threads 2"
 "$BIN" $S >"$TMP/c.txt" 2>&1 && "$BIN" $S --no-cache >"$TMP/n.txt" 2>&1 && cmp -s "$TMP/c.txt" "$TMP/n.txt" &&
   ok "sample with and without the cache: the same greedy text" || bad "sample differs with the cache" "$(head -c 200 "$TMP/c.txt")"
 
+# the planner: documents of D tokens scale attention's 12·L·h·s by (D+1)/(s+1)
+P="plan --model gpt2-124m --dp 8 --seq 1024 --json"
+f0=$("$BIN" $P | grep -o '"flops_per_token":[0-9.e+]*' | cut -d: -f2)
+f1=$("$BIN" $P --doc-len 100 | grep -o '"flops_per_token":[0-9.e+]*' | cut -d: -f2)
+awk -v a="$f0" -v b="$f1" 'BEGIN { att = 12 * 12 * 1024 * 768; w = a - att + att * 101 / 1025; d = b - w
+  exit !(a != "" && (d < 0 ? -d : d) < 1e-9 * a) }' && ok "plan --doc-len 100: $f1 FLOPs per token ($f0 unmasked)" ||
+  bad "plan --doc-len 100: $f1 FLOPs per token, unmasked $f0"
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
