@@ -6,7 +6,7 @@
 # evaluated alone (a .bin of the document and the token after it), within
 # 1e-6 relative: by `tessera eval` of a masked checkpoint, and as the first
 # step's loss of runs started from it (--init-from) in one process, under
-# tp=2 (and --sp), pp=2, dp=2 ZeRO-1, --recompute full and bf16 (against
+# tp=2 (and --sp), pp=2 (and interleaved), dp=2 ZeRO-1, --recompute full and bf16 (against
 # bf16 evaluations), their gradient norms alike. Without the flag the same
 # row scores otherwise. The byte tokenizer, which marks no documents, is
 # refused; a masked run resumes only masked; sample with and without its
@@ -81,6 +81,7 @@ close "$l1" "$want" 1e-6 && ok "the first step's loss in one process ($l1) is th
   bad "one process: step-1 loss $l1, oracle $want" "$(tail -1 "$TMP/s.out")"
 for lay in "tp=2|--nproc 2 --tp 2 --threads 1" "tp=2 --sp|--nproc 2 --tp 2 --sp --threads 1" \
            "pp=2|--nproc 2 --pp 2 --grad-accum 2 --threads 1" "dp=2 ZeRO-1|--nproc 2 --dp 2 --zero 1 --threads 1" \
+           "pp=2 interleaved|--nproc 2 --pp 2 --virtual-stages 2 --micro-batches 2 --threads 1" \
            "recompute full|--recompute full --threads 2"; do
   name=${lay%%|*}; flags=${lay#*|}
   read -r l n <<<"$(step1 $flags)"
@@ -105,7 +106,7 @@ u=$(field "$TMP/u.jsonl" loss)
   --threads 2 --ckpt-dir "$TMP/ck" >"$TMP/o" 2>&1 && ok "resuming it with --doc-mask" || bad "masked resume" "$(tail -1 "$TMP/o")"
 
 # sample: the cache's masked passes write what whole-context passes write
-S="sample --ckpt $TMP/ck --tokens 40 --temperature 0 --threads 2"
+S="sample --ckpt $TMP/ck --tokens 30 --temperature 0 --threads 2"
 "$BIN" $S >"$TMP/c.txt" 2>&1 && "$BIN" $S --no-cache >"$TMP/n.txt" 2>&1 && cmp -s "$TMP/c.txt" "$TMP/n.txt" &&
   ok "sample with and without the cache: the same greedy text" || bad "sample differs with the cache" "$(head -c 200 "$TMP/c.txt")"
 
