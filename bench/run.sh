@@ -200,6 +200,9 @@ for shape in "4 64" "8 256"; do
   awk -v g="$g_mfu" -v l="$l_mfu" 'BEGIN { printf "  LLaMA - GPT-2: %+.1f MFU points (goal >= -5)\n", l - g }'
 done
 echo
+# document masking against the same run unmasked (bench/docmask.sh)
+bash bench/docmask.sh gpt2-124m "$THREADS"
+echo
 
 # Sampling gpt2-124m (an untrained checkpoint: the speed does not depend
 # on the weights) with the KV cache and without (every token runs the whole

@@ -29,7 +29,7 @@ int cmd_eval(int argc, char **argv) {
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "eval", &help, &unused, &e)) return cli_fail("eval", &e);
     if (help) {
-        printf("usage: tessera eval --ckpt PATH --data PATH [flags]\n\nValidation loss and perplexity of a model.\n\n");
+        printf("usage: tessera eval --ckpt PATH --data PATH [flags]\n\nValidation loss and perplexity of a model (documents masked as in training for a\nrun trained with --doc-mask).\n\n");
         flags_print(f, nf);
         return 0;
     }
@@ -65,13 +65,18 @@ int cmd_eval(int argc, char **argv) {
     ModelSlice sl = slice_whole(&mc);
     if (loader_open(&val, data, &tok, &lo, &e)) { err_prefix(&e, "--data"); goto fail; }
     if (stage_init(&st, &mc, &sl, batch, seq, 1, stage_prec_flag(prec), &e) || ckpt_load_params(ck, &st.table, st.params, &e)) goto fail;
+    // a run trained with --doc-mask is evaluated with its documents masked too
+    const Json *dm = json_get(tr, "doc_mask");
+    int masked = dm && dm->type == JSON_BOOL && dm->boolean;
+    if (masked && stage_set_doc_mask(&st, tok.doc_sep, &e)) goto fail;
     int64_t n;
     double t0 = timer_now(), sum;
     if (train_evaluate(&st, NULL, val, batches, &sum, &n, &e)) goto fail;
     double loss = n ? sum / (double)n : 0.0;
     printf("model %s (step %lld), %s: %lld tokens in %.1f s\n", dir,
            (long long)(json_get(meta, "step") ? json_get(meta, "step")->num : 0), data, (long long)n, timer_now() - t0);
-    printf("val loss %.6f  perplexity %.2f%s%s\n", loss, exp(loss), prec ? "  in " : "", prec ? prec_name(prec) : "");
+    printf("val loss %.6f  perplexity %.2f%s%s%s\n", loss, exp(loss), prec ? "  in " : "", prec ? prec_name(prec) : "",
+           masked ? "  (documents masked, as trained)" : "");
     loader_free(val);
     stage_free(&st);
     tokenizer_close(&tok);

@@ -73,7 +73,8 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
                "    Megatron layer = %.3g B%s\n", r->act_korthikanti,
                !l->naive_attention ? " (its 5as/h term is the s² attention matrix, which fused attention does not keep)" : "");
     }
-    printf("flops      %.4g per token (6N + 12·L·h·s, PaLM convention); hardware %.4g with recompute %s\n", r->flops_token,
+    printf("flops      %.4g per token (6N + 12·L·h·s, PaLM convention%s); hardware %.4g with recompute %s\n",
+           r->flops_token, j->doc_len > 0 && j->doc_len < j->seq ? "; attention × (D+1)/(s+1), documents of D tokens" : "",
            r->hw_flops_token, rec_name[l->recompute]);
     printf("step       compute %.4g s, pipeline bubble %.4g s, tensor-parallel comm %.4g s, pipeline comm %.4g s,\n"
            "           data-parallel comm %.4g s (%.4g exposed after overlap with backward) -> step %.4g s\n",
@@ -202,7 +203,7 @@ static int parse_why_not(const char *s, int *dp, int *tp, int *pp, int *zero, Er
 typedef struct {
     const char *model, *config, *arch, *schedule, *recompute, *precision, *reduce, *attention, *why_not;
     int64_t devices, per_node, seq, gbatch, mbatch, vocab;
-    double mem, tflops, mfu, bw_intra, bw_inter, alpha, tokens;
+    double mem, tflops, mfu, bw_intra, bw_inter, alpha, tokens, doc_len;
     int dp, tp, pp, zero, sp, json, explain, top, tut, vstages, local;
     int layers, d_model, heads, kv_heads, d_ff, positions;   // shape flags over the preset or config
     int given_devices, given_per_node, given_mem, given_tflops;   // on the command line or in --config: --local keeps them
@@ -258,6 +259,7 @@ static int plan_flags(PlanArgs *a, int argc, char **argv, int *help, Json **cfg,
         {"global-batch", FLAG_U64, &a->gbatch, 1, 1e12, "B", "sequences per optimizer step (default 512)", 0, NULL},
         {"micro-batch", FLAG_U64, &a->mbatch, 1, 1e9, "B", "sequences per micro-batch per device (default 1)", 0, NULL},
         {"tokens", FLAG_FLOAT, &a->tokens, 0, 1e30, "T", "tokens to train on, for the time estimate", 0, NULL},
+        {"doc-len", FLAG_FLOAT, &a->doc_len, 1, 1e9, "D", "document masking (train --doc-mask): the expected document length; attention then counts D(D+1)/2 pairs per document, the factor (D+1)/(S+1) of the causal count (default: no masking)", 0, NULL},
         {"dp", FLAG_INT, &a->dp, 1, 1 << 30, "N", "data-parallel size (a layout; without dp/tp/pp: search)", 0, NULL},
         {"tp", FLAG_INT, &a->tp, 1, 1 << 30, "N", "tensor-parallel size", 0, NULL},
         {"pp", FLAG_INT, &a->pp, 1, 1 << 30, "N", "pipeline-parallel size", 0, NULL},
@@ -330,7 +332,7 @@ static int plan_model(const PlanArgs *a, int argc, char **argv, const Json *cfg,
 // what every layout shares: schedule, recomputation, precision, reduction
 // dtype, attention, SP, virtual stages. 0, or -1 with e.
 static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *c, Layout *l, Err *e) {
-    *j = (PlanJob){a->seq ? a->seq : m->s, a->gbatch, a->mbatch, a->tokens};
+    *j = (PlanJob){a->seq ? a->seq : m->s, a->gbatch, a->mbatch, a->tokens, a->doc_len};
     *l = (Layout){0};
     int s_ = 0, r_ = 0, p_ = 0, red_ = 0, att_ = 0;
     if (pick(a->schedule, sched_name, 2, "schedule", &s_, e) || pick(a->recompute, rec_name, 3, "recompute", &r_, e) ||

@@ -37,7 +37,9 @@ int cmd_sample(int argc, char **argv) {
     if (help) {
         printf("usage: tessera sample --ckpt PATH [flags]\n\nContinues a prompt with a trained model, printing each token as it comes.\n"
                "Every layer's keys and values are kept (a KV cache): a new token runs one position, not the whole\n"
-               "context; past the model's positions the window slides and the context runs again.\n\n");
+               "context; past the model's positions the window slides and the context runs again. A model trained\n"
+               "with --doc-mask attends within the current document: a separator (<|endoftext|>, <s>) in the prompt\n"
+               "or the output starts a new one, its positions from 0.\n\n");
         flags_print(f, nf);
         return 0;
     }
@@ -67,6 +69,9 @@ int cmd_sample(int argc, char **argv) {
     ModelSlice sl = slice_whole(&mc);
     if (stage_init(&st, &mc, &sl, 1, mc.max_seq, 1, stage_prec_flag(prec), &e) || ckpt_load_params(ck, &st.table, st.params, &e)) goto fail;
     if (!no_cache && stage_kv_init(&st, &e)) goto fail;
+    // a run trained with --doc-mask: a separator in the context starts a new document
+    const Json *dm = json_get(json_get(meta, "train"), "doc_mask");
+    if (dm && dm->type == JSON_BOOL && dm->boolean && stage_set_doc_mask(&st, tok.doc_sep, &e)) goto fail;
     size_t plen = strlen(prompt);
     int total = (int)plen + tokens + 2;
     int *ids = malloc((size_t)(total > 0 ? total : 1) * sizeof *ids);

@@ -13,6 +13,7 @@
 #include "comm/mpi.h"
 #include "comm/run.h"
 #include "core/json.h"
+#include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "model/stage.h"
 #include "parallel/layout.h"
@@ -366,6 +367,7 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
         {"micro-batches", FLAG_INT, &a->micro, 1, 1 << 16, "M", "micro-batches per step through the pipeline: the same as --grad-accum (give either; both must agree)", 0, NULL},
         {"schedule", FLAG_STR, &a->pipe_sched, 0, 0, "S", "pipeline schedule: 1f1b (default; at most --pp micro-batches of activations per rank) or gpipe (all M)", 0, NULL},
         {"virtual-stages", FLAG_INT, &a->tc.layout.vstages, 1, 64, "V", "interleaved 1F1B: each rank holds V chunks of layers, P apart, and a micro-batch goes round the stages V times; the bubble shrinks V-fold (default 1; needs --micro-batches a multiple of --pp)", 0, NULL},
+        {"doc-mask", FLAG_BOOL, &a->tc.doc_mask, 0, 0, "", "document masking: inside each packed sequence, attention stops at document boundaries and positions (learned or rotary) restart at each document's first token, the separator prepare writes at its head (gpt2: <|endoftext|>; llama: <s>; the byte tokenizer has none); kept in checkpoints, so eval, sample and --resume mask alike", 0, NULL},
         {"recompute", FLAG_STR, &a->recompute, 0, 0, "R", "activation recomputation: none (default), selective (the attention core again in backward) or full (each block again; only block outputs kept); the same gradients, bit for bit", 0, NULL},
         {"precision", FLAG_STR, &a->precision, 0, 0, "P", "fp32 (default), bf16 or fp16: 16-bit weights (a copy of the fp32 masters) and activations; bf16 multiplies on the CPU's bf16 units (AVX512_BF16) where it has them, fp32 elsewhere; fp16 has no arithmetic unit on CPUs: it stores in 16 bits and computes in fp32, with a dynamic loss scale", 0, NULL},
         {"reduce-dtype", FLAG_STR, &a->reduce, 0, 0, "T", "data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes, summed in fp32)", 0, NULL},
@@ -455,6 +457,9 @@ static int train_config(TrainArgs *a, int **layers, Err *e) {
     tc->layout.dp = a->dp;   // 0 until the ranks are counted
     tc->layout.tp = a->tp;
     tc->layout.pp = a->pp;
+    if (tc->doc_mask && tokenizer_doc_sep_of(tc->tokenizer) < 0)
+        return err_set(e, ERR_USAGE, "--doc-mask: the %s tokenizer writes nothing between documents (prepare's data with "
+                       "--tokenizer gpt2 or llama marks where each starts)", tc->tokenizer);
     if (tc->layout.sp && a->tp == 1) return err_set(e, ERR_USAGE, "--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more");
     if (pipeline_flags(tc, a->pp_layers, a->pipe_sched, a->micro, layers, e)) return -1;
     if (!strcmp(a->recompute, "full")) tc->layout.recompute = RECOMPUTE_FULL;

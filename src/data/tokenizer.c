@@ -51,7 +51,7 @@ int tokenizer_open(Tokenizer *t, const char *name, Err *err) {
     if (strcmp(name, "byte") == 0) {
         t->kind = TOK_BYTE;
         t->vocab = 256;
-        t->eot = -1;
+        t->eot = t->doc_sep = -1;
         snprintf(t->name, sizeof t->name, "byte");
         return 0;
     }
@@ -65,7 +65,7 @@ int tokenizer_open(Tokenizer *t, const char *name, Err *err) {
         if (!t->state) { tokenizer_close(t); return err_set(err, ERR_RUN, "out of memory"); }
         t->kind = TOK_GPT2;
         t->vocab = bpe_vocab(t->bpe);
-        t->eot = bpe_eot(t->bpe);
+        t->eot = t->doc_sep = bpe_eot(t->bpe);
         snprintf(t->name, sizeof t->name, "gpt2");
         return 0;
     }
@@ -78,6 +78,7 @@ int tokenizer_open(Tokenizer *t, const char *name, Err *err) {
         t->kind = TOK_LLAMA;
         t->vocab = spm_vocab(t->spm);
         t->eot = -1;   // every text is a sequence of its own, opened by <s>
+        t->doc_sep = tokenizer_doc_sep_of("llama");
         snprintf(t->name, sizeof t->name, "llama");
         return 0;
     }
@@ -116,6 +117,12 @@ size_t tokenizer_decode(const Tokenizer *t, int id, char *out, size_t cap) {
     if (cap < 1 || id < 0 || id > 255) return 0;
     out[0] = (char)id;
     return 1;
+}
+
+int tokenizer_doc_sep_of(const char *name) {
+    if (!strcmp(name, "gpt2")) return 50256;   // <|endoftext|>
+    if (!strcmp(name, "llama")) return 1;      // <s>
+    return -1;
 }
 
 int tokenizer_vocab_of(const char *name) {

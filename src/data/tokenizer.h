@@ -23,6 +23,8 @@ typedef struct Tokenizer {
     TokenizerKind kind;
     int vocab;        // ids are in [0, vocab)
     int eot;          // end-of-text id, -1 when the tokenizer has none
+    int doc_sep;      // the id `tessera prepare` writes at the head of every document (GPT-2: end-of-text; LLaMA:
+                      // <s>, which opens every text), -1 when nothing marks where a document starts (byte)
     Bpe *bpe;         // TOK_GPT2
     BpeState *state;  // TOK_GPT2: the encoding state of the calling thread
     Spm *spm;         // TOK_LLAMA
@@ -35,6 +37,9 @@ int tokenizer_open(Tokenizer *t, const char *name, Err *err);
 // for a name that is not a tokenizer's.
 int tokenizer_vocab_of(const char *name);
 void tokenizer_close(Tokenizer *t);
+// The doc_sep of the tokenizer named name without opening it (-1: none,
+// or a name that is not a tokenizer's).
+int tokenizer_doc_sep_of(const char *name);
 // Encodes text[0..len) into ids (capacity cap); returns the count (which may
 // exceed cap: then only cap were written; at most len + 2). Not thread-safe for one Tokenizer:
 // threads use tokenizer_encode_with with their own BpeState.

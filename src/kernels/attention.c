@@ -15,27 +15,43 @@ size_t attention_scratch_floats(int T, int threads) {
     return (size_t)threads * 2 * ATT_BQ * (size_t)T;
 }
 
-void attention_softmax_rows(float *S, int nq, int nk, int q0, float scale, float *lse_out, const float *lse_in) {
+void attention_softmax_rows(float *S, int nq, int nk, int q0, const int *lo, float scale, float *lse_out,
+                            const float *lse_in) {
     for (int i = 0; i < nq; i++) {
         float *s = S + (size_t)i * nk;
-        int nv = q0 + i + 1;
+        int j0 = lo ? lo[i] : 0, nv = q0 + i + 1;
         float l;
         if (lse_in) {
             l = lse_in[i];
         } else {
             float m = -INFINITY;
             #pragma omp simd reduction(max:m)
-            for (int j = 0; j < nv; j++) m = s[j] * scale > m ? s[j] * scale : m;
+            for (int j = j0; j < nv; j++) m = s[j] * scale > m ? s[j] * scale : m;
             float sum = 0.0f;
             #pragma omp simd reduction(+:sum)
-            for (int j = 0; j < nv; j++) sum += vexpf(s[j] * scale - m);
+            for (int j = j0; j < nv; j++) sum += vexpf(s[j] * scale - m);
             l = m + logf(sum);
             lse_out[i] = l;
         }
+        for (int j = 0; j < j0; j++) s[j] = 0.0f;
         #pragma omp simd
-        for (int j = 0; j < nv; j++) s[j] = vexpf(s[j] * scale - l);
+        for (int j = j0; j < nv; j++) s[j] = vexpf(s[j] * scale - l);
         for (int j = nv; j < nk; j++) s[j] = 0.0f;
     }
+}
+
+int attention_block_keys(const int *start, int q0, int nq, int align, int *lo) {
+    if (!start) return 0;
+    int k0 = start[q0] - start[q0] % align;
+    for (int i = 0; i < nq; i++) lo[i] = start[q0 + i] - k0;
+    return k0;
+}
+
+double attention_pairs(const int *start, int B, int T) {
+    if (!start) return (double)B * T * (T + 1) / 2;
+    double n = 0;
+    for (size_t i = 0; i < (size_t)B * T; i++) n += (double)((int)(i % (size_t)T) - start[i] + 1);
+    return n;
 }
 
 void attention_ds_rows(float *dP, const float *P, const float *o, const float *dO, int ldo, int nq, int nk, int HS,
@@ -53,46 +69,48 @@ void attention_ds_rows(float *dP, const float *P, const float *o, const float *d
     }
 }
 
-void attention_forward(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int NH, int NKV,
-                       int HS) {
-    if (matmul_bf16() && !attention_forward_bf16(out, lse, qkv, scratch, B, T, NH, NKV, HS)) return;
+void attention_forward(float *out, float *lse, const float *qkv, const int *start, float *scratch, int B, int T,
+                       int NH, int NKV, int HS) {
+    if (matmul_bf16() && !attention_forward_bf16(out, lse, qkv, start, scratch, B, T, NH, NKV, HS)) return;
     double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, g = h / group;
+        int b = bh / NH, h = bh % NH, g = h / group, lo[ATT_BQ];
         float *S = scratch + (size_t)omp_get_thread_num() * 2 * ATT_BQ * T;
         const float *row = qkv + (size_t)b * T * ld, *q = row + h * HS, *k = row + C + g * HS, *v = k + NKV * HS;
+        const int *st = start ? start + (size_t)b * T : NULL;
         float *o = out + (size_t)b * T * C + h * HS;
         float *l = lse + ((size_t)b * NH + h) * T;
         for (int q0 = 0; q0 < T; q0 += ATT_BQ) {
-            int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, nk = q0 + nq;
+            int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, k0 = attention_block_keys(st, q0, nq, 1, lo), nk = q0 + nq - k0;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale,
-                        q + (size_t)q0 * ld, ld, k, ld, 0.0f, S, nk);
-            attention_softmax_rows(S, nq, nk, q0, 1.0f, l + q0, NULL);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, 1.0f, S, nk, v, ld,
+                        q + (size_t)q0 * ld, ld, k + (size_t)k0 * ld, ld, 0.0f, S, nk);
+            attention_softmax_rows(S, nq, nk, q0 - k0, st ? lo : NULL, 1.0f, l + q0, NULL);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, 1.0f, S, nk, v + (size_t)k0 * ld, ld,
                         0.0f, o + (size_t)q0 * C, C);
         }
     }
-    prof_end(t0, PROF_ATTENTION, 2.0 * B * NH * (double)T * (T + 1) * HS, 0);
+    prof_end(t0, PROF_ATTENTION, 4.0 * NH * attention_pairs(start, B, T) * HS, 0);
 }
 
 // One thread per (batch, key/value head): its query heads one after
 // another, so their key/value gradients add up in head order.
-void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                        float *scratch, int B, int T, int NH, int NKV, int HS) {
-    if (matmul_bf16() && !attention_backward_bf16(dqkv, dout, qkv, out, lse, scratch, B, T, NH, NKV, HS)) return;
+void attention_backward(float *dqkv, const float *dout, const float *qkv, const int *start, const float *out,
+                        const float *lse, float *scratch, int B, int T, int NH, int NKV, int HS) {
+    if (matmul_bf16() && !attention_backward_bf16(dqkv, dout, qkv, start, out, lse, scratch, B, T, NH, NKV, HS)) return;
     double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for schedule(dynamic, 1)
     for (int bg = 0; bg < B * NKV; bg++) {
-        int b = bg / NKV, g = bg % NKV;
+        int b = bg / NKV, g = bg % NKV, lo[ATT_BQ];
         float *P = scratch + (size_t)omp_get_thread_num() * 2 * ATT_BQ * T;
         float *dP = P + (size_t)ATT_BQ * T;
         size_t row = (size_t)b * T * ld, kv = row + C + (size_t)g * HS;
         const float *k = qkv + kv, *v = k + NKV * HS;
+        const int *st = start ? start + (size_t)b * T : NULL;
         float *dk = dqkv + kv, *dv = dk + NKV * HS;
         for (int t = 0; t < T; t++) {
             memset(dk + (size_t)t * ld, 0, HS * sizeof(float));
@@ -105,27 +123,29 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
             const float *dO = dout + (size_t)b * T * C + h * HS;
             const float *l = lse + ((size_t)b * NH + h) * T;
             for (int q0 = 0; q0 < T; q0 += ATT_BQ) {
-                int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, nk = q0 + nq;
+                int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, k0 = attention_block_keys(st, q0, nq, 1, lo);
+                int nk = q0 + nq - k0;
+                const float *kb = k + (size_t)k0 * ld, *vb = v + (size_t)k0 * ld;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale,
-                            q + (size_t)q0 * ld, ld, k, ld, 0.0f, P, nk);
-                attention_softmax_rows(P, nq, nk, q0, 1.0f, NULL, l + q0);
+                            q + (size_t)q0 * ld, ld, kb, ld, 0.0f, P, nk);
+                attention_softmax_rows(P, nq, nk, q0 - k0, st ? lo : NULL, 1.0f, NULL, l + q0);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, 1.0f,
-                            dO + (size_t)q0 * C, C, v, ld, 0.0f, dP, nk);
+                            dO + (size_t)q0 * C, C, vb, ld, 0.0f, dP, nk);
                 attention_ds_rows(dP, P, o + (size_t)q0 * C, dO + (size_t)q0 * C, C, nq, nk, HS, 1.0f);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, scale, dP, nk, k, ld,
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, scale, dP, nk, kb, ld,
                             0.0f, dq + (size_t)q0 * ld, ld);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, scale, dP, nk,
-                            q + (size_t)q0 * ld, ld, 1.0f, dk, ld);
+                            q + (size_t)q0 * ld, ld, 1.0f, dk + (size_t)k0 * ld, ld);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, 1.0f, P, nk,
-                            dO + (size_t)q0 * C, C, 1.0f, dv, ld);
+                            dO + (size_t)q0 * C, C, 1.0f, dv + (size_t)k0 * ld, ld);
             }
         }
     }
-    prof_end(t0, PROF_ATTENTION, 4.0 * B * NH * (double)T * (T + 1) * HS, 0);
+    prof_end(t0, PROF_ATTENTION, 8.0 * NH * attention_pairs(start, B, T) * HS, 0);
 }
 
-void attention_decode(float *out, const float *q, int ldq, const float *kc, const float *vc, int T, int pos, int NH,
-                      int NKV, int HS) {
+void attention_decode(float *out, const float *q, int ldq, const float *kc, const float *vc, const int *start, int T,
+                      int pos, int NH, int NKV, int HS) {
     double t0 = prof_begin();
     int C = NH * HS, KV = NKV * HS, group = NH / NKV, S = pos + T;
     float scale = 1.0f / sqrtf((float)HS);
@@ -134,10 +154,10 @@ void attention_decode(float *out, const float *q, int ldq, const float *kc, cons
         float *p = malloc((size_t)S * sizeof *p);
         #pragma omp for schedule(static)
         for (int th = 0; th < T * NH; th++) {
-            int t = th / NH, h = th % NH, g = h / group, nv = pos + t + 1;
+            int t = th / NH, h = th % NH, g = h / group, nv = pos + t + 1, j0 = start ? start[t] : 0;
             const float *qi = q + (size_t)t * ldq + h * HS;
             float m = -INFINITY;
-            for (int j = 0; j < nv; j++) {   // scores against keys 0 .. pos + t
+            for (int j = j0; j < nv; j++) {   // scores against keys j0 .. pos + t
                 const float *kj = kc + (size_t)j * KV + g * HS;
                 float s = 0.0f;
                 for (int d = 0; d < HS; d++) s += qi[d] * kj[d];
@@ -145,13 +165,13 @@ void attention_decode(float *out, const float *q, int ldq, const float *kc, cons
                 m = p[j] > m ? p[j] : m;
             }
             float sum = 0.0f;
-            for (int j = 0; j < nv; j++) {
+            for (int j = j0; j < nv; j++) {
                 p[j] = vexpf(p[j] - m);
                 sum += p[j];
             }
             float *o = out + (size_t)t * C + h * HS, inv = 1.0f / sum;
             for (int d = 0; d < HS; d++) o[d] = 0.0f;
-            for (int j = 0; j < nv; j++) {
+            for (int j = j0; j < nv; j++) {
                 const float *vj = vc + (size_t)j * KV + g * HS;
                 float w = p[j] * inv;
                 for (int d = 0; d < HS; d++) o[d] += w * vj[d];

@@ -47,17 +47,20 @@ static uint16_t *thread_scratch(int T, int HS, int threads) {
 }
 
 // S (nq, nk) = scale · q (nq,HS) · k^T, then the causal softmax rows
-// (kernels/attention's, the scale applied there); aq is scratch for q's
-// rows, kt k's pairs along HS for all T keys.
+// (kernels/attention's, the scale applied there: row i sees columns lo[i]
+// .. q0 + i); aq is scratch for q's rows, kt k's pairs along HS from the
+// block's first key on (T keys apart).
 static void scores(float *S, uint16_t *aq, const float *q, int ldq, const uint16_t *kt, int T, int nq, int nk, int HS,
-                   float scale, int q0, float *lse_out, const float *lse_in) {
+                   float scale, int q0, const int *lo, float *lse_out, const float *lse_in) {
     bf16_pack_rows(aq, 2 * kp(HS), q, ldq, nq, HS);
     gemm_bf16(nq, nk, kp(HS), aq, 2 * kp(HS), kt, T, S, nk, 0);
-    attention_softmax_rows(S, nq, nk, q0, scale, lse_out, lse_in);
+    attention_softmax_rows(S, nq, nk, q0, lo, scale, lse_out, lse_in);
 }
 
-int attention_forward_bf16(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int NH, int NKV,
-                           int HS) {
+// Under document masking a block's keys start at an even key (kt, vp and
+// kpr hold them in pairs along T), the masked column before it zero.
+int attention_forward_bf16(float *out, float *lse, const float *qkv, const int *start, float *scratch, int B, int T,
+                           int NH, int NKV, int HS) {
     int nth = omp_get_max_threads();
     uint16_t *buf = thread_scratch(T, HS, nth);
     if (!buf) return -1;
@@ -67,7 +70,8 @@ int attention_forward_bf16(float *out, float *lse, const float *qkv, float *scra
     size_t per = thread_values(T, HS);
     #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, g = h / group, th = omp_get_thread_num();
+        int b = bh / NH, h = bh % NH, g = h / group, th = omp_get_thread_num(), lo[ATT_BQ];
+        const int *st = start ? start + (size_t)b * T : NULL;
         float *S = scratch + (size_t)th * 2 * ATT_BQ * T;
         const float *row = qkv + (size_t)b * T * ld, *q = row + h * HS, *k = row + C + g * HS, *v = k + NKV * HS;
         float *o = out + (size_t)b * T * C + h * HS;
@@ -79,13 +83,14 @@ int attention_forward_bf16(float *out, float *lse, const float *qkv, float *scra
         bf16_pack_pairs_t(kt, k, ld, HS, T);
         bf16_pack_pairs(vp, v, ld, T, HS);
         for (int q0 = 0; q0 < T; q0 += ATT_BQ) {
-            int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, nk = q0 + nq;
-            scores(S, aq, q + (size_t)q0 * ld, ld, kt, T, nq, nk, HS, scale, q0, l + q0, NULL);
+            int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, k0 = attention_block_keys(st, q0, nq, 2, lo), nk = q0 + nq - k0;
+            scores(S, aq, q + (size_t)q0 * ld, ld, kt + 2 * (size_t)k0, T, nq, nk, HS, scale, q0 - k0, st ? lo : NULL,
+                   l + q0, NULL);
             bf16_pack_rows(ap, 2 * kp(nk), S, nk, nq, nk);
-            gemm_bf16(nq, HS, kp(nk), ap, 2 * kp(nk), vp, HS, o + (size_t)q0 * C, C, 0);
+            gemm_bf16(nq, HS, kp(nk), ap, 2 * kp(nk), vp + (size_t)k0 * HS, HS, o + (size_t)q0 * C, C, 0);
         }
     }
-    prof_end(t0, PROF_ATTENTION, 2.0 * B * NH * (double)T * (T + 1) * HS, 0);
+    prof_end(t0, PROF_ATTENTION, 4.0 * NH * attention_pairs(start, B, T) * HS, 0);
     return 0;
 }
 
@@ -112,31 +117,33 @@ static Forms forms_of(uint16_t *base, int T, int HS) {
     return f;
 }
 
-// One block of nq queries from q0 of query head h: dq written, dk and dv added to.
+// One block of nq queries from q0 of query head h: dq written, dk and dv
+// added to; st the row's document starts or NULL.
 static void backward_block(const Forms *f, float *P, float *dP, const float *q, float *dq, int ld, const float *o,
                            const float *dO, int C, float *dk, float *dv, const float *l, int T, int HS, float scale,
-                           int q0, int nq) {
-    int nk = q0 + nq;
-    scores(P, f->aq, q + (size_t)q0 * ld, ld, f->kt, T, nq, nk, HS, scale, q0, NULL, l + q0);
+                           const int *st, int q0, int nq) {
+    int lo[ATT_BQ], k0 = attention_block_keys(st, q0, nq, 2, lo), nk = q0 + nq - k0;
+    scores(P, f->aq, q + (size_t)q0 * ld, ld, f->kt + 2 * (size_t)k0, T, nq, nk, HS, scale, q0 - k0, st ? lo : NULL,
+           NULL, l + q0);
     bf16_pack_rows(f->ado, 2 * kp(HS), dO + (size_t)q0 * C, C, nq, HS);
-    gemm_bf16(nq, nk, kp(HS), f->ado, 2 * kp(HS), f->vt, T, dP, nk, 0);
+    gemm_bf16(nq, nk, kp(HS), f->ado, 2 * kp(HS), f->vt + 2 * (size_t)k0, T, dP, nk, 0);
     // dS with the scale of both its products in it
     attention_ds_rows(dP, P, o + (size_t)q0 * C, dO + (size_t)q0 * C, C, nq, nk, HS, scale);
     // dq = dS · k
     bf16_pack_rows(f->ads, 2 * kp(nk), dP, nk, nq, nk);
-    gemm_bf16(nq, HS, kp(nk), f->ads, 2 * kp(nk), f->kpr, HS, dq + (size_t)q0 * ld, ld, 0);
+    gemm_bf16(nq, HS, kp(nk), f->ads, 2 * kp(nk), f->kpr + (size_t)k0 * HS, HS, dq + (size_t)q0 * ld, ld, 0);
     // dk += dS^T · q
     bf16_pack_rows_t(f->at, 2 * kp(nq), dP, nk, nk, nq);
     bf16_pack_pairs(f->bq, q + (size_t)q0 * ld, ld, nq, HS);
-    gemm_bf16(nk, HS, kp(nq), f->at, 2 * kp(nq), f->bq, HS, dk, ld, 1);
+    gemm_bf16(nk, HS, kp(nq), f->at, 2 * kp(nq), f->bq, HS, dk + (size_t)k0 * ld, ld, 1);
     // dv += P^T · dO
     bf16_pack_rows_t(f->at, 2 * kp(nq), P, nk, nk, nq);
     bf16_pack_pairs(f->bq, dO + (size_t)q0 * C, C, nq, HS);
-    gemm_bf16(nk, HS, kp(nq), f->at, 2 * kp(nq), f->bq, HS, dv, ld, 1);
+    gemm_bf16(nk, HS, kp(nq), f->at, 2 * kp(nq), f->bq, HS, dv + (size_t)k0 * ld, ld, 1);
 }
 
-int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                            float *scratch, int B, int T, int NH, int NKV, int HS) {
+int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const int *start, const float *out,
+                            const float *lse, float *scratch, int B, int T, int NH, int NKV, int HS) {
     int nth = omp_get_max_threads();
     uint16_t *buf = thread_scratch(T, HS, nth);
     if (!buf) return -1;
@@ -151,6 +158,7 @@ int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, co
         size_t row = (size_t)b * T * ld, kv = row + C + (size_t)g * HS;
         const float *k = qkv + kv, *v = k + NKV * HS;
         float *dk = dqkv + kv, *dv = dk + NKV * HS;
+        const int *st = start ? start + (size_t)b * T : NULL;
         Forms f = forms_of(buf + (size_t)th * per, T, HS);
         bf16_pack_pairs_t(f.kt, k, ld, HS, T);
         bf16_pack_pairs_t(f.vt, v, ld, HS, T);
@@ -164,10 +172,10 @@ int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, co
             const float *dO = dout + (size_t)b * T * C + h * HS, *l = lse + ((size_t)b * NH + h) * T;
             float *dq = dqkv + row + h * HS;
             for (int q0 = 0; q0 < T; q0 += ATT_BQ)
-                backward_block(&f, P, dP, q, dq, ld, o, dO, C, dk, dv, l, T, HS, scale, q0,
+                backward_block(&f, P, dP, q, dq, ld, o, dO, C, dk, dv, l, T, HS, scale, st, q0,
                                T - q0 < ATT_BQ ? T - q0 : ATT_BQ);
         }
     }
-    prof_end(t0, PROF_ATTENTION, 4.0 * B * NH * (double)T * (T + 1) * HS, 0);
+    prof_end(t0, PROF_ATTENTION, 8.0 * NH * attention_pairs(start, B, T) * HS, 0);
     return 0;
 }

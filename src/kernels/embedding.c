@@ -5,14 +5,14 @@
 
 #include "core/prof.h"
 
-void embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+void embedding_forward(float *out, const int *tokens, const int *pos, const float *wte, const float *wpe,
                        int B, int T, int C, int v0, int Vl) {
     double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         float *o = out + (size_t)bt * C;
         int tok = tokens[bt] - v0;
-        const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
+        const float *p = wpe ? wpe + (size_t)(pos ? pos[bt] : bt % T) * C : NULL;
         if (tok >= 0 && tok < Vl) {
             const float *e = wte + (size_t)tok * C;
             if (p) {
@@ -30,14 +30,15 @@ void embedding_forward(float *out, const int *tokens, const float *wte, const fl
     prof_end(t0, PROF_EMBEDDING, 0, 2.0 * B * T * (double)C * sizeof(float));
 }
 
-void embedding_add_positions(float *out, const float *in, const float *wpe, int Ns, int s0, int T, int C) {
+void embedding_add_positions(float *out, const float *in, const float *wpe, const int *pos, int Ns, int s0, int T,
+                             int C) {
     double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < Ns; i++) {
         float *o = out + (size_t)i * C;
         const float *x = in + (size_t)i * C;
         if (wpe) {
-            const float *p = wpe + (size_t)((s0 + i) % T) * C;
+            const float *p = wpe + (size_t)(pos ? pos[s0 + i] : (s0 + i) % T) * C;
             #pragma omp simd
             for (int c = 0; c < C; c++) o[c] = x[c] + p[c];
         } else if (o != x) {
@@ -47,7 +48,7 @@ void embedding_add_positions(float *out, const float *in, const float *wpe, int 
     prof_end(t0, PROF_EMBEDDING, 0, 3.0 * Ns * (double)C * sizeof(float));
 }
 
-void embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
+void embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, const int *pos,
                         int B, int T, int C, int v0, int Vl) {
     double t0 = prof_begin();
     // Split channels into blocks; a thread owns a block of every row, so the
@@ -65,7 +66,7 @@ void embedding_backward(float *dwte, float *dwpe, const float *dout, const int *
                 for (int c = c0; c < c1; c++) w[c] += d[c];
             }
             if (dwpe) {
-                float *w = dwpe + (size_t)(bt % T) * C;
+                float *w = dwpe + (size_t)(pos ? pos[bt] : bt % T) * C;
                 #pragma omp simd
                 for (int c = c0; c < c1; c++) w[c] += d[c];
             }

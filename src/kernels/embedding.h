@@ -5,21 +5,25 @@
 #ifndef TSR_KERNELS_EMBEDDING_H
 #define TSR_KERNELS_EMBEDDING_H
 
-// out (B,T,C) = wte[tok - v0] (if v0 <= tok < v0+Vl, else 0) + wpe[t] (wpe may be NULL).
+// Positions: row (b,t) takes position t, or with pos (B,T) given, pos[b·T + t]
+// (its place in its document under document masking).
+//
+// out (B,T,C) = wte[tok - v0] (if v0 <= tok < v0+Vl, else 0) + wpe[position] (wpe may be NULL).
 // wte (Vl,C), wpe (≥T,C), tokens (B,T).
-void embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+void embedding_forward(float *out, const int *tokens, const int *pos, const float *wte, const float *wpe,
                        int B, int T, int C, int v0, int Vl);
 
-// out (Ns,C) = in (Ns,C) + wpe[(s0 + i) mod T] for each row i, rows s0.. of
-// the (B,T) micro-batch (wpe NULL: a copy). The position half of the
-// lookup, after a vocabulary-parallel token lookup has been summed over its
-// ranks; out may be in.
-void embedding_add_positions(float *out, const float *in, const float *wpe, int Ns, int s0, int T, int C);
+// out (Ns,C) = in (Ns,C) + wpe[(s0 + i) mod T] (with pos: wpe[pos[s0 + i]])
+// for each row i, rows s0.. of the (B,T) micro-batch (wpe NULL: a copy).
+// The position half of the lookup, after a vocabulary-parallel token
+// lookup has been summed over its ranks; out may be in.
+void embedding_add_positions(float *out, const float *in, const float *wpe, const int *pos, int Ns, int s0, int T,
+                             int C);
 
-// dwte (Vl,C) += dout rows by token, dwpe (T,C) += dout summed over the batch
+// dwte (Vl,C) += dout rows by token, dwpe (T,C) += dout rows by position
 // (either may be NULL). Each output row is accumulated in (b,t) order,
 // independent of the thread count.
-void embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
+void embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, const int *pos,
                         int B, int T, int C, int v0, int Vl);
 
 #endif

@@ -22,14 +22,17 @@ static float *angles(int pos0, int T, int HS, float theta) {
     return cs;
 }
 
-// Turns every head by sign·angle.
-static void rotate(float *x, int B, int T, int pos0, int heads, int HS, int ld, float theta, float sign) {
+// Turns every head by sign·angle: the angles of positions pos0 .. pos0+T-1,
+// or with pos, of 0 .. the largest pos (the same values for a position).
+static void rotate(float *x, const int *pos, int B, int T, int pos0, int heads, int HS, int ld, float theta,
+                   float sign) {
     CHECKF(HS % 2 == 0, "rotary head size %d is odd", HS);
-    int h = HS / 2;
-    float *cs = angles(pos0, T, HS, theta);
+    int h = HS / 2, np = T;
+    for (int n = 0; pos && n < B * T; n++) np = pos[n] >= np ? pos[n] + 1 : np;
+    float *cs = angles(pos ? 0 : pos0, np, HS, theta);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < B * T; n++) {
-        const float *c = cs + (size_t)(n % T) * h * 2;
+        const float *c = cs + (size_t)(pos ? pos[n] : n % T) * h * 2;
         for (int k = 0; k < heads; k++) {
             float *a = x + (size_t)n * ld + (size_t)k * HS, *b = a + h;
             for (int i = 0; i < h; i++) {
@@ -42,14 +45,14 @@ static void rotate(float *x, int B, int T, int pos0, int heads, int HS, int ld, 
     free(cs);
 }
 
-void rope_forward(float *x, int B, int T, int pos0, int heads, int HS, int ld, float theta) {
+void rope_forward(float *x, const int *pos, int B, int T, int pos0, int heads, int HS, int ld, float theta) {
     double t0 = prof_begin();
-    rotate(x, B, T, pos0, heads, HS, ld, theta, 1.0f);
+    rotate(x, pos, B, T, pos0, heads, HS, ld, theta, 1.0f);
     prof_end(t0, PROF_POINTWISE, 0, 2.0 * B * T * (double)heads * HS * sizeof(float));
 }
 
-void rope_backward(float *dx, int B, int T, int pos0, int heads, int HS, int ld, float theta) {
+void rope_backward(float *dx, const int *pos, int B, int T, int pos0, int heads, int HS, int ld, float theta) {
     double t0 = prof_begin();
-    rotate(dx, B, T, pos0, heads, HS, ld, theta, -1.0f);
+    rotate(dx, pos, B, T, pos0, heads, HS, ld, theta, -1.0f);
     prof_end(t0, PROF_POINTWISE, 0, 2.0 * B * T * (double)heads * HS * sizeof(float));
 }

@@ -6,10 +6,12 @@
 #define TSR_KERNELS_ROPE_H
 
 // In place on rows of B·T tokens (row n is position pos0 + n mod T: pos0 is
-// where a pass of incremental decoding starts, else 0), each with `heads`
-// heads of HS values from its start and ld values apart.
-void rope_forward(float *x, int B, int T, int pos0, int heads, int HS, int ld, float theta);
+// where a pass of incremental decoding starts, else 0; or with pos (B·T)
+// given, position pos[n]: its place in its document under document
+// masking), each with `heads` heads of HS values from its start and ld
+// values apart.
+void rope_forward(float *x, const int *pos, int B, int T, int pos0, int heads, int HS, int ld, float theta);
 // The transpose (the rotation back), in place on the gradient.
-void rope_backward(float *dx, int B, int T, int pos0, int heads, int HS, int ld, float theta);
+void rope_backward(float *dx, const int *pos, int B, int T, int pos0, int heads, int HS, int ld, float theta);
 
 #endif

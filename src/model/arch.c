@@ -30,6 +30,11 @@ double arch_flops_token(const ModelConfig *c, int T) {
     return 6.0 * ((double)config_param_count(c, 0) - lookup) + 12.0 * c->n_layer * (double)T * c->d_model;
 }
 
+double arch_flops_token_pairs(const ModelConfig *c, int T, double pairs) {
+    double attn = 12.0 * c->n_layer * (double)T * c->d_model;
+    return arch_flops_token(c, T) - attn + attn * pairs / ((double)T * (T + 1) / 2);
+}
+
 int64_t arch_dim(const ModelConfig *c, Dim d, int padded) {
     switch (d) {
     case DIM_3: return 3;
@@ -96,7 +101,7 @@ void arch_attention(const BlockRun *r, float *out, float *lse, const float *qkv,
     const LocalDims *d = r->d;
     KvCache *kv = r->kv;
     if (!kv) {
-        attention_forward(out, lse, qkv, scratch, d->B, d->T, NH, NKV, HS);
+        attention_forward(out, lse, qkv, r->doc_start, scratch, d->B, d->T, NH, NKV, HS);
         return;
     }
     CHECK(d->B == 1 && kv->pos + d->T <= kv->S);
@@ -108,6 +113,6 @@ void arch_attention(const BlockRun *r, float *out, float *lse, const float *qkv,
     }
     // a pass from position 0 (the prompt, or a slid window) is the whole
     // sequence: the fused kernel, as without a cache; later ones attend to it
-    if (kv->pos == 0) attention_forward(out, lse, qkv, scratch, 1, d->T, NH, NKV, HS);
-    else attention_decode(out, qkv, ld, kv->k + base, kv->v + base, d->T, kv->pos, NH, NKV, HS);
+    if (kv->pos == 0) attention_forward(out, lse, qkv, r->doc_start, scratch, 1, d->T, NH, NKV, HS);
+    else attention_decode(out, qkv, ld, kv->k + base, kv->v + base, r->doc_start, d->T, kv->pos, NH, NKV, HS);
 }

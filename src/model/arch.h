@@ -89,6 +89,7 @@ typedef struct KvCache {
     float *k, *v;        // (L,S,KVl) each: layer l's keys and values of positions [0, pos)
     int S;               // positions it holds
     int pos;             // the pass's first new position
+    int doc0;            // document masking: the first position of the document position pos belongs to
 } KvCache;
 
 typedef struct BlockRun {
@@ -106,6 +107,11 @@ typedef struct BlockRun {
     Precision prec;      // what the saved activations are stored in (arch_stored)
     KvCache *kv;         // incremental decoding (B = 1, positions kv->pos on), or NULL
     int layer;           // with kv: the block's layer
+    // Document masking (model/doc), or NULL: for each of the N rows its
+    // document's first position within its sequence (attention's start) and
+    // its place in the document (the positions the block encodes). With kv:
+    // the pass's T rows, starts counted in the cache's positions.
+    const int *doc_start, *doc_pos;
     // A block with an auxiliary loss (a mixture of experts' load balance)
     // adds it here in its forward, weighted and summed over the
     // micro-batch's rows as the per-token losses are, and adds that term's
@@ -212,6 +218,11 @@ const Arch *arch_of_hf(const char *model_type, ArchId *id);
 // embedding is only looked up: no FLOPs; a tied one is the head's GEMM
 // too) and 12·L·T·C for attention's scores and weighted sums.
 double arch_flops_token(const ModelConfig *c, int T);
+// The same with attention over `pairs` (query, key) pairs per sequence of T
+// on average instead of causal attention's T(T+1)/2: document masking's
+// sum of L(L+1)/2 over a sequence's documents (model/doc), the attention
+// term scaled by pairs / (T(T+1)/2).
+double arch_flops_token_pairs(const ModelConfig *c, int T, double pairs);
 
 // Helpers of the blocks' tensor-parallel passes (model/gpt2, model/llama):
 // this rank's rows of a gathered (N,C) buffer; the gradient arriving at a
@@ -237,7 +248,8 @@ void arch_stored(const Arch *ar, const BlockRun *r, int j);
 // T positions (scratch: attention_scratch_floats); with one (B = 1), the
 // pass's keys and values are stored at kv->pos and, unless the pass starts
 // at position 0 (then it is the whole sequence), its positions attend to
-// every cached one (lse is not written then: nothing runs backward).
+// every cached one (lse is not written then: nothing runs backward). With
+// r->doc_start, each position attends to its own document's keys only.
 void arch_attention(const BlockRun *r, float *out, float *lse, const float *qkv, float *scratch, int NH, int NKV,
                     int HS);
 

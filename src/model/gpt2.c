@@ -126,8 +126,8 @@ static void block_forward(const BlockRun *r) {
 // The attention core again, from the saved q/k/v (selective recomputation).
 static void core_forward(const BlockRun *r) {
     const LocalDims *d = r->d;
-    attention_forward(r->act[A_ATTY], r->act[A_LSE], r->act[A_QKV], r->scr[S_ATT], d->B, d->T, d->NHl, d->NHl,
-                      d->Cl / d->NHl);
+    attention_forward(r->act[A_ATTY], r->act[A_LSE], r->act[A_QKV], r->doc_start, r->scr[S_ATT], d->B, d->T, d->NHl,
+                      d->NHl, d->Cl / d->NHl);
     stored(r, A_ATTY);
 }
 
@@ -151,8 +151,8 @@ static void block_backward(const BlockRun *r) {
     // Attention: res2 = x + attn(ln1(x)·Wqkv + bqkv)·Wo + bo
     linear_backward(dbtc, g[ATT_W], g[ATT_B], arch_rows_of_dres(r, r->scr[S_DY]), a[A_ATTY], w[ATT_W], N, d->Cl, C,
                     0);
-    attention_backward(dqkv, dbtc, a[A_QKV], a[A_ATTY], a[A_LSE], r->scr[S_ATT], d->B, d->T, d->NHl, d->NHl,
-                       d->Cl / d->NHl);
+    attention_backward(dqkv, dbtc, a[A_QKV], r->doc_start, a[A_ATTY], a[A_LSE], r->scr[S_ATT], d->B, d->T, d->NHl,
+                       d->NHl, d->Cl / d->NHl);
     linear_backward(dbtc, g[QKV_W], g[QKV_B], dqkv, a[A_LN1], w[QKV_W], N, C, 3 * d->Cl, 0);   // partial over TP
     layernorm_backward(r->dres, gn[2], gn[3], tp_reduce(r->tp, dbtc, N, C), r->x, w[LN1_W], a[A_LN1_MEAN],
                        a[A_LN1_RSTD], Ns, C);

@@ -97,7 +97,7 @@ void llama_block_forward(const BlockRun *r) {
     tp_gather(r->tp, a[A_LN1], N, C);
     stored(r, A_LN1);
     linear_forward(a[A_QKV], a[A_LN1], w[Q_W], qkv_bias(r, w), N, C, (int)qkv_width(d));   // column parallel
-    rope_forward(a[A_QKV], d->B, d->T, r->kv ? r->kv->pos : 0, d->NHl + d->NKVl, HS, (int)qkv_width(d),
+    rope_forward(a[A_QKV], r->doc_pos, d->B, d->T, r->kv ? r->kv->pos : 0, d->NHl + d->NKVl, HS, (int)qkv_width(d),
                  config_rope_theta(r->cfg));
     stored(r, A_QKV);
     arch_attention(r, a[A_ATTY], a[A_LSE], a[A_QKV], r->scr[S_ATT], d->NHl, d->NKVl, HS);
@@ -120,8 +120,8 @@ void llama_block_forward(const BlockRun *r) {
 // The attention core again, from the saved (rotated) q/k/v.
 void llama_core_forward(const BlockRun *r) {
     const LocalDims *d = r->d;
-    attention_forward(r->act[A_ATTY], r->act[A_LSE], r->act[A_QKV], r->scr[S_ATT], d->B, d->T, d->NHl, d->NKVl,
-                      d->Cl / d->NHl);
+    attention_forward(r->act[A_ATTY], r->act[A_LSE], r->act[A_QKV], r->doc_start, r->scr[S_ATT], d->B, d->T, d->NHl,
+                      d->NKVl, d->Cl / d->NHl);
     stored(r, A_ATTY);
 }
 
@@ -144,8 +144,9 @@ void llama_block_backward(const BlockRun *r) {
     rmsnorm_backward(r->dres, gn[0], tp_reduce(r->tp, dbtc, N, C), a[A_RES2], w[LN2_W], a[A_LN2_RSTD], Ns, C);
     // attention: res2 = x + attn(rope(rmsnorm(x)·[Wq;Wk;Wv]))·Wo
     linear_backward(dbtc, g[O_W], NULL, arch_rows_of_dres(r, r->scr[S_DY]), a[A_ATTY], w[O_W], N, d->Cl, C, 0);
-    attention_backward(dqkv, dbtc, a[A_QKV], a[A_ATTY], a[A_LSE], r->scr[S_ATT], d->B, d->T, d->NHl, d->NKVl, HS);
-    rope_backward(dqkv, d->B, d->T, 0, d->NHl + d->NKVl, HS, qw, config_rope_theta(r->cfg));
+    attention_backward(dqkv, dbtc, a[A_QKV], r->doc_start, a[A_ATTY], a[A_LSE], r->scr[S_ATT], d->B, d->T, d->NHl,
+                       d->NKVl, HS);
+    rope_backward(dqkv, r->doc_pos, d->B, d->T, 0, d->NHl + d->NKVl, HS, qw, config_rope_theta(r->cfg));
     linear_backward(dbtc, g[Q_W], qkv_bias(r, g), dqkv, a[A_LN1], w[Q_W], N, C, qw, 0);   // partial over TP
     rmsnorm_backward(r->dres, gn[1], tp_reduce(r->tp, dbtc, N, C), r->x, w[LN1_W], a[A_LN1_RSTD], Ns, C);
     arch_norm_grads_done(r, r->scr[S_NORMG], 2, norms);

@@ -256,6 +256,7 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     StageActs *a = calloc(1, sizeof *a);
     if (!a) { stage_free(s); return err_set(err, ERR_RUN, "out of memory"); }
     s->acts = a;
+    a->doc_sep = -1;
     set_shape(a, cfg, slice, B, T, flags);
     s->prec = a->prec;
     a->nl = a->cl * s->chunks;
@@ -297,6 +298,7 @@ void stage_free(Stage *s) {
         mem_free(s->acts->ws_block);
         stage16_free(s->acts);
         stage_kv_free(s->acts);
+        stage_doc_free(s->acts);
         for (int k = 0; s->acts->slot && k < s->slots; k++) {
             free(s->acts->slot[k].blk);
             free(s->acts->slot[k].blk16);
@@ -388,7 +390,8 @@ BlockRun stage_run(Stage *s, const LocalDims *d, Slot *sl, int j, float *const *
     StageActs *a = s->acts;
     return (BlockRun){.cfg = &s->cfg, .d = d, .tp = a->tp, .w = w, .g = g, .act = act, .scr = a->scr,
                       .x = block_output(s, sl, j >= 0 ? j - 1 : a->cl - 1), .tmp = a->tmp, .dres = sl->dres,
-                      .prec = a->prec};
+                      .prec = a->prec, .doc_start = a->doc_sep >= 0 ? a->doc_start : NULL,
+                      .doc_pos = a->doc_sep >= 0 ? a->doc_pos : NULL};
 }
 
 char *stage_linear_name(const Stage *s, int in, int out, char *buf, size_t n) {
@@ -425,18 +428,20 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
     int after_blocks = last ? sf : -1;
     float *w[ARCH_MAX_TENSORS];
     const float *pe = NULL;
+    stage_doc_pass(a, tokens, B, T);
+    const int *dpos = a->doc_sep >= 0 ? a->doc_pos : NULL;   // document masking's positions
     if (first) {
         // a tied embedding stays at hand for the output head
         pe = stage_seg_params(s, se, nl ? bseg[0] : after_blocks);
         const float *wte = stage_at(s, pe, se, a->off_tok);
         const float *wpe = a->off_pos != SIZE_MAX ? stage_at(s, pe, se, a->off_pos) : NULL;
         if (!a->tp) {
-            // decoding: the pass's positions start at the cache's
-            const float *pos = wpe && a->kv ? wpe + (size_t)a->kv->pos * C : wpe;
-            embedding_forward(sl->x0, tokens, wte, pos, B, T, C, d.v0, d.Vl);
+            // decoding: the pass's positions start at the cache's (document masking's count from the document's)
+            const float *pos = wpe && a->kv && !dpos ? wpe + (size_t)a->kv->pos * C : wpe;
+            embedding_forward(sl->x0, tokens, dpos, wte, pos, B, T, C, d.v0, d.Vl);
         } else {   // vocabulary parallel: this rank's rows of the table (zero for other tokens), summed over TP
-            embedding_forward(a->tmp, tokens, wte, NULL, B, T, C, d.v0, d.Vl);
-            embedding_add_positions(sl->x0, tp_reduce(a->tp, a->tmp, N, C), wpe, d.Ns, d.s0, T, C);
+            embedding_forward(a->tmp, tokens, NULL, wte, NULL, B, T, C, d.v0, d.Vl);
+            embedding_add_positions(sl->x0, tp_reduce(a->tp, a->tmp, N, C), wpe, dpos, d.Ns, d.s0, T, C);
         }
         if (!last || !tied) stage_seg_params_done(s, se);
     }
@@ -478,6 +483,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
     StageActs *a = s->acts;
     Slot *sl = stage_slot(s, slot);
     LocalDims d = call_dims(s, B, T);
+    stage_doc_pass(a, tokens, B, T);   // the forward's, again from the tokens
     // the slot's output head is the tied token embedding (its segment's
     // gradient was reported done right after the head)
     int first = chunk_first(s, sl), tied_head_here = a->arch->tied_head && stage_chunk_last(s, sl);
@@ -515,7 +521,8 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         int se = a->seg_emb;
         float *ge = stage_seg_grads(s, se);
         float *gpe = a->off_pos != SIZE_MAX ? stage_at(s, ge, se, a->off_pos) : NULL;
-        embedding_backward(stage_at(s, ge, se, a->off_tok), gpe, dx, tokens, B, T, d.C, d.v0, d.Vl);
+        embedding_backward(stage_at(s, ge, se, a->off_tok), gpe, dx, tokens, a->doc_sep >= 0 ? a->doc_pos : NULL, B, T,
+                           d.C, d.v0, d.Vl);
         stage_seg_grads_done(s, se);
     }
     sl->rows = 0;

@@ -210,6 +210,17 @@ void stage_kv_reset(Stage *s);
 // The positions cached (the next pass's first).
 int stage_kv_pos(const Stage *s);
 
+// Document masking (model/doc) from the next pass on: sep is the token that
+// opens every document (-1: off, as at stage_init). Each pass then reads
+// its micro-batch's tokens on every stage (stage_forward's and
+// stage_backward's `tokens`): attention stays inside the documents of each
+// row and positions count from each document's first token; under
+// incremental decoding a separator starts a new document in the cache.
+// 0, or -1 with err (out of memory).
+int stage_set_doc_mask(Stage *s, int sep, Err *err);
+// The separator of document masking, or -1.
+int stage_doc_sep(const Stage *s);
+
 // Installs the hooks (NULL: none; the flat buffers are used).
 void stage_set_hooks(Stage *s, const StageHooks *h);
 

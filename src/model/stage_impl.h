@@ -9,6 +9,7 @@
 //   stage16.c     bf16/fp16: the 16-bit copy of the weights and the
 //                 16-bit store of the activations;
 //   stage_kv.c    the key/value cache of incremental decoding.
+//   stage_doc.c   document masking: each pass's document starts and positions.
 #ifndef TSR_MODEL_STAGE_IMPL_H
 #define TSR_MODEL_STAGE_IMPL_H
 
@@ -33,6 +34,8 @@ struct StageActs {
     const Arch *arch;
     LocalDims dim;                          // capacity (B, T, N = B·T) and the local slice
     KvCache *kv;                            // incremental decoding (stage_kv_init), or NULL
+    int doc_sep;                            // document masking's separator token, or -1 (stage_set_doc_mask)
+    int *doc_start, *doc_pos;               // with it: the pass's (B,T) starts and positions (BlockRun's)
     Tp *tp;                                 // the TP group (NULL: one rank)
     int nl;                                 // blocks on this stage
     int recompute;                          // 0, STAGE_RECOMPUTE_FULL or STAGE_RECOMPUTE_SELECTIVE
@@ -124,5 +127,12 @@ double stage_head_forward(Stage *s, Slot *sl, const LocalDims *d, int first, con
 // ---- stage_kv.c ----
 
 void stage_kv_free(StageActs *a);
+
+// ---- stage_doc.c ----
+
+// Document masking: the pass's starts and positions from its tokens (with
+// the cache, from kv->pos on, moving its document on); nothing when off.
+void stage_doc_pass(StageActs *a, const int *tokens, int B, int T);
+void stage_doc_free(StageActs *a);
 
 #endif

@@ -12,6 +12,7 @@ struct EmbSync {
     size_t rows;                 // B·T per rank
     size_t wte, wpe;             // flat offsets (wpe: SIZE_MAX when absent)
     int T;
+    int sep;                     // document masking's separator (positions count from it), or -1
     int32_t *tok, *all_tok;      // rows, n·rows
     float *rows_out, *all_rows;  // rows×C, n·rows×C
     CommRequest *req_tok, *req_rows;
@@ -33,6 +34,7 @@ int embsync_init(EmbSync **out, Comm *c, const Stage *st, Err *err) {
     e->wte = pe->offset;
     e->wpe = pp ? pp->offset : (size_t)-1;
     e->T = st->T;
+    e->sep = stage_doc_sep(st);
     e->rows = (size_t)st->B * st->T;
     size_t n = (size_t)e->n;
     e->bytes = embsync_size(e->n, e->rows, e->C);
@@ -101,10 +103,13 @@ int embsync_apply(EmbSync *e, float *g, size_t lo, size_t hi, double *waited, Er
     for (int r = 0; r < e->n; r++) {
         const int32_t *tok = e->all_tok + (size_t)r * e->rows;
         const float *rows = e->all_rows + (size_t)r * e->rows * C;
+        size_t doc = 0;   // the row's document's first position (model/doc's, from the same tokens)
         for (size_t i = 0; i < e->rows; i++) {
             int t = tok[i] - e->v0;
+            if (i % (size_t)e->T == 0 || (e->sep >= 0 && tok[i] == e->sep)) doc = i;
+            size_t pos = e->sep >= 0 ? i - doc : i % (size_t)e->T;
             if (t >= 0 && t < e->Vl) add_row(g, lo, hi, e->wte + (size_t)t * C, rows + i * C, e->C);
-            if (e->wpe != (size_t)-1) add_row(g, lo, hi, e->wpe + (i % (size_t)e->T) * C, rows + i * C, e->C);
+            if (e->wpe != (size_t)-1) add_row(g, lo, hi, e->wpe + pos * C, rows + i * C, e->C);
         }
     }
     return 0;

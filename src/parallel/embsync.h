@@ -23,7 +23,8 @@
 
 typedef struct EmbSync EmbSync;
 
-// For st (a first stage, B×T tokens per micro-batch) over c.
+// For st (a first stage, B×T tokens per micro-batch, its document masking
+// set: stage_set_doc_mask) over c.
 int embsync_init(EmbSync **out, Comm *c, const Stage *st, Err *err);
 void embsync_free(EmbSync *e);
 // The stage's rows hook (StageHooks.rows): copies this rank's token ids and gradient

@@ -272,9 +272,14 @@ static void activations(const PlanModel *m, const PlanJob *j, const Layout *l, c
 // embedding's lookup left out of N; and what recomputation adds), the
 // compute time of a step and the pipeline bubble.
 static void compute_time(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const Layout *l, PlanResult *r) {
-    double N = (double)r->params, Lhs = (double)m->L * m->h * j->seq, p = l->pp;
+    double N = (double)r->params, Lhs = (double)m->L * m->h * j->seq, p = l->pp, s = (double)j->seq;
     int64_t V = l->vstages > 1 ? l->vstages : 1;
     r->flops_token = arch_flops_token(&m->cfg, (int)j->seq);
+    if (j->doc_len > 0 && j->doc_len < s) {   // document masking: (D+1)/(s+1) of the causal pairs
+        double f = (j->doc_len + 1) / (s + 1);
+        r->flops_token = arch_flops_token_pairs(&m->cfg, (int)j->seq, f * s * (s + 1) / 2);
+        Lhs *= f;
+    }
     r->hw_flops_token = r->flops_token + (l->recompute == RECOMPUTE_FULL ? 2 * N + 4 * Lhs
                                          : l->recompute == RECOMPUTE_SELECTIVE ? 4 * Lhs : 0);
     double tokens_step = (double)j->global_batch * j->seq;

@@ -18,7 +18,11 @@
 // - FLOPs per token: 6N + 12·L·h·s (PaLM, appendix B; model/arch's
 //   arch_flops_token, the trainer's MFU count: N leaves out an untied token
 //   embedding, only looked up); hardware FLOPs add recomputation (full:
-//   one more forward, 8N + 16·L·h·s).
+//   one more forward, 8N + 16·L·h·s). With document masking (train
+//   --doc-mask) and an expected document length D < s, attention computes
+//   D(D+1)/2 pairs per document, s/D documents per sequence, instead of
+//   s(s+1)/2: its terms are scaled by (D+1)/(s+1) (arch_flops_token_pairs;
+//   the trainer's MFU counts each step's real documents).
 // - Activations: the tensors tessera's layer keeps for backward (see
 //   plan_act_layer), with the Korthikanti et al. 2022 expression
 //   s·b·h·(34 + 5·a·s/h) for 16-bit Megatron layers given for comparison.
@@ -68,6 +72,7 @@ typedef struct PlanCluster {
 typedef struct PlanJob {
     int64_t seq, global_batch, micro_batch;
     double tokens;                  // to train on
+    double doc_len;                 // document masking: the expected document length (0: none, causal over seq)
 } PlanJob;
 
 // A layout is parallel/layout's, the trainer's own: the axes, ZeRO, SP,

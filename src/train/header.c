@@ -111,6 +111,9 @@ void trainer_print_header(Trainer *t) {
     if (l->recompute == RECOMPUTE_SELECTIVE)
         printf("recompute: selective — the attention core's output is recomputed from the saved q/k/v before each "
                "block's backward\n");
+    if (t->doc_sep >= 0)
+        printf("documents: masked — attention stays inside each document of a sequence and positions restart at its "
+               "first token, token %d (MFU counts the attention pairs really computed)\n", t->doc_sep);
     report_memory(t->rep);
     if (t->ck) printf("resumed:   %s at step %d\n", ckpt_dir(t->ck), t->done);
     if (tc->init_from) printf("init:      %s\n", tc->init_from);

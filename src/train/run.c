@@ -50,6 +50,7 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls, co
     jb_key(&b, "seq"); jb_int(&b, tc->seq);
     jb_key(&b, "grad_accum"); jb_int(&b, tc->accum);
     jb_key(&b, "precision"); jb_str(&b, prec_name(tc->layout.precision));
+    if (tc->doc_mask) { jb_key(&b, "doc_mask"); jb_bool(&b, 1); }   // eval and sample mask the same way
     if (sc) {
         char *s = scaler_state_json(sc);
         jb_key(&b, "loss_scaler");

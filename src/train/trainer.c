@@ -18,6 +18,7 @@
 #include "io/weights.h"
 #include "kernels/matmul.h"
 #include "kernels/peak.h"
+#include "model/doc.h"
 #include "parallel/dp.h"
 
 uint64_t trainer_comm_totals(Comm *c, double *seconds) {
@@ -134,11 +135,16 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     // it), and under fp16 the ranks whose gradients overflowed
     p0 = prof_begin();
     double aux = stage_take_aux(&t->st);   // every stage's blocks' auxiliary losses, counted by TP rank 0
-    double g[3] = {(layout_counts_loss(t->lay, t->last) ? loss_sum : 0.0) +
-                   (layout_counts_tp_replicated(t->lay) ? aux : 0.0), dp_grad_sumsq(t->dp),
-                   t->fp16 ? grads_overflow(t) : 0.0};
+    // with --doc-mask, the attention pairs of the step's sequences (each DP rank's counted once), for MFU
+    int counts = layout_counts_loss(t->lay, t->last);
+    double g[4] = {(counts ? loss_sum : 0.0) + (layout_counts_tp_replicated(t->lay) ? aux : 0.0), dp_grad_sumsq(t->dp),
+                   t->fp16 ? grads_overflow(t) : 0.0,
+                   t->doc_sep >= 0 && counts ? doc_pairs(t->inp, K * B, T, t->doc_sep) : 0.0};
     prof_end(p0, PROF_GRADS, 0, 0);
-    if (trainer_sum_all(t, g, 3, err)) return -1;
+    if (trainer_sum_all(t, g, t->doc_sep >= 0 ? 4 : 3, err)) return -1;
+    // the FLOPs per token of the attention really computed (model/doc), else the causal count
+    double flops_tok = t->doc_sep < 0 ? t->flops_tok
+                                      : arch_flops_token_pairs(&t->mc, T, g[3] * T / t->tokens_per_step);
     double loss = g[0] / t->tokens_per_step, norm = sqrt(g[1]) / scale;
 
     // fp16: an overflow anywhere skips the step everywhere and moves the scale
@@ -173,7 +179,7 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     double tps = t->tokens_per_step / dt;
     *m = (StepMetrics){.step = step + 1, .steps = tc->steps, .loss = loss, .lr = lr, .grad_norm = norm,
                        .ms = dt * 1e3, .tokens_per_s = tps,
-                       .mfu = tps * t->flops_tok / (t->peak * 1e9 * layout_devices(t->lay)),
+                       .mfu = tps * flops_tok / (t->peak * 1e9 * layout_devices(t->lay)),
                        .grad_comm_bytes = grad_sent, .tp_comm_bytes = tp_b1 - tp_b0, .tp_comm_ms = (tp_s1 - tp_s0) * 1e3,
                        .pp_comm_bytes = pp_b, .pp_wait_ms = pp_w * 1e3, .loss_scale = scale, .scaler = t->fp16,
                        .skipped = skipped, .spike = spike, .prof = t->prof};
@@ -215,6 +221,11 @@ static int choose_model(Trainer *t, Err *err) {
         if (tn && tn->type == JSON_STR && strcmp(tn->text, t->tok.name))
             return err_set(err, ERR_USAGE, "--resume %s: the run used --tokenizer %s, not %s", ckpt_dir(t->ck), tn->text,
                            t->tok.name);
+        const Json *dm = json_get(json_get(ckpt_meta(t->ck), "train"), "doc_mask");
+        int masked = dm && dm->type == JSON_BOOL && dm->boolean;
+        if (masked != !!tc->doc_mask)
+            return err_set(err, ERR_USAGE, "--resume %s: the run trained %s --doc-mask; resume it %s", ckpt_dir(t->ck),
+                           masked ? "with" : "without", masked ? "with it" : "without it");
     } else if (tc->init_from) {   // a GPT-2 file states no head count: the preset's when its width is the file's
         if (weights_open(&t->init, tc->init_from, &tc->model, err)) { err_prefix(err, "--init-from"); return -1; }
         *mc = t->init.mc;
@@ -424,6 +435,12 @@ int trainer_open(Trainer **out, const TrainConfig *tc, const Layout *l, Err *err
     if (check_room(t, err)) goto fail;
     if (stage_init(&t->st, &t->mc, &slice, tc->batch, tc->seq, slots, flags, err)) goto fail;
     if (l->tpg && stage_set_tp(&t->st, l->tpg, err)) goto fail;
+    t->doc_sep = tc->doc_mask ? t->tok.doc_sep : -1;
+    if (tc->doc_mask && t->doc_sep < 0) {
+        err_set(err, ERR_USAGE, "--doc-mask: the %s tokenizer marks no document boundaries in its data", t->tok.name);
+        goto fail;
+    }
+    if (stage_set_doc_mask(&t->st, t->doc_sep, err)) goto fail;   // before dp_init: embsync reads it
     if (dp_init(&t->dp, l, tc->bucket_mb, &t->st, err)) goto fail;
     if (pipe_init(&t->pipe, l, tc->accum, &t->st, err)) goto fail;
     if (layout_holds_tied_copy(l, &t->mc)) dp_set_shared(t->dp, 0);   // the first stage counts the embeddings

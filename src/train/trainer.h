@@ -69,6 +69,8 @@ typedef struct TrainConfig {
     int spike_rollback;        // --spike-rollback: spikes in a row that send the run back to its last checkpoint (0: never)
     int spike_step, spike_count;   // test hook: `count` steps from that one have their loss seen ×1000 (once each)
     int skip_step, skip_steps;     // test hook: after that step the loader moves past `skip_steps` steps' batches
+    int doc_mask;              // --doc-mask: attention and positions restart at each document of a packed sequence
+                               // (model/doc; the tokenizer's doc_sep opens a document); kept in the checkpoint
 } TrainConfig;
 
 typedef struct Trainer Trainer;

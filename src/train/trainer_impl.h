@@ -36,6 +36,7 @@ struct Trainer {
     AdamW opt;
     LossScaler sc;             // fp16's loss scale
     int fp16;
+    int doc_sep;                  // document masking's separator token, or -1 (no --doc-mask)
     double flag_scale;         // resumed fp16: --loss-scale given, then replaced by the checkpoint's scale (0: neither)
     Report *rep;
     int *inp, *tgt;            // the step's micro-batches (M,B,T)

@@ -314,8 +314,8 @@ static void check_attention_bf16(int B, int T, int NH, int NKV, int HS) {
         for (size_t i = 0; i < nq; i++) d[r][i] = 123.0f;
         kernels_set_threads(r == 2 ? 1 : 2);
         int prev = matmul_set_bf16(r > 0);
-        attention_forward(o[r], l[r], qkv, scratch, B, T, NH, NKV, HS);
-        attention_backward(d[r], dout, qkv, o[r], l[r], scratch, B, T, NH, NKV, HS);
+        attention_forward(o[r], l[r], qkv, NULL, scratch, B, T, NH, NKV, HS);
+        attention_backward(d[r], dout, qkv, NULL, o[r], l[r], scratch, B, T, NH, NKV, HS);
         matmul_set_bf16(prev);
     }
     kernels_set_threads(2);

@@ -407,11 +407,11 @@ static void check_rope(int B, int T, int heads, int HS, int ld, double theta) {
     randn(x, n, 1); randn(dy, n, 1);
     memcpy(y, x, n * sizeof *x);
     double *in[1] = {to_d(x, n)}, *yr = calloc(n, sizeof(double)), *R = to_d(dy, n);
-    rope_forward(y, B, T, 0, heads, HS, ld, (float)theta);
+    rope_forward(y, NULL, B, T, 0, heads, HS, ld, (float)theta);
     ref_rope(yr, in, &ctx);
     double e = rel_err_fd(y, yr, n, 1e-6);
     EXPECT(e < 1e-5, "rope fwd T=%d HS=%d theta %g rel err %.2e", T, HS, theta, e);
-    rope_backward(dy, B, T, 0, heads, HS, ld, (float)theta);
+    rope_backward(dy, NULL, B, T, 0, heads, HS, ld, (float)theta);
     e = fd_check(dy, ref_rope, in, 0, n, R, n, &ctx);
     EXPECT(e < 1e-4, "rope backward T=%d HS=%d rel err %.2e", T, HS, e);
     free(x); free(y); free(dy); free(in[0]); free(yr); free(R);
@@ -427,8 +427,8 @@ static void test_rope(void) {
     float *x = fbuf((size_t)T * ld), *y = fbuf((size_t)T * ld);
     randn(x, (size_t)T * ld, 2);
     memcpy(y, x + (size_t)pos0 * ld, (size_t)(T - pos0) * ld * sizeof *x);
-    rope_forward(x, 1, T, 0, heads, HS, ld, 10000.0f);
-    rope_forward(y, 1, T - pos0, pos0, heads, HS, ld, 10000.0f);
+    rope_forward(x, NULL, 1, T, 0, heads, HS, ld, 10000.0f);
+    rope_forward(y, NULL, 1, T - pos0, pos0, heads, HS, ld, 10000.0f);
     EXPECT(!memcmp(x + (size_t)pos0 * ld, y, (size_t)(T - pos0) * ld * sizeof *x), "rope from position %d", pos0);
     free(x); free(y);
 }
@@ -499,11 +499,11 @@ static void check_attention(int B, int T, int NH, int NKV, int HS) {
     randn(qkv, nq, 1); randn(dout, no, 1);
     for (size_t i = 0; i < nq; i++) dqkv[i] = 123.0f;    // must be overwritten
     double *in[1] = {to_d(qkv, nq)}, *ref = calloc(no, sizeof(double)), *R = to_d(dout, no);
-    attention_forward(out, lse, qkv, scratch, B, T, NH, NKV, HS);
+    attention_forward(out, lse, qkv, NULL, scratch, B, T, NH, NKV, HS);
     ref_attention(ref, in, &ctx);
     double e = rel_err_fd(out, ref, no, 1e-6);
     EXPECT(e < 1e-5, "attention fwd B=%d T=%d NH=%d NKV=%d HS=%d rel err %.2e", B, T, NH, NKV, HS, e);
-    attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, NH, NKV, HS);
+    attention_backward(dqkv, dout, qkv, NULL, out, lse, scratch, B, T, NH, NKV, HS);
     e = fd_check(dqkv, ref_attention, in, 0, nq, R, no, &ctx);
     EXPECT(e < 1e-4, "attention backward B=%d T=%d NH=%d NKV=%d HS=%d rel err %.2e", B, T, NH, NKV, HS, e);
     free(qkv); free(out); free(lse); free(dout); free(dqkv); free(scratch);
@@ -527,12 +527,12 @@ static void test_attention(void) {
         float *kc = fbuf((size_t)T * KV), *vc = fbuf((size_t)T * KV), *dec = fbuf((size_t)T * C);
         float *scratch = fbuf(attention_scratch_floats(T, omp_get_max_threads()));
         randn(qkv, (size_t)T * ld, 3 + k);
-        attention_forward(out, lse, qkv, scratch, 1, T, NH, NKV, HS);
+        attention_forward(out, lse, qkv, NULL, scratch, 1, T, NH, NKV, HS);
         for (int t = 0; t < T; t++) {
             memcpy(kc + (size_t)t * KV, qkv + (size_t)t * ld + C, (size_t)KV * sizeof(float));
             memcpy(vc + (size_t)t * KV, qkv + (size_t)t * ld + C + KV, (size_t)KV * sizeof(float));
         }
-        attention_decode(dec, qkv + (size_t)pos * ld, ld, kc, vc, T - pos, pos, NH, NKV, HS);
+        attention_decode(dec, qkv + (size_t)pos * ld, ld, kc, vc, NULL, T - pos, pos, NH, NKV, HS);
         double worst = 0;
         for (size_t i = 0; i < (size_t)(T - pos) * C; i++) {
             double d = fabs(dec[i] - out[(size_t)pos * C + i]);
@@ -567,11 +567,11 @@ static void test_embedding(void) {
         randn(wte, Vl * C, 1); randn(wpe, T * C, 1); randn(dout, B * T * C, 1);
         double *in[2] = {to_d(wte, Vl * C), to_d(wpe, T * C)}, *ref = calloc(B * T * C, sizeof(double));
         double *R = to_d(dout, B * T * C);
-        embedding_forward(out, tok, wte, wpe, B, T, C, v0, Vl);
+        embedding_forward(out, tok, NULL, wte, wpe, B, T, C, v0, Vl);
         ref_embedding(ref, in, &ctx);
         double e = rel_err_fd(out, ref, B * T * C, 1e-6);
         EXPECT(e < 1e-6, "embedding fwd v0=%d rel err %.2e", v0, e);
-        embedding_backward(dwte, dwpe, dout, tok, B, T, C, v0, Vl);
+        embedding_backward(dwte, dwpe, dout, tok, NULL, B, T, C, v0, Vl);
         e = fd_check(dwte, ref_embedding, in, 0, Vl * C, R, B * T * C, &ctx);
         EXPECT(e < 1e-4, "embedding dwte v0=%d rel err %.2e", v0, e);
         e = fd_check(dwpe, ref_embedding, in, 1, T * C, R, B * T * C, &ctx);
