@@ -127,9 +127,19 @@ int mix_parse(Mixture *m, const char *spec, const char *flag, Err *err) {
         rc = parse_list(m, spec, flag, err);
     }
     if (rc) { mix_free(m); return -1; }
+    // normalized, then rounded to 12 decimals: 0.7,0.2,0.1 and 7,2,1 are
+    // the same mixture, bit for bit (and print as written)
     double sum = 0;
     for (int i = 0; i < m->n; i++) sum += m->src[i].weight;
-    for (int i = 0; i < m->n; i++) m->src[i].weight /= sum;
+    for (int i = 0; i < m->n; i++) {
+        MixSource *s = &m->src[i];
+        s->weight = nearbyint(s->weight / sum * 1e12) / 1e12;
+        if (s->weight <= 0) {
+            err_set(err, ERR_USAGE, "%s: source %s's weight is below 1e-12 of the sum of the weights", flag, s->name);
+            mix_free(m);
+            return -1;
+        }
+    }
     return 0;
 }
 

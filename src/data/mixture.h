@@ -14,9 +14,11 @@
 // The order: sequence n of the mixture (0-based, over the whole run) comes
 // from the source s that maximizes w_s·(n+1) − c_s, where w_s is s's
 // normalized weight and c_s the sequences s gave to sequences 0..n−1; ties
-// go to the lowest index. So the first N sequences hold each source within
-// one sequence of w_s·N, and the order is a pure function of the weights
-// and n: any rank can compute any part of it from the counts alone.
+// go to the lowest index (Megatron's rule). So the first N sequences hold
+// each of two or three sources within one sequence of w_s·N (with more
+// sources a prefix can stray a little past one: at most about 1.06 in the
+// tests' random draws), and the order is a pure function of the weights and
+// n: any rank can compute any part of it from the counts alone.
 #ifndef TSR_DATA_MIXTURE_H
 #define TSR_DATA_MIXTURE_H
 

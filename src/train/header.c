@@ -56,7 +56,7 @@ static void print_data(const Trainer *t) {
                (long long)loader_samples(l), tc->seq);
     } else {
         printf("data:      a mixture of %d sources (%s tokenizer, sequences of %d+1; each source shuffled by its own "
-               "epochs, interleaved so that any first N sequences hold each within one of weight·N):\n",
+               "epochs, each next sequence from the source furthest below its weight's share):\n",
                loader_nsources(l), tc->tokenizer, tc->seq);
         for (int s = 0; s < loader_nsources(l); s++) {
             LoaderSource ls = loader_source(l, s);
