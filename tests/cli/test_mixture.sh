@@ -6,7 +6,9 @@
 # and on another (dp=2 ZeRO-0 to ZeRO-1: the same parameters, bit for bit;
 # one process to dp=2: the same sources step by step, the same loader
 # state, the losses within 1e-5); a JSON spec is the same mixture;
-# evaluation reports each source's loss (train and eval); a zero weight, a
+# evaluation reports each source's loss (train and eval; a --val-data
+# mixture's val loss is the weighted mean of its sources'); a plain path
+# logs as before; a zero weight, a
 # missing directory, a weight that does not parse, sources of different
 # tokenizers and a resume with another mixture are refused with exit 2.
 # Run from the repository root.
@@ -33,6 +35,17 @@ grep -q '"val_loss_by_source":{"web":[0-9.]*,"books":[0-9.]*,"code":[0-9.]*}' "$
   grep -q "^data:      a mixture of 3 sources" "$TMP/s.out" &&
   ok "the sources' val shards are evaluated each: a loss per source in the step log and JSONL" ||
   bad "val loss by source" "$(grep eval "$TMP/s.out")"
+
+"$BIN" $R --data "$MIX" --val-data "a=$TMP/a:1,c=$TMP/c:3" --batch 4 --steps 2 --eval-batches 2 --log "$TMP/v.jsonl" >"$TMP/v.out" 2>&1
+rec=$(grep '"val_loss"' "$TMP/v.jsonl")
+echo "$rec" | awk '{ match($0, /"val_loss":[0-9.]+/); v = substr($0, RSTART + 11, RLENGTH - 11)
+  match($0, /"a":[0-9.]+/); a = substr($0, RSTART + 4, RLENGTH - 4); match($0, /"c":[0-9.]+/); c = substr($0, RSTART + 4, RLENGTH - 4)
+  d = v - (0.25 * a + 0.75 * c); if (d < 0) d = -d; exit !(a > 0 && c > 0 && d < 2e-6) }' &&
+  ok "a --val-data mixture (a:1, c:3): each source's loss, and the val loss their weighted mean ($rec)" || bad "--val-data mixture" "$rec" "$(tail -1 "$TMP/v.out")"
+"$BIN" $R --data "$TMP/a" --batch 4 --steps 2 --eval-batches 1 --log "$TMP/plain.jsonl" >"$TMP/plain.out" 2>&1
+[ -s "$TMP/plain.jsonl" ] && ! grep -q "by_source" "$TMP/plain.jsonl" && ! grep -q "tokens web\|by source\|mixture" "$TMP/plain.out" &&
+  grep -q "^data:      $TMP/a — 1 file, " "$TMP/plain.out" && ok "a plain --data path logs and prints as before (no per-source figures)" ||
+  bad "plain path" "$(grep -c by_source "$TMP/plain.jsonl")"
 
 # ---- resume: the same layout bit for bit; the state in meta.json ----
 M="$R --data $MIX --steps 12 --log-every 1 --eval-every 0 --eval-batches 1"
