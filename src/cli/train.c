@@ -84,7 +84,8 @@ static int data_exists(const char *flag, const char *spec, const char *tokenizer
     Mixture m;
     if (!spec) return 0;
     if (mix_parse(&m, spec, flag, e)) return -1;
-    int rc = m.plain ? path_exists(flag, spec, e) : mix_check_tokenizer(&m, tokenizer, flag, e);
+    int rc = m.plain ? path_exists(flag, spec, e) : mix_check_tokenizer(&m, tokenizer, e);
+    if (rc && !m.plain) err_prefix(e, flag);
     mix_free(&m);
     return rc;
 }

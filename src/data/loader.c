@@ -260,7 +260,7 @@ static int start_prefetch(Loader *l, Err *err) {
 int loader_open_mix(Loader **out, const Mixture *m, const Tokenizer *tok, const LoaderOptions *o, Err *err) {
     *out = NULL;
     CHECK(m->n >= 1 && m->n <= MIX_MAX_SOURCES);
-    if (!m->plain && mix_check_tokenizer(m, tok->name, "", err)) return -1;
+    if (!m->plain && mix_check_tokenizer(m, tok->name, err)) return -1;
     Loader *l = calloc(1, sizeof *l);
     if (!l) return err_set(err, ERR_RUN, "out of memory");
     l->o = *o;

@@ -155,17 +155,17 @@ int mix_pick(const double *w, const int64_t *count, int n) {
     return best;
 }
 
-int mix_check_tokenizer(const Mixture *m, const char *tokenizer, const char *flag, Err *err) {
+int mix_check_tokenizer(const Mixture *m, const char *tokenizer, Err *err) {
     for (int i = 0; i < m->n; i++) {
         struct stat st;
         char rec[64];
         const MixSource *s = &m->src[i];
         if (stat(s->path, &st) || !S_ISDIR(st.st_mode)) continue;
         int got = shard_info_read(s->path, rec, sizeof rec, err);
-        if (got < 0) { err_prefix(err, flag); return -1; }
+        if (got < 0) return -1;
         if (got && strcmp(rec, tokenizer))
-            return err_set(err, ERR_USAGE, "%s: source %s (%s) holds shards of the %s tokenizer, not %s: the sources of a "
-                           "mixture share --tokenizer", flag, s->name[0] ? s->name : s->path, s->path, rec, tokenizer);
+            return err_set(err, ERR_USAGE, "source %s (%s) holds shards of the %s tokenizer, not %s: the sources of a "
+                           "mixture share --tokenizer", s->name[0] ? s->name : s->path, s->path, rec, tokenizer);
     }
     return 0;
 }

@@ -2,7 +2,8 @@
 // --val-data (Megatron's BlendedDataset), and the rule that interleaves them.
 //
 // A spec is NAME=PATH:WEIGHT[,NAME=PATH:WEIGHT...] (the weight after the
-// last ':' of an entry), or a FILE.json holding
+// last ':' of an entry; a path holding ',' needs the JSON form), or a
+// FILE.json holding
 //   {"sources": [{"name": "web", "path": "DIR", "weight": 0.7}, ...]}
 // (or that array alone). PATH is what a plain --data takes (a shard
 // directory, glob, .bin or text file; a relative path is the working
@@ -54,8 +55,8 @@ int mix_pick(const double *w, const int64_t *count, int n);
 // The sources' shards are of one tokenizer, `tokenizer`: a source directory
 // whose record (shard_info_read) names another is refused. Sources without
 // a record are left to the vocabulary check of shard_open. 0, or -1 with
-// err (ERR_USAGE) naming flag, the source and the two tokenizers.
-int mix_check_tokenizer(const Mixture *m, const char *tokenizer, const char *flag, Err *err);
+// err (ERR_USAGE) naming the source and the two tokenizers.
+int mix_check_tokenizer(const Mixture *m, const char *tokenizer, Err *err);
 
 // "name w, name w" (weights with 4 significant digits) into buf.
 void mix_describe(const Mixture *m, char *buf, int cap);

@@ -6,7 +6,7 @@
 
 int valset_open(ValSet *v, const Mixture *m, const char *flag, const Tokenizer *tok, const LoaderOptions *o, Err *err) {
     memset(v, 0, sizeof *v);
-    if (!m->plain && mix_check_tokenizer(m, tok->name, flag, err)) return -1;
+    if (!m->plain && mix_check_tokenizer(m, tok->name, err)) { err_prefix(err, flag); return -1; }
     v->plain = m->plain;
     for (int s = 0; s < m->n; s++) {
         snprintf(v->name[s], sizeof v->name[s], "%s", m->src[s].name);
