@@ -442,8 +442,9 @@ int loader_state_read(Loader *l, const Json *j, const char *where, Err *err) {
     for (int s = 0; s < l->nsrc; s++) {
         const Json *e = json_at(srcs, (size_t)s);
         int64_t ep = -1, p = -1;
+        // (each count, and their sum, within int64)
         if (json_int64(json_get(e, "epoch"), &ep) || json_int64(json_get(e, "pos"), &p) || ep < 0 || ep > INT32_MAX ||
-            p < 0 || p >= l->src[s].nsamples)
+            ep >= INT64_MAX / MIX_MAX_SOURCES / l->src[s].nsamples || p < 0 || p >= l->src[s].nsamples)
             return err_set(err, ERR_USAGE, "%s: source %s's place in 'train.loader' is missing or out of range (epoch %lld, "
                            "position %lld of its %lld samples)", where, l->src[s].name, (long long)ep, (long long)p,
                            (long long)l->src[s].nsamples);

@@ -79,7 +79,7 @@ LoaderSource loader_source(const Loader *l, int s);
 // Fills inputs (B,T) and targets (B,T) with this rank's part of the next
 // global batch (training), or of the next B·ranks samples in order
 // (validation, returning how many of its B were left: fewer at the end, 0
-// for a rank past it; loader_state's pos reaches loader_samples when done).
+// for a rank past it; loader_done once the last round is read).
 int loader_next(Loader *l, int *inputs, int *targets);
 
 LoaderState loader_state(const Loader *l);
