@@ -16,7 +16,7 @@ int cmd_eval(int argc, char **argv) {
     int batch = 8, seq = 0, batches = 0, threads = 0;
     Flag f[] = {
         {"ckpt", FLAG_STR, &ckpt, 0, 0, "PATH", "a checkpoint, or a run directory (its latest) (required)", 0, NULL},
-        {"data", FLAG_STR, &data, 0, 0, "PATH", "validation data: a directory's val_*.bin, a .bin, a glob or a text file (required)", 0, NULL},
+        {"data", FLAG_STR, &data, 0, 0, "PATH", "validation data: a directory's val_*.bin, a .bin, a glob or a text file, or a mixture NAME=PATH:WEIGHT,... or FILE.json (each source's loss, and their weighted mean) (required)", 0, NULL},
         {"batch", FLAG_INT, &batch, 1, 1 << 16, "B", "sequences per batch (default 8)", 0, NULL},
         {"seq", FLAG_INT, &seq, 1, 1 << 20, "T", "tokens per sequence (default: the training run's)", 0, NULL},
         {"batches", FLAG_INT, &batches, 0, 1 << 30, "N", "evaluate at most N batches, 0 = all (default)", 0, NULL},
@@ -47,7 +47,10 @@ int cmd_eval(int argc, char **argv) {
     ModelConfig mc;
     Tokenizer tok;
     Stage st;
-    Loader *val = NULL;
+    ValSet val;
+    Mixture mix;
+    memset(&val, 0, sizeof val);
+    memset(&mix, 0, sizeof mix);
     memset(&st, 0, sizeof st);
     memset(&tok, 0, sizeof tok);
     if (ckpt_open(&ck, ckpt, &e) || ckpt_config(ck, &mc, &e)) goto fail;
@@ -63,27 +66,33 @@ int cmd_eval(int argc, char **argv) {
     }
     LoaderOptions lo = {.T = seq, .B = batch, .ranks = 1, .split = SPLIT_VAL};
     ModelSlice sl = slice_whole(&mc);
-    if (loader_open(&val, data, &tok, &lo, &e)) { err_prefix(&e, "--data"); goto fail; }
+    if (mix_parse(&mix, data, "--data", &e) || valset_open(&val, &mix, "--data", &tok, &lo, &e)) goto fail;
     if (stage_init(&st, &mc, &sl, batch, seq, 1, stage_prec_flag(prec), &e) || ckpt_load_params(ck, &st.table, st.params, &e)) goto fail;
     // a run trained with --doc-mask is evaluated with its documents masked too
     const Json *dm = json_get(tr, "doc_mask");
     int masked = dm && dm->type == JSON_BOOL && dm->boolean;
     if (masked && stage_set_doc_mask(&st, tok.doc_sep, &e)) goto fail;
-    int64_t n;
-    double t0 = timer_now(), sum;
-    if (train_evaluate(&st, NULL, val, batches, &sum, &n, &e)) goto fail;
-    double loss = n ? sum / (double)n : 0.0;
+    int64_t n[MIX_MAX_SOURCES], all = 0;
+    double t0 = timer_now(), sum[MIX_MAX_SOURCES], losses[MIX_MAX_SOURCES];
+    if (valset_evaluate(&val, &st, NULL, batches, sum, n, &e)) goto fail;
+    double loss = valset_loss(&val, sum, n, losses);
+    for (int s = 0; s < val.n; s++) all += n[s];
     printf("model %s (step %lld), %s: %lld tokens in %.1f s\n", dir,
-           (long long)(json_get(meta, "step") ? json_get(meta, "step")->num : 0), data, (long long)n, timer_now() - t0);
-    printf("val loss %.6f  perplexity %.2f%s%s%s\n", loss, exp(loss), prec ? "  in " : "", prec ? prec_name(prec) : "",
-           masked ? "  (documents masked, as trained)" : "");
-    loader_free(val);
+           (long long)(json_get(meta, "step") ? json_get(meta, "step")->num : 0), data, (long long)all, timer_now() - t0);
+    for (int s = 0; !val.plain && s < val.n; s++)
+        printf("  %-12s weight %.4g: val loss %.6f  perplexity %.2f  (%lld tokens)\n", val.name[s], val.weight[s], losses[s],
+               exp(losses[s]), (long long)n[s]);
+    printf("val loss %.6f  perplexity %.2f%s%s%s%s\n", loss, exp(loss), prec ? "  in " : "", prec ? prec_name(prec) : "",
+           val.plain ? "" : "  (the sources' losses, weighted)", masked ? "  (documents masked, as trained)" : "");
+    valset_close(&val);
+    mix_free(&mix);
     stage_free(&st);
     tokenizer_close(&tok);
     ckpt_close(ck);
     return 0;
 fail:
-    loader_free(val);
+    valset_close(&val);
+    mix_free(&mix);
     stage_free(&st);
     tokenizer_close(&tok);
     ckpt_close(ck);

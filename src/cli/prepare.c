@@ -12,7 +12,9 @@
 // output does not depend on the thread count.
 //
 // --out is empty or new (--force: its shards are replaced), and its shards
-// are never read as input. A failed run removes the shards it wrote.
+// are never read as input. A failed run removes the shards it wrote. The
+// shards' tokenizer is recorded in OUT/shards.json (data/shard), so that a
+// mixture of directories can tell that its sources share one.
 #include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
@@ -76,15 +78,18 @@ static int is_shard_name(const char *s) {
 }
 
 // Adds a file, or every regular file under a directory (sorted, recursive,
-// hidden names skipped). A shard in the --out directory (outdir) is an
-// output, never an input: skipped in a walk, refused when named.
+// hidden names skipped). A shard (or the shards' record) in the --out
+// directory (outdir) is an output, never an input: skipped in a walk,
+// refused when named.
 static int collect(Paths *out, const char *path, int walked, const DirId *outdir, const char *out_name, Err *err) {
     struct stat st;
     if (stat(path, &st)) return err_set(err, ERR_USAGE, "--input %s: %s", path, strerror(errno));
     if (S_ISREG(st.st_mode)) {
         char *dir = strdup(path), *base = strdup(path);
         struct stat pst;
-        int shard = dir && base && is_shard_name(basename(base)) && stat(dirname(dir), &pst) == 0 && same_dir(outdir, &pst);
+        const char *b = base ? basename(base) : "";
+        int shard = dir && base && (is_shard_name(b) || !strcmp(b, SHARD_INFO_FILE)) && stat(dirname(dir), &pst) == 0 &&
+                    same_dir(outdir, &pst);
         free(dir);
         free(base);
         if (shard && walked) return 0;
@@ -140,14 +145,15 @@ static int out_check(const char *out, int force, DirId *id, Err *err) {
     return 0;
 }
 
-// Removes the shards (and shard temporaries) in an existing --out.
+// Removes the shards (and shard temporaries, and their record) in an existing --out.
 static int out_clear(const char *out, Err *err) {
     DIR *d = opendir(out);
     if (!d) return err_set(err, ERR_USAGE, "--out %s: %s", out, strerror(errno));
     int rc = 0;
     struct dirent *e;
     while (!rc && (e = readdir(d)))
-        if (is_shard_name(e->d_name) && unlinkat(dirfd(d), e->d_name, 0) && errno != ENOENT)
+        if ((is_shard_name(e->d_name) || !strcmp(e->d_name, SHARD_INFO_FILE)) && unlinkat(dirfd(d), e->d_name, 0) &&
+            errno != ENOENT)
             rc = err_set(err, ERR_RUN, "--out %s/%s: cannot remove: %s", out, e->d_name, strerror(errno));
     closedir(d);
     return rc;
@@ -422,7 +428,8 @@ int cmd_prepare(int argc, char **argv) {
     DocsOptions dopt = {.format = fmt, .text_field = text_field, .piece = tok.kind == TOK_LLAMA ? PIECE_LLAMA : PIECE_GPT2,
                         .strict = strict};
     if (prepare_files(&r, &files, sizes, &dopt, &skipped, &bad_file, &first_bad, &e)) goto written;
-    if (writer_finish(&r.w, &e) || check_split(&r.w, val_fraction, &e)) goto written;
+    if (writer_finish(&r.w, &e) || check_split(&r.w, val_fraction, &e) || shard_info_write(out, name, tok.vocab, &e))
+        goto written;
     double el = timer_now() - r.t0;
     if (r.tty) printf("\r\033[K");
     const Writer *w = &r.w;

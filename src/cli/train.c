@@ -13,6 +13,7 @@
 #include "comm/mpi.h"
 #include "comm/run.h"
 #include "core/json.h"
+#include "data/mixture.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "model/stage.h"
@@ -78,10 +79,22 @@ static int path_exists(const char *flag, const char *path, Err *e) {
     return err_set(e, ERR_USAGE, "%s: %s: %s", flag, path, strerror(errno));
 }
 
+// A data flag's path exists, or its mixture parses (names, weights, every
+// source's path; its sources' tokenizers agree with --tokenizer).
+static int data_exists(const char *flag, const char *spec, const char *tokenizer, Err *e) {
+    Mixture m;
+    if (!spec) return 0;
+    if (mix_parse(&m, spec, flag, e)) return -1;
+    int rc = m.plain ? path_exists(flag, spec, e) : mix_check_tokenizer(&m, tokenizer, e);
+    if (rc && !m.plain) err_prefix(e, flag);
+    mix_free(&m);
+    return rc;
+}
+
 // The data paths exist and the sequence fits the flags' model (a
 // checkpoint's or file's model is checked as the run starts).
 static int check_inputs(const TrainConfig *tc, Err *e) {
-    if (path_exists("--data", tc->data, e) || path_exists("--val-data", tc->val_data, e) ||
+    if (data_exists("--data", tc->data, tc->tokenizer, e) || data_exists("--val-data", tc->val_data, tc->tokenizer, e) ||
         path_exists("--init-from", tc->init_from, e))
         return -1;
     struct stat sb;
@@ -328,8 +341,8 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
     Flag f[] = {
         {"model", FLAG_STR, &a->model, 0, 0, "PRESET", model_help, 0, NULL},
         {"config", FLAG_STR, &a->config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama and qwen2: n_kv_head, rope_theta, norm_eps, tie_embeddings}", 0, NULL},
-        {"data", FLAG_STR, &a->tc.data, 0, 0, "PATH", "shard directory (from tessera prepare), shard glob, .bin file, or text file (required)", 0, NULL},
-        {"val-data", FLAG_STR, &a->tc.val_data, 0, 0, "PATH", "validation data (default: the val shards of a --data directory)", 0, NULL},
+        {"data", FLAG_STR, &a->tc.data, 0, 0, "PATH", "shard directory (from tessera prepare), shard glob, .bin file, or text file; or a mixture NAME=PATH:WEIGHT,NAME=PATH:WEIGHT... or FILE.json ({\"sources\": [{\"name\", \"path\", \"weight\"}, ...]}): each next sequence from the source furthest below its weight, each source shuffled by its own epochs, the tokens of each in the step log (required)", 0, NULL},
+        {"val-data", FLAG_STR, &a->tc.val_data, 0, 0, "PATH", "validation data, a path or a mixture (each source's loss, and their weighted mean) (default: the val shards of the --data directories)", 0, NULL},
         {"tokenizer", FLAG_STR, &a->tc.tokenizer, 0, 0, "gpt2|llama|byte", "gpt2 (default, vocabulary 50257), llama (32000) or byte (256)", 0, NULL},
         {"eval-every", FLAG_INT, &a->tc.eval_every, 0, 1 << 30, "N", "evaluate every N steps (default 0: only at the end)", 0, NULL},
         {"eval-batches", FLAG_INT, &a->tc.eval_batches, 0, 1 << 30, "N", "sequences per evaluation in steps' worth (--batch × --grad-accum × data-parallel ranks each, so every layout evaluates the same ones), 0 = all (default 20)", 0, NULL},

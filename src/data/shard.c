@@ -1,4 +1,5 @@
 #include "core/fileio.h"
+#include "core/json.h"
 #include "data/shard.h"
 
 #include <errno.h>
@@ -124,4 +125,39 @@ int shard_write(const char *path, const int *ids, int64_t n, int vocab, Err *err
     if (shard_writer_open(&w, path, vocab, err)) return -1;
     if (shard_writer_append(&w, ids, n, err)) { shard_writer_abort(&w); return -1; }
     return shard_writer_close(&w, err);
+}
+
+int shard_info_write(const char *dir, const char *tokenizer, int vocab, Err *err) {
+    JsonBuf b;
+    jb_init(&b);
+    jb_obj_begin(&b);
+    jb_key(&b, "tokenizer"); jb_str(&b, tokenizer);
+    jb_key(&b, "vocab"); jb_int(&b, vocab);
+    jb_obj_end(&b);
+    jb_raw(&b, "\n");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, SHARD_INFO_FILE);
+    int rc = b.s ? file_write_whole(path, b.s, b.len, err) : err_set(err, ERR_RUN, "out of memory");
+    jb_free(&b);
+    return rc;
+}
+
+int shard_info_read(const char *dir, char *name, size_t cap, Err *err) {
+    char path[4200], *text;
+    size_t len;
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, SHARD_INFO_FILE);
+    if (stat(path, &st)) return 0;
+    if (file_read(path, &text, &len, 1 << 16, err)) return -1;
+    Json *j = json_parse(text, len, err);
+    free(text);
+    if (!j) { err_prefix(err, path); return -1; }
+    const Json *t = json_get(j, "tokenizer");
+    int rc = 1;
+    if (!t || t->type != JSON_STR || !t->text[0] || strlen(t->text) >= cap)
+        rc = err_set(err, ERR_USAGE, "%s: no tokenizer name in it (rewrite the directory with tessera prepare)", path);
+    else
+        snprintf(name, cap, "%s", t->text);
+    json_free(j);
+    return rc;
 }

@@ -53,4 +53,13 @@ int shard_writer_append(ShardWriter *w, const int *ids, int64_t n, Err *err);
 int shard_writer_close(ShardWriter *w, Err *err);
 void shard_writer_abort(ShardWriter *w);
 
+// A directory of shards written by `tessera prepare` records their
+// tokenizer in DIR/shards.json: {"tokenizer": NAME, "vocab": V}, written
+// after the shards (durably). The shards themselves keep llm.c's header.
+#define SHARD_INFO_FILE "shards.json"
+int shard_info_write(const char *dir, const char *tokenizer, int vocab, Err *err);
+// dir's recorded tokenizer name into name (cap bytes): 1, or 0 when dir
+// holds no record, or -1 with err (ERR_USAGE) when the record is malformed.
+int shard_info_read(const char *dir, char *name, size_t cap, Err *err);
+
 #endif

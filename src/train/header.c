@@ -45,6 +45,40 @@ static void print_pipeline(Trainer *t) {
     }
 }
 
+// The data and validation lines: files, tokens and sequences, of a mixture
+// each source's with its weight.
+static void print_data(const Trainer *t) {
+    const TrainConfig *tc = t->tc;
+    const Loader *l = t->ld;
+    if (!loader_is_mixture(l)) {
+        printf("data:      %s — %d file%s, %lld tokens (%s tokenizer), %lld sequences of %d+1 per epoch\n", tc->data,
+               loader_files(l), loader_files(l) == 1 ? "" : "s", (long long)loader_tokens(l), tc->tokenizer,
+               (long long)loader_samples(l), tc->seq);
+    } else {
+        printf("data:      a mixture of %d sources (%s tokenizer, sequences of %d+1; each source shuffled by its own "
+               "epochs, each next sequence from the source furthest below its weight's share):\n",
+               loader_nsources(l), tc->tokenizer, tc->seq);
+        for (int s = 0; s < loader_nsources(l); s++) {
+            LoaderSource ls = loader_source(l, s);
+            printf("           %-12s weight %.4g — %d file%s, %lld tokens, %lld sequences per epoch\n", ls.name, ls.weight,
+                   ls.files, ls.files == 1 ? "" : "s", (long long)ls.tokens, (long long)ls.samples);
+        }
+    }
+    const ValSet *v = &t->val;
+    if (!v->n) return;
+    int64_t tok = 0, seqs = 0;
+    for (int s = 0; s < v->n; s++) {
+        tok += loader_tokens(v->ld[s]);
+        seqs += loader_samples(v->ld[s]);
+    }
+    printf("val:       %lld tokens, %lld sequences", (long long)tok, (long long)seqs);
+    for (int s = 0; !v->plain && s < v->n; s++)
+        printf("%s%s %.4g (%lld sequences)", s ? ", " : " of the sources (weights) ", v->name[s], v->weight[s],
+               (long long)loader_samples(v->ld[s]));
+    printf("; evaluated %s%s, %s%s\n", tc->eval_every > 0 ? "every --eval-every steps and " : "", "at the end",
+           tc->eval_batches ? "first --eval-batches batches" : "all of it", v->plain ? "" : " of each source");
+}
+
 void trainer_print_header(Trainer *t) {
     const TrainConfig *tc = t->tc;
     const Layout *l = t->lay;
@@ -57,13 +91,7 @@ void trainer_print_header(Trainer *t) {
                t->st.table.total, t->lay->pp > 1 ? "stage" : "tensor-parallel slice");
     else
         printf("params:    %.2fM (%lld; %zu with vocabulary padding)\n", np / 1e6, (long long)np, t->st.table.total);
-    printf("data:      %s — %d file%s, %lld tokens (%s tokenizer), %lld sequences of %d+1 per epoch\n", tc->data,
-           loader_sources(t->ld), loader_sources(t->ld) == 1 ? "" : "s", (long long)loader_tokens(t->ld), tc->tokenizer,
-           (long long)loader_samples(t->ld), tc->seq);
-    if (t->val)
-        printf("val:       %lld tokens, %lld sequences; evaluated %s%s, %s\n", (long long)loader_tokens(t->val),
-               (long long)loader_samples(t->val), tc->eval_every > 0 ? "every --eval-every steps and " : "",
-               "at the end", tc->eval_batches ? "first --eval-batches batches" : "all of it");
+    print_data(t);
     printf("batch:     %d × %d tokens × %d %s × %d ranks = %.0f tokens per step, %d steps\n", tc->batch, tc->seq,
            tc->accum, t->lay->pp > 1 ? "micro-batches" : "accumulation", t->D, t->tokens_per_step, tc->steps);
     char line[1024];

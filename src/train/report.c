@@ -56,12 +56,25 @@ static void mem_object(JsonBuf *b, const char *name, size_t (*bytes)(MemTag tag)
     jb_obj_end(b);
 }
 
+// "name": {source: value, ...}; decimals 0: integers.
+static void source_object(JsonBuf *b, const char *name, const SourceFigures *f, int decimals) {
+    jb_key(b, name);
+    jb_obj_begin(b);
+    for (int i = 0; i < f->n; i++) {
+        jb_key(b, f->name[i]);
+        if (decimals) jb_fixed(b, f->v[i], decimals);
+        else jb_int(b, (int64_t)f->v[i]);
+    }
+    jb_obj_end(b);
+}
+
 void report_step(Report *r, const StepMetrics *m) {
     clear_bar(r);
     printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%", m->step, m->steps,
            m->loss, m->lr, m->grad_norm, m->ms, m->tokens_per_s, 100 * m->mfu);
     if (m->scaler) printf(" | scale %g%s", m->loss_scale, m->skipped && !m->spike ? " | skipped: gradients overflowed" : "");
     if (m->spike) printf(" | skipped: a spike (--spike-guard)");
+    for (int i = 0; i < m->tokens.n; i++) printf("%s%s %.0f", i ? ", " : " | tokens ", m->tokens.name[i], m->tokens.v[i]);
     printf("\n");
     if (m->mfu > 1 && !r->mfu_warned) {
         r->mfu_warned = 1;
@@ -91,6 +104,7 @@ void report_step(Report *r, const StepMetrics *m) {
     jb_key(&b, "loss_scale"); jb_num(&b, m->loss_scale);
     jb_key(&b, "skipped"); jb_bool(&b, m->skipped);
     if (m->spike) { jb_key(&b, "spike"); jb_bool(&b, 1); }
+    if (m->tokens.n) source_object(&b, "tokens_by_source", &m->tokens, 0);
     if (m->prof) {   // milliseconds by kind of work, and the rest of the step
         double ms[PROF_NKIND] = {0}, sum = 0;
         for (int i = 0; i < m->prof->n; i++) ms[m->prof->row[i].kind] += m->prof->row[i].seconds * 1e3;
@@ -110,10 +124,12 @@ void report_step(Report *r, const StepMetrics *m) {
     jb_free(&b);
 }
 
-void report_eval(Report *r, int step, double loss, int64_t tokens, double seconds) {
+void report_eval(Report *r, int step, double loss, int64_t tokens, double seconds, const SourceFigures *by) {
     clear_bar(r);
-    printf("eval  %5d       | val loss %.4f | perplexity %.2f | %lld tokens in %.1f s\n", step, loss, exp(loss),
+    printf("eval  %5d       | val loss %.4f | perplexity %.2f | %lld tokens in %.1f s", step, loss, exp(loss),
            (long long)tokens, seconds);
+    for (int i = 0; i < by->n; i++) printf("%s%s %.4f", i ? ", " : " | by source ", by->name[i], by->v[i]);
+    printf("\n");
     fflush(stdout);
     if (!r->log) return;
     JsonBuf b;
@@ -123,6 +139,7 @@ void report_eval(Report *r, int step, double loss, int64_t tokens, double second
     jb_key(&b, "val_loss"); jb_fixed(&b, loss, 6);
     jb_key(&b, "val_ppl"); jb_fixed(&b, exp(loss), 4);
     jb_key(&b, "val_tokens"); jb_int(&b, tokens);
+    if (by->n) source_object(&b, "val_loss_by_source", by, 6);
     jb_obj_end(&b);
     write_record(r, &b);
     jb_free(&b);

@@ -10,6 +10,14 @@
 
 #include "core/check.h"
 #include "core/prof.h"
+#include "data/mixture.h"
+
+// A mixture's figures by source (n 0: not a mixture, nothing shown).
+typedef struct SourceFigures {
+    int n;
+    const char *name[MIX_MAX_SOURCES];
+    double v[MIX_MAX_SOURCES];    // tokens read (steps), mean loss (evaluations)
+} SourceFigures;
 
 // One optimizer step, as measured on this rank after the step.
 typedef struct StepMetrics {
@@ -27,6 +35,7 @@ typedef struct StepMetrics {
     int skipped;                  // the step was skipped: its gradients overflowed, or a spike
     int spike;                    // skipped by the spike guard (--spike-guard)
     const Profile *prof;          // --profile: where this step's time went on this rank (NULL: none)
+    SourceFigures tokens;         // a mixture: the tokens each source has given the run so far (all ranks)
 } StepMetrics;
 
 typedef struct Report Report;
@@ -35,10 +44,11 @@ typedef struct Report Report;
 // (stdout is a terminal).
 int report_open(Report **out, const char *log_path, int progress, Err *err);
 void report_close(Report *r);
-// The step's terminal line and JSONL record (with the memory by tag).
+// The step's terminal line and JSONL record (with the memory by tag and,
+// of a mixture, the tokens by source).
 void report_step(Report *r, const StepMetrics *m);
-// An evaluation's line and record.
-void report_eval(Report *r, int step, double loss, int64_t tokens, double seconds);
+// An evaluation's line and record; by: a mixture's loss of each source.
+void report_eval(Report *r, int step, double loss, int64_t tokens, double seconds, const SourceFigures *by);
 // The progress bar after `step` of `total` steps, `elapsed` seconds in.
 void report_progress(Report *r, int step, int total, double elapsed);
 // Where the steps' time went on one rank (train --profile): prof sums

@@ -15,7 +15,7 @@ int train_evaluate(Stage *st, Pipe *p, Loader *val, int64_t max_rounds, double *
     double s = 0;
     int64_t n = 0;
     loader_rewind(val);
-    for (int64_t b = 0; (max_rounds <= 0 || b < max_rounds) && loader_state(val).pos < loader_samples(val); b++) {
+    for (int64_t b = 0; (max_rounds <= 0 || b < max_rounds) && !loader_done(val); b++) {
         int got = loader_next(val, in, tg);
         // a rank past the end still runs the round's forward (on one row of
         // what its buffer holds, the result unused): its data-parallel
@@ -36,7 +36,7 @@ int train_evaluate(Stage *st, Pipe *p, Loader *val, int64_t max_rounds, double *
     return rc;
 }
 
-static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls, const LossScaler *sc,
+static char *train_meta_json(const TrainConfig *tc, int step, const Loader *ld, const LossScaler *sc,
                              const SpikeGuard *spike) {
     JsonBuf b;
     jb_init(&b);
@@ -57,10 +57,10 @@ static char *train_meta_json(const TrainConfig *tc, int step, LoaderState ls, co
         jb_raw(&b, s);
         free(s);
     }
-    jb_key(&b, "loader"); jb_obj_begin(&b);
-    jb_key(&b, "epoch"); jb_int(&b, ls.epoch);
-    jb_key(&b, "pos"); jb_int(&b, ls.pos);
-    jb_obj_end(&b);
+    char *ls = loader_state_json(ld);
+    jb_key(&b, "loader");
+    jb_raw(&b, ls);
+    free(ls);
     if (spike->z > 0) {
         char *s = spike_state_json(spike);
         jb_key(&b, "spike");
@@ -82,7 +82,7 @@ static int save(Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
     double t0 = timer_now();
     int n = dp_npieces(t->dp), rc = 0;
-    char *train = train_meta_json(tc, t->done, loader_state(t->ld), t->fp16 ? &t->sc : NULL, &t->spike);
+    char *train = train_meta_json(tc, t->done, t->ld, t->fp16 ? &t->sc : NULL, &t->spike);
     char *state = adamw_state_json(&t->opt);
     CkptPiece *pc = calloc((size_t)n + 1, sizeof *pc);
     if (!pc || !train || !state) rc = err_set(err, ERR_RUN, "out of memory");
@@ -118,22 +118,31 @@ static int save(Trainer *t, Err *err) {
 static int evaluate(Trainer *t, Err *err) {
     if (dp_sync_params(t->dp, err)) return -1;   // what the step sent is counted with it
     uint64_t b0 = trainer_comm_totals(t->lay->dpg, NULL);
-    int64_t n;
-    double t0 = timer_now(), sum;
+    int64_t n[MIX_MAX_SOURCES], all = 0;
+    double t0 = timer_now(), sum[MIX_MAX_SOURCES], loss[MIX_MAX_SOURCES];
     // --eval-batches steps' worth of sequences (batch × accumulation × DP
-    // ranks each), every DP rank its part, as a step reads them: every
-    // layout of the same step evaluates the same sequences
-    int rc = train_evaluate(&t->st, t->pipe, t->val, (int64_t)t->tc->eval_batches * t->tc->accum, &sum, &n, err);
+    // ranks each) of every source, every DP rank its part, as a step reads
+    // them: every layout of the same step evaluates the same sequences
+    int rc = valset_evaluate(&t->val, &t->st, t->pipe, (int64_t)t->tc->eval_batches * t->tc->accum, sum, n, err);
     stage_take_aux(&t->st);   // the model's loss alone: auxiliary terms only train
     if (rc || stage_tp_status(&t->st, err)) return -1;
     // the last stage scored each DP rank's tokens: one of its ranks counts
-    // them, and every rank gets the sum
+    // them, and every rank gets the sums
     int counts = layout_counts_loss(t->lay, t->last);
-    double v[2] = {counts ? sum : 0.0, counts ? (double)n : 0.0};
-    if (trainer_sum_all(t, v, 2, err)) return -1;
-    n = (int64_t)v[1];
-    double loss = v[1] > 0 ? v[0] / v[1] : 0.0;
-    report_eval(t->rep, t->done, loss, n, timer_now() - t0);
+    for (int s = 0; s < t->val.n; s++) {
+        double v[2] = {counts ? sum[s] : 0.0, counts ? (double)n[s] : 0.0};
+        if (trainer_sum_all(t, v, 2, err)) return -1;
+        sum[s] = v[0];
+        n[s] = (int64_t)v[1];
+        all += n[s];
+    }
+    double mean = valset_loss(&t->val, sum, n, loss);
+    SourceFigures by = {.n = t->val.plain ? 0 : t->val.n};
+    for (int s = 0; s < by.n; s++) {
+        by.name[s] = t->val.name[s];
+        by.v[s] = loss[s];
+    }
+    report_eval(t->rep, t->done, mean, all, timer_now() - t0, &by);
     t->sent_mark += trainer_comm_totals(t->lay->dpg, NULL) - b0;
     return 0;
 }
@@ -208,7 +217,7 @@ int train_run(const TrainConfig *tc, const Layout *l, Err *err) {
             continue;
         }
         if (tc->skip_step == step) skip_batches(t, tc->skip_steps);
-        if (t->val && tc->eval_every > 0 && step % tc->eval_every == 0 && !last && evaluate(t, err)) goto done;
+        if (t->val.n && tc->eval_every > 0 && step % tc->eval_every == 0 && !last && evaluate(t, err)) goto done;
         if (tc->exit_after > 0 && step == tc->exit_after && !last) {   // after the step's evaluation, as without it
             if (tc->ckpt_dir && save(t, err)) goto done;
             printf("stopped:   after step %d of %d (--exit-after); continue with --resume\n", step, tc->steps);
@@ -220,7 +229,7 @@ int train_run(const TrainConfig *tc, const Layout *l, Err *err) {
     }
     double total = timer_now() - t_start;
     if (dp_sync_params(t->dp, err)) goto done;
-    if (t->val && evaluate(t, err)) goto done;
+    if (t->val.n && evaluate(t, err)) goto done;
     if (tc->ckpt_dir && start < tc->steps && save(t, err)) goto done;
     if (start < tc->steps)
         printf("done:      %d steps in %.1f s, %.0f tokens/s average\n", tc->steps - start, total,

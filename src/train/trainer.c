@@ -183,6 +183,14 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
                        .grad_comm_bytes = grad_sent, .tp_comm_bytes = tp_b1 - tp_b0, .tp_comm_ms = (tp_s1 - tp_s0) * 1e3,
                        .pp_comm_bytes = pp_b, .pp_wait_ms = pp_w * 1e3, .loss_scale = scale, .scaler = t->fp16,
                        .skipped = skipped, .spike = spike, .prof = t->prof};
+    if (loader_is_mixture(t->ld)) {   // the tokens of the sequences each source gave so far
+        m->tokens.n = loader_nsources(t->ld);
+        for (int s = 0; s < m->tokens.n; s++) {
+            LoaderSource ls = loader_source(t->ld, s);
+            m->tokens.name[s] = ls.name;
+            m->tokens.v[s] = (double)ls.served * T;
+        }
+    }
     if (skipped) return 0;
     if (!isfinite(loss)) return err_set(err, ERR_RUN, "loss became %g at step %d (try a lower --lr)", loss, step + 1);
     if (!isfinite(norm))
@@ -241,26 +249,43 @@ static int choose_model(Trainer *t, Err *err) {
     return 0;
 }
 
+// A directory holding validation shards.
+static int has_val_shards(const char *path) {
+    struct stat sb;
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/val_000000.bin", path);
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(probe, &sb) == 0;
+}
+
+// The training loader of --data (a path or a mixture) and the validation
+// set: --val-data's, or else the val shards of the --data directories (of
+// a mixture, the sources that have them, their weights renormalized).
 static int open_data(Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
     LoaderOptions lo = {.T = tc->seq, .B = tc->batch, .rank = t->rank, .ranks = t->D, .seed = tc->seed,
                         .split = SPLIT_TRAIN, .prefetch = 1};
-    if (loader_open(&t->ld, tc->data, &t->tok, &lo, err)) { err_prefix(err, "--data"); return -1; }
+    Mixture m, vm;
+    if (mix_parse(&m, tc->data, "--data", err)) return -1;
+    int rc = loader_open_mix(&t->ld, &m, &t->tok, &lo, err);
+    if (rc) err_prefix(err, "--data");
     lo.split = SPLIT_VAL;
     lo.prefetch = 0;
-    if (tc->val_data) {
-        if (loader_open(&t->val, tc->val_data, &t->tok, &lo, err)) { err_prefix(err, "--val-data"); return -1; }
-        return 0;
+    if (!rc && tc->val_data) {
+        rc = mix_parse(&vm, tc->val_data, "--val-data", err);
+        if (!rc) {
+            rc = valset_open(&t->val, &vm, "--val-data", &t->tok, &lo, err);
+            mix_free(&vm);
+        }
+    } else if (!rc) {
+        vm = (Mixture){.plain = m.plain};   // borrows m's paths
+        double w = 0;
+        for (int s = 0; s < m.n; s++)
+            if (has_val_shards(m.src[s].path)) { vm.src[vm.n++] = m.src[s]; w += m.src[s].weight; }
+        for (int s = 0; s < vm.n; s++) vm.src[s].weight /= w;
+        if (vm.n) rc = valset_open(&t->val, &vm, "--data (validation shards)", &t->tok, &lo, err);
     }
-    struct stat sb;
-    char probe[4200];
-    snprintf(probe, sizeof probe, "%s/val_000000.bin", tc->data);
-    if (stat(tc->data, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(probe, &sb) == 0 &&
-        loader_open(&t->val, tc->data, &t->tok, &lo, err)) {
-        err_prefix(err, "--data (validation shards)");
-        return -1;
-    }
-    return 0;
+    mix_free(&m);
+    return rc;
 }
 
 // Where the starting values of a segment come from.
@@ -320,7 +345,6 @@ static int init_state(Trainer *t, uint32_t *crc, Err *err) {
     fl.section = adamw_sections[1];
     if (dp_fill_shard(t->dp, t->opt.v, fill_segment, &fl)) return -1;
     const Json *meta = ckpt_meta(ck), *ls = json_get(json_get(meta, "train"), "loader");
-    int64_t e = 0, p = 0;
     if (adamw_state_read(&t->opt, meta, ckpt_dir(ck), err)) return -1;
     const Json *sj = json_get(json_get(meta, "train"), "loss_scaler");   // a run of another precision has none
     char where[4200];
@@ -328,11 +352,7 @@ static int init_state(Trainer *t, uint32_t *crc, Err *err) {
     double flag_scale = t->sc.scale;
     if (t->fp16 && sj && scaler_state_read(&t->sc, sj, where, err)) return -1;
     if (t->fp16 && sj && tc->loss_scale_given) t->flag_scale = flag_scale;
-    if (json_int64(json_get(ls, "epoch"), &e) || json_int64(json_get(ls, "pos"), &p) || e < 0 || p < 0 ||
-        e > INT32_MAX || p > loader_samples(t->ld))
-        return err_set(err, ERR_USAGE, "%s/meta.json: field 'train.loader' is missing or out of range (epoch %lld, position "
-                       "%lld of %lld samples)", ckpt_dir(ck), (long long)e, (long long)p, (long long)loader_samples(t->ld));
-    loader_set_state(t->ld, (LoaderState){e, p % loader_samples(t->ld)});
+    if (loader_state_read(t->ld, ls, where, err)) return -1;
     const Json *sp = json_get(json_get(meta, "train"), "spike");   // a run without the guard has none
     if (t->spike.z > 0 && sp && spike_state_read(&t->spike, sp, where, err)) return -1;
     t->done = (int)ckpt_step(ck);
@@ -497,7 +517,7 @@ void trainer_close(Trainer *t) {
     stage_free(&t->st);
     comm_free(t->stats);
     loader_free(t->ld);
-    loader_free(t->val);
+    valset_close(&t->val);
     ckpt_close(t->ck);
     weights_close(&t->init);
     tokenizer_close(&t->tok);

@@ -99,4 +99,23 @@ int train_run(const TrainConfig *tc, const Layout *l, Err *err);
 // pipeline (NULL: the stage is the whole model). 0, or -1 with err.
 int train_evaluate(Stage *st, Pipe *p, Loader *val, int64_t max_rounds, double *sum, int64_t *ntok, Err *err);
 
+// Validation data: one loader per source of a mixture (one for a plain
+// path), each evaluated alone; the loss of a mixture is its sources'
+// losses weighted by their weights, of a plain path its own.
+typedef struct ValSet {
+    int n, plain;
+    char name[MIX_MAX_SOURCES][MIX_NAME_MAX];
+    double weight[MIX_MAX_SOURCES];   // normalized
+    Loader *ld[MIX_MAX_SOURCES];
+} ValSet;
+// Opens every source of m for validation (SPLIT_VAL in o); a mixture's
+// sources share tok. Errors name flag and the source. 0, or -1 with err.
+int valset_open(ValSet *v, const Mixture *m, const char *flag, const Tokenizer *tok, const LoaderOptions *o, Err *err);
+void valset_close(ValSet *v);
+// train_evaluate on each source: its loss sum into sum[s], its tokens into ntok[s].
+int valset_evaluate(ValSet *v, Stage *st, Pipe *p, int64_t max_rounds, double *sum, int64_t *ntok, Err *err);
+// The set's loss from the sources' (summed over the ranks): loss[s] gets
+// each source's mean loss (0 for a source without tokens).
+double valset_loss(const ValSet *v, const double *sum, const int64_t *ntok, double *loss);
+
 #endif

@@ -26,7 +26,8 @@ struct Trainer {
     ModelConfig mc;
     Ckpt *ck;                  // the checkpoint resumed from (NULL: none); the header names it
     Weights init;              // --init-from's weights (their files stay open until trainer_close; none: zeroed)
-    Loader *ld, *val;
+    Loader *ld;
+    ValSet val;                // validation data (val.n 0: none)
     Stage st;
     Dp *dp;
     Pipe *pipe;                // the pipeline schedule and the neighbours (one stage: the plain loop)
