@@ -99,8 +99,9 @@ static int check_inputs(const TrainConfig *tc, Err *e) {
 static int trace_flags(TrainConfig *tc, const char *steps, Err *e) {
     if (!tc->trace_path) return steps ? err_set(e, ERR_USAGE, "--trace-steps needs --trace FILE.json") : 0;
     int a = 0, b = 0, used = 0;
-    if (steps && (sscanf(steps, "%9d:%9d%n", &a, &b, &used) != 2 || used != (int)strlen(steps) || !isdigit((unsigned char)steps[0]) ||
-                  a < 1 || b < a || b > tc->steps))
+    size_t n = steps ? strlen(steps) : 0;
+    if (steps && (strspn(steps, "0123456789:") != n || !isdigit((unsigned char)steps[0]) ||
+                  sscanf(steps, "%9d:%9d%n", &a, &b, &used) != 2 || used != (int)n || a < 1 || b < a || b > tc->steps))
         return err_set(e, ERR_USAGE, "--trace-steps '%s': expected A:B, steps A to B with 1 <= A <= B <= --steps %d", steps,
                        tc->steps);
     tc->trace_first = a;
@@ -411,7 +412,7 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
         {"peak-gflops", FLAG_FLOAT, &a->tc.peak_gflops, 0, 1e9, "X", "peak GFLOP/s for MFU (default: the register-only probe of the arithmetic the products use)", 0, NULL},
         {"profile", FLAG_BOOL, &a->tc.profile, 0, 0, "", "time each kind of work (every GEMM shape, attention, loss, norms, AdamW, loader, communication, checkpoint I/O) and print where the steps' time went (checkpoints included, with the steps before them)", 0, NULL},
         {"trace", FLAG_STR, &a->tc.trace_path, 0, 0, "FILE.json", "write a timeline of the --trace-steps steps, every rank's, as one Chrome trace-event file (Perfetto, chrome://tracing): kernels by kind and layer, collectives with their group and bytes, pipeline sends and receives, the loader, checkpoint writes", 0, NULL},
-        {"trace-steps", FLAG_STR, &a->trace_steps, 0, 0, "A:B", "the steps --trace records, A to B (default: the second and third steps the run does, 2:3 from scratch; its only step when it does one)", 0, NULL},
+        {"trace-steps", FLAG_STR, &a->trace_steps, 0, 0, "A:B", "the steps --trace records, A to B (default: the second and third steps the run does, 2:3 from scratch; its only step when it does one); a resumed run traces those after its checkpoint", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]);
     if (flags_parse(f, nf, argc, argv, "train", help, cfg, e)) return -1;

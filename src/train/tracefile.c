@@ -26,9 +26,11 @@ int trainer_trace_open(Trainer *t, Err *err) {
         a = start + 2;
         b = start + 3 < tc->steps ? start + 3 : tc->steps;
         if (a > b) a = b;
-    } else if (a <= start) {
+    } else if (b <= start) {
         return err_set(err, ERR_USAGE, "--trace-steps %d:%d: the run continues from step %d; trace steps after it", a, b,
                        start);
+    } else if (a <= start) {   // a resumed run (a restart too) traces what is left of them
+        a = start + 1;
     }
     // one origin for every rank: on one host (one CLOCK_MONOTONIC) rank 0's
     // reading after a barrier; across hosts each rank's own reading at the

@@ -76,8 +76,8 @@ int trainer_agree(Trainer *t, int rc, const char *what, Err *err);
 // spikes. 0, or -1 with err (no checkpoint to go back to, one unreadable).
 int trainer_rollback(Trainer *t, Err *err);
 
-// --trace: settles the steps traced (ERR_USAGE when they are not this
-// run's), agrees with the other ranks on the clock's origin, and attaches a
+// --trace: settles the steps traced (those of --trace-steps this run does;
+// ERR_USAGE when it does none of them), agrees with the other ranks on the clock's origin, and attaches a
 // trace to the calling thread. Every rank calls it. 0, or -1 with err.
 int trainer_trace_open(Trainer *t, Err *err);
 // --trace: gathers every rank's events to world rank 0, which writes them

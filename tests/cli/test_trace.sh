@@ -132,11 +132,16 @@ refused "--trace-steps 3:2 refused" "--trace-steps '3:2': expected A:B" --trace 
 refused "--trace-steps 0:1 refused" "--trace-steps '0:1'" --trace "$TMP/x.json" --trace-steps 0:1
 refused "--trace-steps past --steps refused" "<= --steps 3" --trace "$TMP/x.json" --trace-steps 2:4
 refused "--trace-steps 2 refused" "--trace-steps '2'" --trace "$TMP/x.json" --trace-steps 2
+refused "--trace-steps '2: 3' refused" "--trace-steps '2: 3'" --trace "$TMP/x.json" --trace-steps "2: 3"
 refused "--trace-steps without --trace refused" "--trace-steps needs --trace" --trace-steps 1:2
 refused "--trace into a missing directory refused" "--trace: $TMP/no/x.json" --trace "$TMP/no/x.json"
 refused "--trace-steps before the resumed step refused" "--trace-steps 2:3: the run continues from step 3" \
   --resume "$TMP/t" --steps 4 --trace "$TMP/x.json" --trace-steps 2:3
 [ ! -e "$TMP/x.json" ] && ok "no file is left by a refused run" || bad "a refused run left $TMP/x.json"
+"$BIN" $R --batch 4 --threads 2 --resume "$TMP/t" --steps 4 --trace "$TMP/r.json" --trace-steps 3:4 >"$TMP/r.out" 2>&1
+[ "$(field_of "$TMP/r.json" "sorted({e['args']['step'] for e in d['traceEvents'] if e['ph'] == 'X'})")" = "[4]" ] &&
+  grep -q "^trace:     $TMP/r.json: [0-9]* events of 1 rank, steps 4:4 " "$TMP/r.out" &&
+  ok "a run resumed at step 3 traces what it does of --trace-steps 3:4: step 4" || bad "resumed trace" "$(tail -2 "$TMP/r.out")"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
