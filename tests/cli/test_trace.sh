@@ -9,11 +9,12 @@ source "$(dirname "$0")/lib.sh"
 R="train --data $DATA --tokenizer byte --seed 3 --model gpt2-tiny --seq 32 --log-every 1"
 PY=/usr/bin/python3
 
-# check TRACE [PROFILE_OUT]: prints "ok", or what is wrong. The format's
-# fields (X: ph name cat pid tid ts dur args; M: ph name pid tid args); the
-# events of each (pid, tid) one after another; with PROFILE_OUT, pid 0's
-# milliseconds by kind over the traced steps against the first table's
-# ms/step times its steps (2%, or the table's rounding to 0.01 ms a row).
+# check TRACE [PROFILE_OUT TABLE PID]: prints "ok", or what is wrong. The
+# format's fields (X: ph name cat pid tid ts dur args; M: ph name pid tid
+# args); the events of each (pid, tid) one after another; with PROFILE_OUT,
+# PID's milliseconds by kind over the traced steps against the TABLE-th
+# table's ms/step times its steps (2%, or the table's rounding to 0.01 ms a
+# row).
 check() {
   "$PY" - "$@" <<'EOF'
 import json, re, sys
@@ -44,6 +45,7 @@ for key, r in rows.items():
         if a["ts"] + a["dur"] > b["ts"] + 1e-6:
             print("overlap on pid %d tid %d:" % key, a["name"], a["ts"], a["dur"], "and", b["name"], b["ts"]); sys.exit()
 if len(sys.argv) > 2:
+    want, pid = int(sys.argv[3]), int(sys.argv[4])
     names = {"gemm fwd": "gemm_fwd", "gemm dinp": "gemm_dinp", "gemm dweight": "gemm_dweight", "attention": "attention",
              "softmax + loss": "softmax_loss", "norms": "norm", "pointwise": "pointwise", "embedding": "embedding",
              "16-bit copies": "half", "AdamW": "adamw", "grads zero/norm": "grads", "loader wait": "loader",
@@ -52,10 +54,10 @@ if len(sys.argv) > 2:
     for line in open(sys.argv[2], encoding="utf-8"):
         if line.startswith("profile:"):
             n += 1
-            if n == 1:
+            if n == want:
                 steps = int(re.search(r"mean of (\d+) step", line).group(1))
             continue
-        if n != 1 or not line.startswith("  "):
+        if n != want or not line.startswith("  "):
             continue
         for name in sorted(names, key=len, reverse=True):
             if line.startswith("  " + name + " "):
@@ -67,14 +69,14 @@ if len(sys.argv) > 2:
                 break
     traced = {}
     for e in ev:
-        if e["ph"] == "X" and e["pid"] == 0 and e["cat"] != "step":
+        if e["ph"] == "X" and e["pid"] == pid and e["cat"] != "step":
             traced[e["cat"]] = traced.get(e["cat"], 0.0) + e["dur"] / 1e3 / steps
     if not table or steps < 1:
         print("no profile table"); sys.exit()
     for k in sorted(set(table) | set(traced)):
         t, p = traced.get(k, 0.0), table.get(k, 0.0)
         if abs(t - p) > max(0.02 * p, 0.005 * nrows.get(k, 1) + 0.002):
-            print("kind %s: %.3f ms/step traced, %.3f in the table" % (k, t, p)); sys.exit()
+            print("pid %d, kind %s: %.3f ms/step traced, %.3f in the table" % (pid, k, t, p)); sys.exit()
 print("ok")
 EOF
 }
@@ -87,7 +89,7 @@ field_of() { "$PY" -c "import json, sys; d = json.load(open(sys.argv[1])); print
 c=$(check "$TMP/t.json")
 [ "$c" = ok ] && grep -q "^trace:     $TMP/t.json: [0-9]* events of 1 rank, steps 2:3 " "$TMP/t.out" &&
   ok "the file parses as JSON, every event has the format's fields, one thread's events never overlap" || bad "trace format" "$c"
-c=$(check "$TMP/t.json" "$TMP/t.out")
+c=$(check "$TMP/t.json" "$TMP/t.out" 1 0)
 [ "$c" = ok ] && ok "its milliseconds by kind add up to --profile's table for the same steps (within 2%)" ||
   bad "trace against the profile" "$c" "$(grep -A30 '^profile' "$TMP/t.out" | head -30)"
 k=$(field_of "$TMP/t.json" "' '.join(sorted({e['cat'] for e in d['traceEvents'] if e['ph'] == 'X'}))")
@@ -106,8 +108,8 @@ same_bits "$TMP/t" "$TMP/n" && losses_match "$TMP/t.jsonl" "$TMP/n.jsonl" && ! g
   ok "a run with --trace ends with the same checkpoint bits; without it, no file" || bad "--trace changes the run"
 
 # ---- 2×2×2: one file, a pid per rank, collectives with their groups ----
-"$BIN" $R --batch 1 --steps 2 --nproc 8 --dp 2 --tp 2 --pp 2 --micro-batches 2 --trace "$TMP/m.json" >"$TMP/m.out" 2>&1 ||
-  echo "     $(tail -1 "$TMP/m.out")"
+"$BIN" $R --batch 1 --steps 3 --nproc 8 --dp 2 --tp 2 --pp 2 --micro-batches 2 --profile --trace "$TMP/m.json" \
+  >"$TMP/m.out" 2>&1 || echo "     $(tail -1 "$TMP/m.out")"
 c=$(check "$TMP/m.json")
 p=$(field_of "$TMP/m.json" "sorted({e['pid'] for e in d['traceEvents']})")
 n=$(field_of "$TMP/m.json" "[e['args']['name'] for e in d['traceEvents'] if e['name'] == 'process_name' and e['pid'] == 5][0]")
@@ -116,9 +118,13 @@ l=$(field_of "$TMP/m.json" "sorted({e['args'].get('layer', -1) for e in d['trace
 b=$(field_of "$TMP/m.json" "all(e['args']['bytes'] > 0 for e in d['traceEvents'] if e.get('cat') == 'comm' and e['args']['op'] != 'barrier')")
 st=$(field_of "$TMP/m.json" "d['otherData']['steps']")
 [ "$c" = ok ] && [ "$p" = "[0, 1, 2, 3, 4, 5, 6, 7]" ] && [ "$n" = "rank 5 (dp 0 tp 1 pp 1)" ] && [ "$l" = "[-1, 2, 3]" ] &&
-  [ "$b" = True ] && [ "$st" = "2:2" ] && for grp in dp pp_act pp_grad tp; do case " $g " in *" $grp "*) ;; *) false ;; esac; done &&
-  ok "--nproc 8, 2×2×2: one file with 8 pids named by rank and place, stage 1's layers 2-3, tp/dp/pipeline groups with bytes; default steps 2:2 of 2" ||
+  [ "$b" = True ] && [ "$st" = "2:3" ] && for grp in dp pp_act pp_grad tp; do case " $g " in *" $grp "*) ;; *) false ;; esac; done &&
+  ok "--nproc 8, 2×2×2: one file with 8 pids named by rank and place, stage 1's layers 2-3, tp/dp/pipeline groups with bytes; default steps 2:3" ||
   bad "2×2×2 trace" "$c" "pids $p; pid 5: $n; groups $g; pid 6 layers $l; bytes $b; steps $st"
+
+c=$(check "$TMP/m.json" "$TMP/m.out" 1 0) && [ "$c" = ok ] && c=$(check "$TMP/m.json" "$TMP/m.out" 2 4)
+[ "$c" = ok ] && ok "2×2×2: ranks 0 and 4 (the two stages' tables) add up to their --profile tables by kind (within 2%)" ||
+  bad "2×2×2 trace against the profile" "$c" "$(grep -A30 '^profile' "$TMP/m.out" | head -60)"
 
 # ---- what is refused: one line, exit 2 ----
 refused() {   # refused NAME EXPECT FLAGS...: exit 2 and one line holding EXPECT
