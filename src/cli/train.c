@@ -111,10 +111,11 @@ static int trace_flags(TrainConfig *tc, const char *steps, Err *e) {
         return err_set(e, ERR_USAGE, "--trace %s: not a regular file", tc->trace_path);
     char tmp[4200];
     int fd = file_temp_create(tc->trace_path, tmp, sizeof tmp, e);
-    if (fd < 0) {
-        err_prefix(e, "--trace");
-        e->code = ERR_USAGE;
-        return -1;
+    if (fd < 0) {   // the reason, after the temporary's name
+        const char *why = strrchr(e->msg, ':');
+        char reason[sizeof e->msg];
+        snprintf(reason, sizeof reason, "%s", why ? why + 2 : e->msg);
+        return err_set(e, ERR_USAGE, "--trace %s: cannot write a file there (%s)", tc->trace_path, reason);
     }
     close(fd);
     unlink(tmp);

@@ -140,7 +140,9 @@ refused "--trace-steps past --steps refused" "<= --steps 3" --trace "$TMP/x.json
 refused "--trace-steps 2 refused" "--trace-steps '2'" --trace "$TMP/x.json" --trace-steps 2
 refused "--trace-steps '2: 3' refused" "--trace-steps '2: 3'" --trace "$TMP/x.json" --trace-steps "2: 3"
 refused "--trace-steps without --trace refused" "--trace-steps needs --trace" --trace-steps 1:2
-refused "--trace into a missing directory refused" "--trace: $TMP/no/x.json" --trace "$TMP/no/x.json"
+refused "--trace into a missing directory refused" "--trace $TMP/no/x.json: cannot write a file there (No such file" \
+  --trace "$TMP/no/x.json"
+refused "--trace onto a directory refused" "--trace $TMP: not a regular file" --trace "$TMP"
 refused "--trace-steps before the resumed step refused" "--trace-steps 2:3: the run continues from step 3" \
   --resume "$TMP/t" --steps 4 --trace "$TMP/x.json" --trace-steps 2:3
 [ ! -e "$TMP/x.json" ] && ok "no file is left by a refused run" || bad "a refused run left $TMP/x.json"
