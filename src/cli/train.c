@@ -106,6 +106,9 @@ static int trace_flags(TrainConfig *tc, const char *steps, Err *e) {
                        tc->steps);
     tc->trace_first = a;
     tc->trace_last = b;
+    const char *cap = getenv("TESSERA_TEST_TRACE_CAP");   // test hook: a rank's trace holds N events
+    if (cap && *cap && (sscanf(cap, "%9d%n", &tc->trace_cap, &used) != 1 || cap[used] || tc->trace_cap < 1))
+        return err_set(e, ERR_USAGE, "TESSERA_TEST_TRACE_CAP='%s': expected a count of events, at least 1", cap);
     struct stat sb;
     if (stat(tc->trace_path, &sb) == 0 && !S_ISREG(sb.st_mode))
         return err_set(e, ERR_USAGE, "--trace %s: not a regular file", tc->trace_path);

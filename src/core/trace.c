@@ -29,8 +29,8 @@ typedef struct {
 struct Trace {
     int first, last;
     double origin;
-    size_t n, dropped;
-    Event *ev;                 // TRACE_MAX_EVENTS of them
+    size_t n, dropped, cap;
+    Event *ev;                 // cap of them
 };
 
 static _Thread_local Trace *att;
@@ -39,14 +39,16 @@ static _Thread_local int cur_step, cur_layer = -1;
 static _Thread_local const char *c_op, *c_group;
 static _Thread_local double c_bytes;
 
-Trace *trace_create(int first, int last, double origin, Err *err) {
+Trace *trace_create(int first, int last, size_t cap, double origin, Err *err) {
+    if (!cap) cap = TRACE_MAX_EVENTS;
     Trace *t = calloc(1, sizeof *t);
-    if (t) t->ev = mem_alloc(MEM_WORKSPACE, TRACE_MAX_EVENTS * sizeof *t->ev);
+    if (t) t->ev = mem_alloc(MEM_WORKSPACE, cap * sizeof *t->ev);
     if (!t || !t->ev) {
         free(t);
-        err_set(err, ERR_RUN, "out of memory for --trace's %d events", TRACE_MAX_EVENTS);
+        err_set(err, ERR_RUN, "out of memory for a trace of %zu events", cap);
         return NULL;
     }
+    t->cap = cap;
     t->first = first;
     t->last = last;
     t->origin = origin;
@@ -84,7 +86,7 @@ void trace_comm(const char *op, const char *group, double bytes) {
 
 static Event *add(double t0, double t1) {
     Trace *t = att;
-    if (t->n == TRACE_MAX_EVENTS) {
+    if (t->n == t->cap) {
         t->dropped++;
         return NULL;
     }
@@ -123,6 +125,7 @@ void trace_span(double t0, double t1, int step) {
 
 size_t trace_count(const Trace *t) { return t->n; }
 size_t trace_dropped(const Trace *t) { return t->dropped; }
+size_t trace_cap(const Trace *t) { return t->cap; }
 
 static int tid_of(int kind) {
     switch (kind) {

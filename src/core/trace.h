@@ -22,12 +22,14 @@
 
 typedef struct Trace Trace;
 
-// The events a trace holds at most; past it events are dropped and counted.
+// The events a trace holds at most by default; past its cap events are
+// dropped and counted.
 enum { TRACE_MAX_EVENTS = 100000 };
 
-// A trace of steps [first, last] whose times are counted from origin (a
-// timer_now() value every rank agrees on). NULL with err when out of memory.
-Trace *trace_create(int first, int last, double origin, Err *err);
+// A trace of steps [first, last] holding at most cap events (0:
+// TRACE_MAX_EVENTS) whose times are counted from origin (a timer_now()
+// value every rank agrees on). NULL with err when out of memory.
+Trace *trace_create(int first, int last, size_t cap, double origin, Err *err);
 void trace_free(Trace *t);
 // Attaches t to the calling thread (NULL detaches); it records once
 // trace_step names a step inside its range.
@@ -48,8 +50,9 @@ void trace_comm(const char *op, const char *group, double bytes);
 void trace_record(double t0, double t1, ProfKind kind, int m, int n, int k, double flops, double bytes);
 // One event on the steps' own row: step from t0 to t1.
 void trace_span(double t0, double t1, int step);
-// The events held, and those dropped past TRACE_MAX_EVENTS.
+// The events held, those dropped past the cap, and the cap.
 size_t trace_count(const Trace *t);
+size_t trace_cap(const Trace *t);
 size_t trace_dropped(const Trace *t);
 // Appends t's events as Chrome trace-event objects, "X" complete events
 // with ts and dur in microseconds from the origin, to the JSON array b is

@@ -43,7 +43,7 @@ int trainer_trace_open(Trainer *t, Err *err) {
         if (comm_broadcast(t->stats, &origin, 1, DT_F64, 0, err)) return -1;
         if (t->hosts[0]) origin = mine;
     }
-    if (!(t->trace = trace_create(a, b, origin, err))) return -1;
+    if (!(t->trace = trace_create(a, b, (size_t)tc->trace_cap, origin, err))) return -1;
     t->trace_first = a;
     t->trace_last = b;
     trace_attach(t->trace);
@@ -84,8 +84,8 @@ static void footer(Trainer *t, int ranks, int64_t events, int64_t dropped, int w
     jb_key(b, "events"); jb_int(b, events);
     jb_key(b, "dropped_events"); jb_int(b, dropped);
     if (dropped) {
-        snprintf(note, sizeof note, "ranks held at most %d events each: %lld later ones were left out (rank %d first); "
-                 "trace fewer steps", TRACE_MAX_EVENTS, (long long)dropped, worst);
+        snprintf(note, sizeof note, "ranks held at most %zu events each: %lld later ones were left out (rank %d first); "
+                 "trace fewer steps", trace_cap(t->trace), (long long)dropped, worst);
         jb_key(b, "note"); jb_str(b, note);
     }
     jb_obj_end(b);
@@ -136,8 +136,8 @@ static int out_close(Trainer *t, Out *o, const int64_t *len, const int64_t *drop
     printf("trace:     %s: %lld events of %d rank%s, steps %d:%d (open it in ui.perfetto.dev or chrome://tracing)\n", path,
            (long long)events, R, R == 1 ? "" : "s", t->trace_first, t->trace_last);
     if (dropped)
-        printf("trace:     %lld events past the cap of %d per rank were left out (rank %d first): trace fewer steps\n",
-               (long long)dropped, TRACE_MAX_EVENTS, worst);
+        printf("trace:     %lld events past the cap of %zu per rank were left out (rank %d first): trace fewer steps\n",
+               (long long)dropped, trace_cap(t->trace), worst);
     return 0;
 }
 

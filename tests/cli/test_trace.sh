@@ -126,6 +126,16 @@ c=$(check "$TMP/m.json" "$TMP/m.out" 1 0) && [ "$c" = ok ] && c=$(check "$TMP/m.
 [ "$c" = ok ] && ok "2×2×2: ranks 0 and 4 (the two stages' tables) add up to their --profile tables by kind (within 2%)" ||
   bad "2×2×2 trace against the profile" "$c" "$(grep -A30 '^profile' "$TMP/m.out" | head -60)"
 
+# ---- a rank's cap (the test hook lowers it): the file says what was left out ----
+TESSERA_TEST_TRACE_CAP=40 "$BIN" $R --batch 2 --steps 2 --nproc 2 --tp 2 --trace "$TMP/c.json" >"$TMP/c.out" 2>&1 ||
+  echo "     $(tail -1 "$TMP/c.out")"
+c=$(check "$TMP/c.json")
+h=$(field_of "$TMP/c.json" "[sum(e['ph'] == 'X' and e['pid'] == p for e in d['traceEvents']) for p in (0, 1)], d['otherData']['dropped_events'] > 0, 'left out' in d['otherData']['note']")
+[ "$c" = ok ] && [ "$h" = "[40, 40] True True" ] &&
+  grep -q "^trace:     [0-9]* events past the cap of 40 per rank were left out (rank 0 first): trace fewer steps" "$TMP/c.out" &&
+  ok "past a rank's cap: its first events kept, the rest counted in otherData with a note and on the terminal" ||
+  bad "trace cap" "$c; $h" "$(grep '^trace' "$TMP/c.out")"
+
 # ---- what is refused: one line, exit 2 ----
 refused() {   # refused NAME EXPECT FLAGS...: exit 2 and one line holding EXPECT
   local name=$1 want=$2; shift 2

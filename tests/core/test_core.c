@@ -258,7 +258,7 @@ static void *trace_elsewhere(void *arg) {
 static void test_trace(void) {
     static Profile p;
     Err err;
-    Trace *t = trace_create(2, 3, timer_now(), &err);
+    Trace *t = trace_create(2, 3, 0, timer_now(), &err);
     EXPECT(t != NULL, "created");
     if (!t) return;
     trace_attach(t);
