@@ -187,7 +187,7 @@ test:
 	@$(MAKE) --no-print-directory test-run
 
 test-run: tessera $(TEST_BUILD) $(ASAN_BIN) $(ASAN_CLI)
-	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_pp.sh tests/cli/test_precision.sh tests/cli/test_llama.sh tests/cli/test_qwen2.sh tests/cli/test_hardening.sh tests/cli/test_hardening_config.sh tests/cli/test_hardening_hf.sh tests/cli/test_profile.sh tests/cli/test_plot.sh tests/cli/test_corpora.sh tests/cli/test_hardening_corpora.sh tests/cli/test_hardening_misc.sh tests/cli/test_restart.sh tests/cli/test_spike.sh tests/cli/test_sample.sh tests/cli/test_docmask.sh tests/cli/test_same_model.sh tests/cli/test_mixture.sh tests/cli/test_asan_cli.sh $(ASAN_BIN) $(MPI_TESTS)
+	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_pp.sh tests/cli/test_precision.sh tests/cli/test_llama.sh tests/cli/test_qwen2.sh tests/cli/test_hardening.sh tests/cli/test_hardening_config.sh tests/cli/test_hardening_hf.sh tests/cli/test_profile.sh tests/cli/test_trace.sh tests/cli/test_plot.sh tests/cli/test_corpora.sh tests/cli/test_hardening_corpora.sh tests/cli/test_hardening_misc.sh tests/cli/test_restart.sh tests/cli/test_spike.sh tests/cli/test_sample.sh tests/cli/test_docmask.sh tests/cli/test_same_model.sh tests/cli/test_mixture.sh tests/cli/test_asan_cli.sh $(ASAN_BIN) $(MPI_TESTS)
 
 # The portable build: -march=x86-64-v3 (AVX2/FMA, no AVX-512), where linear
 # layers run on OpenBLAS and bf16 multiplies in fp32, built apart in
@@ -204,7 +204,7 @@ test-portable:
 # corpus in fuzz/corpus, with zlib and libzstd when the build found them.
 FUZZ_SECONDS ?= 20
 FUZZ_CC      ?= clang
-FUZZ_SRC     := src/core/check.c src/core/half.c src/core/prof.c src/core/timer.c src/core/json.c src/core/fileio.c src/core/checksum.c src/io/safetensors.c \
+FUZZ_SRC     := src/core/check.c src/core/half.c src/core/prof.c src/core/trace.c src/core/timer.c src/core/json.c src/core/fileio.c src/core/checksum.c src/io/safetensors.c \
                 src/io/checkpoint.c src/io/checkpoint_read.c src/data/shard.c src/cli/flags.c src/io/meta.c src/model/config.c \
                 src/io/hf_dir.c src/io/hf_gpt2.c src/io/hf_model.c src/io/weights.c src/model/params.c src/model/arch.c src/data/zread.c
 FUZZ_TARGETS := safetensors meta ckpt shard config hfdir zread

@@ -1,4 +1,5 @@
 // tessera train — flags to a TrainConfig, then train/.
+#include <ctype.h>
 #include <errno.h>
 #include <omp.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "cli/flags.h"
 #include "comm/mpi.h"
 #include "comm/run.h"
+#include "core/fileio.h"
 #include "core/json.h"
 #include "data/mixture.h"
 #include "data/tokenizer.h"
@@ -102,6 +104,38 @@ static int check_inputs(const TrainConfig *tc, Err *e) {
         return err_set(e, ERR_USAGE, "--resume: %s: no such checkpoint or run directory (%s)", tc->resume, strerror(errno));
     if (!tc->resume && !tc->init_from && tc->seq > tc->model.max_seq)
         return err_set(e, ERR_USAGE, "--seq %d is above the model's max_seq %d", tc->seq, tc->model.max_seq);
+    return 0;
+}
+
+// --trace FILE.json and --trace-steps A:B: the steps a run of --steps N can
+// trace, and a file that can be written (a temporary made beside it and
+// removed), before any rank starts.
+static int trace_flags(TrainConfig *tc, const char *steps, Err *e) {
+    if (!tc->trace_path) return steps ? err_set(e, ERR_USAGE, "--trace-steps needs --trace FILE.json") : 0;
+    int a = 0, b = 0, used = 0;
+    size_t n = steps ? strlen(steps) : 0;
+    if (steps && (strspn(steps, "0123456789:") != n || !isdigit((unsigned char)steps[0]) ||
+                  sscanf(steps, "%9d:%9d%n", &a, &b, &used) != 2 || used != (int)n || a < 1 || b < a || b > tc->steps))
+        return err_set(e, ERR_USAGE, "--trace-steps '%s': expected A:B, steps A to B with 1 <= A <= B <= --steps %d", steps,
+                       tc->steps);
+    tc->trace_first = a;
+    tc->trace_last = b;
+    const char *cap = getenv("TESSERA_TEST_TRACE_CAP");   // test hook: a rank's trace holds N events
+    if (cap && *cap && (sscanf(cap, "%9d%n", &tc->trace_cap, &used) != 1 || cap[used] || tc->trace_cap < 1))
+        return err_set(e, ERR_USAGE, "TESSERA_TEST_TRACE_CAP='%s': expected a count of events, at least 1", cap);
+    struct stat sb;
+    if (stat(tc->trace_path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return err_set(e, ERR_USAGE, "--trace %s: not a regular file", tc->trace_path);
+    char tmp[4200];
+    int fd = file_temp_create(tc->trace_path, tmp, sizeof tmp, e);
+    if (fd < 0) {   // the reason, after the temporary's name
+        const char *why = strrchr(e->msg, ':');
+        char reason[sizeof e->msg];
+        snprintf(reason, sizeof reason, "%s", why ? why + 2 : e->msg);
+        return err_set(e, ERR_USAGE, "--trace %s: cannot write a file there (%s)", tc->trace_path, reason);
+    }
+    close(fd);
+    unlink(tmp);
     return 0;
 }
 
@@ -318,7 +352,7 @@ static int launch(TrainConfig *tc, int world, RankArgs *ra, double timeout, int 
 // start (their defaults in train_flags).
 typedef struct {
     TrainConfig tc;
-    const char *model, *config, *lr_schedule, *pp_layers, *pipe_sched, *recompute, *precision, *reduce;
+    const char *model, *config, *lr_schedule, *pp_layers, *pipe_sched, *recompute, *precision, *reduce, *trace_steps;
     int nproc, dp, tp, pp, micro, max_restarts;
     ScalerConfig sc;   // fp16's loss-scale flags, 0 (min: -1) when not given
     double comm_timeout, restart_delay;
@@ -395,7 +429,9 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
         {"max-restarts", FLAG_INT, &a->max_restarts, 0, 1000, "K", "when a rank dies or the run fails (exit 1), start every rank again from --ckpt-dir's latest checkpoint, up to K times (default 0)", 0, NULL},
         {"restart-delay", FLAG_FLOAT, &a->restart_delay, 0, 3600, "S", "seconds to wait before a restart (default 1)", 0, NULL},
         {"peak-gflops", FLAG_FLOAT, &a->tc.peak_gflops, 0, 1e9, "X", "peak GFLOP/s for MFU (default: the register-only probe of the arithmetic the products use)", 0, NULL},
-        {"profile", FLAG_BOOL, &a->tc.profile, 0, 0, "", "time each kind of work (every GEMM shape, attention, loss, norms, AdamW, loader, communication) and print where the steps' time went", 0, NULL},
+        {"profile", FLAG_BOOL, &a->tc.profile, 0, 0, "", "time each kind of work (every GEMM shape, attention, loss, norms, AdamW, loader, communication, checkpoint I/O) and print where the steps' time went (checkpoints included, with the steps before them)", 0, NULL},
+        {"trace", FLAG_STR, &a->tc.trace_path, 0, 0, "FILE.json", "write a timeline of the --trace-steps steps, every rank's, as one Chrome trace-event file (Perfetto, chrome://tracing): kernels by kind and layer, collectives with their group and bytes, pipeline sends and receives, the loader, checkpoint writes", 0, NULL},
+        {"trace-steps", FLAG_STR, &a->trace_steps, 0, 0, "A:B", "the steps --trace records, A to B (default: the second and third steps the run does, 2:3 from scratch; its only step when it does one); a resumed run traces those after its checkpoint", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]);
     if (flags_parse(f, nf, argc, argv, "train", help, cfg, e)) return -1;
@@ -456,7 +492,7 @@ static int train_config(TrainArgs *a, int **layers, Err *e) {
     if (a->max_restarts && comm_mpi_launched())
         return err_set(e, ERR_USAGE, "--max-restarts restarts the ranks this command forks (--nproc); under mpirun or srun, "
                        "resubmit the job (Slurm: --requeue) with --resume");
-    if (spike_flags(tc, e)) return -1;
+    if (spike_flags(tc, e) || trace_flags(tc, a->trace_steps, e)) return -1;
     if (tc->exit_after && !tc->ckpt_dir)
         return err_set(e, ERR_USAGE, "--exit-after %d stops with a checkpoint to resume from: it needs --ckpt-dir", tc->exit_after);
     // what can be checked before any rank starts: one line, exit 2

@@ -8,6 +8,7 @@
 #include "comm/comm_impl.h"
 #include "core/prof.h"
 #include "core/timer.h"
+#include "core/trace.h"
 
 enum { HIST = 16 };
 
@@ -209,6 +210,7 @@ int comm_wait(CommRequest *r, Err *err) {
     pthread_mutex_lock(&c->q_mu);
     while (!r->done) pthread_cond_wait(&c->done_cv, &c->q_mu);
     pthread_mutex_unlock(&c->q_mu);
+    trace_comm(comm_op_name(r->op), c->name, (double)r->count * comm_dtype_size(r->t));
     prof_end(t0, PROF_COMM, 0, 0);
     int rc = r->rc;
     if (rc && err) *err = r->err;
@@ -249,6 +251,7 @@ static int blocking(Comm *c, int op, const void *in, void *out, size_t count, Co
     pthread_mutex_lock(&c->exec_mu);
     int rc = execute(c, op, in, out, count, t, red, root, err);
     pthread_mutex_unlock(&c->exec_mu);
+    trace_comm(comm_op_name(op), c->name, (double)count * comm_dtype_size(t));
     prof_end(t0, PROF_COMM, 0, 0);
     return rc;
 }

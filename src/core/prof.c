@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "core/trace.h"
 
 static _Thread_local Profile *cur;
 
@@ -13,7 +14,7 @@ void prof_attach(Profile *p) {
 
 Profile *prof_current(void) { return cur; }
 
-double prof_begin(void) { return cur ? timer_now() : 0.0; }
+double prof_begin(void) { return cur || trace_on() ? timer_now() : 0.0; }
 
 // The row of (kind, m, n, k), added when missing (the last row when full).
 static ProfRow *row_of(Profile *p, ProfKind kind, int m, int n, int k) {
@@ -45,14 +46,19 @@ void prof_merge(Profile *dst, const Profile *src) {
     }
 }
 
+// A bracket's end, to the profile and the trace alike: one time taken.
+static void close_bracket(double t0, ProfKind kind, int m, int n, int k, double flops, double bytes) {
+    double t1 = timer_now();
+    if (cur) add(kind, m, n, k, t1 - t0, flops, bytes);
+    trace_record(t0, t1, kind, m, n, k, flops, bytes);
+}
+
 void prof_end(double t0, ProfKind kind, double flops, double bytes) {
-    if (t0 == 0.0 || !cur) return;
-    add(kind, 0, 0, 0, timer_now() - t0, flops, bytes);
+    if (t0 != 0.0) close_bracket(t0, kind, 0, 0, 0, flops, bytes);
 }
 
 void prof_gemm(double t0, ProfKind kind, int m, int n, int k) {
-    if (t0 == 0.0 || !cur) return;
-    add(kind, m, n, k, timer_now() - t0, 2.0 * m * n * k, 0);
+    if (t0 != 0.0) close_bracket(t0, kind, m, n, k, 2.0 * m * n * k, 0);
 }
 
 // Each kind's name in the table and key in the JSONL.
@@ -72,6 +78,7 @@ static const struct {
     [PROF_GRADS] = {"grads zero/norm", "grads"},
     [PROF_LOADER] = {"loader wait", "loader"},
     [PROF_COMM] = {"communication", "comm"},
+    [PROF_CKPT] = {"checkpoint I/O", "ckpt"},
 };
 
 const char *prof_kind_name(ProfKind kind) { return kind >= 0 && kind < PROF_NKIND ? kinds[kind].name : "?"; }

@@ -6,7 +6,9 @@
 // brackets cost it one branch: the comm progress thread, OpenMP's workers
 // and every run without --profile. Brackets never nest: each one is a
 // leaf (a kernel, a blocking wait), so the rows add up to the time they
-// cover and the rest of the step is "other".
+// cover and the rest of the step is "other". A thread recording a timeline
+// (core/trace, --trace) times the same brackets, and each one it closes
+// inside the trace's steps is also an event of the trace.
 #ifndef TSR_CORE_PROF_H
 #define TSR_CORE_PROF_H
 
@@ -25,6 +27,7 @@ typedef enum {
     PROF_GRADS,       // zeroing the gradients, their norm, the overflow scan
     PROF_LOADER,      // waiting for the next batch
     PROF_COMM,        // blocking collectives and waits on sends, receives and reductions
+    PROF_CKPT,        // writing a checkpoint's files (after the steps that precede it)
     PROF_NKIND
 } ProfKind;
 
@@ -45,7 +48,8 @@ typedef struct Profile {
 void prof_attach(Profile *p);
 // The calling thread's profile, NULL when none is attached.
 Profile *prof_current(void);
-// The start of a bracket: the time now, or 0 with no profile attached.
+// The start of a bracket: the time now, or 0 with no profile attached and
+// no trace recording.
 double prof_begin(void);
 // The end of a bracket opened at t0 (nothing when t0 is 0): one call of
 // kind, with its floating-point operations and the bytes it moves

@@ -17,6 +17,7 @@
 
 #include "core/checksum.h"
 #include "core/fileio.h"
+#include "core/prof.h"
 #include "io/checkpoint_impl.h"
 #include "io/meta.h"
 
@@ -152,7 +153,9 @@ void ckpt_abort(const char *dir, int64_t step) {
     remove_flat_dir(tmp);
 }
 
-int ckpt_begin(const char *dir, int64_t step, Err *err) {
+// Each of the three steps below is one checkpoint I/O bracket (core/prof):
+// file work only, no collective inside.
+static int begin_step(const char *dir, int64_t step, Err *err) {
     if (strlen(dir) > 3000) return err_set(err, ERR_USAGE, "--ckpt-dir: path too long");
     if (mkdir(dir, 0755) && errno != EEXIST) return err_set(err, ERR_USAGE, "--ckpt-dir %s: %s", dir, strerror(errno));
     char tmp[4200];
@@ -161,6 +164,13 @@ int ckpt_begin(const char *dir, int64_t step, Err *err) {
         return err_set(err, ERR_USAGE, "%s: not a directory tessera made (a symbolic link?): it is left alone", tmp);
     if (mkdir(tmp, 0755)) return err_set(err, ERR_RUN, "%s: %s", tmp, strerror(errno));
     return 0;
+}
+
+int ckpt_begin(const char *dir, int64_t step, Err *err) {
+    double p0 = prof_begin();
+    int rc = begin_step(dir, step, err);
+    prof_end(p0, PROF_CKPT, 0, 0);
+    return rc;
 }
 
 // Writes one tensor's index entry: p's slice, or elements [b, e) of it.
@@ -194,8 +204,8 @@ static void index_entry(JsonBuf *idx, const char *name, const ParamInfo *p, size
 // One run of data in the file: nfloats at src.
 typedef struct { const float *src; size_t n; } Run;
 
-int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable *t, const char *const *sections,
-                      int nsec, const CkptPiece *pc, int npc, Err *err) {
+static int write_pieces(const char *dir, int64_t step, int rank, const ParamTable *t, const char *const *sections,
+                        int nsec, const CkptPiece *pc, int npc, uint64_t *bytes, Err *err) {
     CHECK(nsec >= 1 && nsec <= CKPT_MAX_SECTIONS);
     for (int q = 0; q < npc; q++)
         for (int k = 0; k < nsec; k++) CHECKF(pc[q].data[k], "checkpoint piece %d has no data for section %d", q, k);
@@ -245,11 +255,22 @@ int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable 
     bad = bad || fsync(fd);
     int e = errno;
     close(fd);
+    size_t idx_len = idx.len;
     jb_free(&idx);
     free(runs);
     if (bad) return err_set(err, ERR_RUN, "%s: write failed: %s", path, strerror(e));
     durable_point();
+    *bytes = sizeof hdr + idx_len + pad + data_off;
     return 0;
+}
+
+int ckpt_write_pieces(const char *dir, int64_t step, int rank, const ParamTable *t, const char *const *sections,
+                      int nsec, const CkptPiece *pc, int npc, Err *err) {
+    double p0 = prof_begin();
+    uint64_t bytes = 0;
+    int rc = write_pieces(dir, step, rank, t, sections, nsec, pc, npc, &bytes, err);
+    prof_end(p0, PROF_CKPT, 0, (double)bytes);
+    return rc;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -279,7 +300,7 @@ static void prune(const char *dir, int keep) {
     }
 }
 
-int ckpt_commit(const char *dir, const CkptMeta *md, int keep, Err *err) {
+static int commit_step(const char *dir, const CkptMeta *md, int keep, Err *err) {
     int64_t step = md->step;
     JsonBuf m;
     jb_init(&m);
@@ -333,6 +354,13 @@ int ckpt_commit(const char *dir, const CkptMeta *md, int keep, Err *err) {
     if (durable_rename(path, tmp) || fsync_dir(dir)) return err_set(err, ERR_RUN, "%s: %s", tmp, strerror(errno));
     prune(dir, keep);
     return 0;
+}
+
+int ckpt_commit(const char *dir, const CkptMeta *md, int keep, Err *err) {
+    double p0 = prof_begin();
+    int rc = commit_step(dir, md, keep, err);
+    prof_end(p0, PROF_CKPT, 0, 0);
+    return rc;
 }
 
 int ckpt_save(const char *dir, const CkptMeta *m, const ParamTable *t, const float *params, int keep, Err *err) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/trace.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
 #include "model/stage_impl.h"
@@ -413,6 +414,11 @@ int stage_set_tp(Stage *s, Comm *c, Err *err) {
 
 int stage_tp_status(const Stage *s, Err *err) { return tp_status(s->acts->tp, err); }
 
+// Block j of the slot's chunk: the model's layer number (a trace's label).
+static int global_layer(const Stage *s, const Slot *sl, int j) {
+    return s->slice.layer_begin + sl->chunk * s->slice.chunk_stride + j;
+}
+
 // A forward pass: the embeddings on the first chunk, the chunk's blocks,
 // and on the last chunk the rest (model/stage_head).
 static double forward_pass(Stage *s, int slot, const int *tokens, const int *targets, int B, int T, float dscale) {
@@ -453,10 +459,12 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
         r.kv = a->kv;
         r.layer = sl->chunk * a->cl + j;
         r.aux_loss = &a->aux;
+        trace_layer(global_layer(s, sl, j));
         ar->block_forward(&r);
         stage16_move(a, sl, j, &d, 1);
         stage_seg_params_done(s, bseg[j]);
     }
+    trace_layer(-1);
     if (!last) return 0.0;
     return stage_head_forward(s, sl, &d, first, pe, targets, dscale);
 }
@@ -496,6 +504,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         stage_grads_fresh(s, sg, PART_BLOCK, g);
         float *buf[ARCH_MAX_BUFS];
         BlockRun r = stage_run(s, &d, sl, j, block_acts(a, sl, j, 1, buf), w, g);
+        trace_layer(global_layer(s, sl, j));
         if (a->recompute == STAGE_RECOMPUTE_FULL) a->arch->block_forward(&r);   // the same bits as the first time
         else stage16_move(a, sl, j, &d, 0);
         if (a->recompute == STAGE_RECOMPUTE_SELECTIVE) a->arch->core_forward(&r);
@@ -503,6 +512,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         stage16_round_grad(a, sl, &d);
         stage_seg_params_done(s, sg);
         stage_seg_grads_done(s, sg);
+        trace_layer(-1);
     }
     // the embeddings' gradient rows, all N of them (gathered under sequence parallelism)
     const float *dx = sl->dres;

@@ -111,6 +111,7 @@ void report_step(Report *r, const StepMetrics *m) {
         jb_key(&b, "profile_ms");
         jb_obj_begin(&b);
         for (int k = 0; k < PROF_NKIND; k++) {
+            if (k == PROF_CKPT) continue;   // a checkpoint follows the step's record: the table counts it
             jb_key(&b, prof_kind_key(k));
             jb_fixed(&b, ms[k], 3);
             sum += ms[k];

@@ -78,9 +78,8 @@ static char *train_meta_json(const TrainConfig *tc, int step, const Loader *ld, 
 // leaves out its copy of the tied embeddings (the first stage's is the
 // same). World rank 0 creates the step first and
 // commits it once all have written. Any failure fails all.
-static int save(Trainer *t, Err *err) {
+static int write_checkpoint(Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
-    double t0 = timer_now();
     int n = dp_npieces(t->dp), rc = 0;
     char *train = train_meta_json(tc, t->done, t->ld, t->fp16 ? &t->sc : NULL, &t->spike);
     char *state = adamw_state_json(&t->opt);
@@ -109,7 +108,26 @@ static int save(Trainer *t, Err *err) {
     free(pc);
     free(train);
     free(state);
-    if (rc == 0) printf("checkpoint: %s/step_%08d (%.2f s)\n", tc->ckpt_dir, t->done, timer_now() - t0);
+    return rc;
+}
+
+// A checkpoint of the step just done, profiled with it (when it was
+// summed) and traced as part of it.
+static int save(Trainer *t, Err *err) {
+    double t0 = timer_now();
+    if (t->prof) prof_attach(t->prof);   // (cleared) the step's rows were reported and summed
+    trace_step(t->done);
+    int rc = write_checkpoint(t, err);
+    trace_step(0);
+    double dt = timer_now() - t0;
+    if (t->prof) {
+        prof_attach(NULL);
+        if (t->prof_last) {
+            prof_merge(t->prof_sum, t->prof);
+            t->prof_secs += dt;
+        }
+    }
+    if (rc == 0) printf("checkpoint: %s/step_%08d (%.2f s)\n", t->tc->ckpt_dir, t->done, dt);
     return rc;
 }
 
@@ -221,7 +239,7 @@ int train_run(const TrainConfig *tc, const Layout *l, Err *err) {
         if (tc->exit_after > 0 && step == tc->exit_after && !last) {   // after the step's evaluation, as without it
             if (tc->ckpt_dir && save(t, err)) goto done;
             printf("stopped:   after step %d of %d (--exit-after); continue with --resume\n", step, tc->steps);
-            rc = 0;
+            rc = t->trace && trainer_trace_write(t, err) ? -1 : 0;
             goto done;
         }
         if (!last) report_progress(t->rep, step, tc->steps, timer_now() - t_start);
@@ -257,6 +275,7 @@ int train_run(const TrainConfig *tc, const Layout *l, Err *err) {
                100 * pipe_bubble(l->pp, tc->accum, t->V), v[2] / 1e6 / n / layout_devices(l));
     }
     if (tc->profile && start < tc->steps && print_profile(t, err)) goto done;
+    if (t->trace && trainer_trace_write(t, err)) goto done;
     report_memory(t->rep);
     rc = 0;
 done:

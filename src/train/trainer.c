@@ -89,7 +89,8 @@ static void poison_grads(Trainer *t) {
 // (its first touch of every buffer is not the steady state) unless it is
 // the only one.
 static void profile_add(Trainer *t, double dt) {
-    if (t->done == t->first_step && t->tc->steps - t->first_step > 1) return;
+    t->prof_last = !(t->done == t->first_step && t->tc->steps - t->first_step > 1);
+    if (!t->prof_last) return;
     prof_merge(t->prof_sum, t->prof);
     t->prof_steps++;
     t->prof_secs += dt;
@@ -109,7 +110,8 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     // after another), gradients accumulating; every stage reads the same
     // micro-batches, the first uses the tokens, the last the targets
     size_t bt = (size_t)B * T;
-    prof_attach(t->prof);   // (cleared) only the steps are profiled, not evaluations or checkpoints
+    trace_step(step + 1);
+    prof_attach(t->prof);   // (cleared) the steps are profiled, and the checkpoints after them (run.c), not evaluations
     double p0 = prof_begin();
     for (int k = 0; k < K; k++) loader_next(t->ld, t->inp + k * bt, t->tgt + k * bt);
     prof_end(p0, PROF_LOADER, 0, 0);
@@ -168,6 +170,8 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
 
     double dt = timer_now() - t0;
     t->t_steps += dt;
+    trace_span(t0, t0 + dt, step + 1);
+    trace_step(0);
     prof_attach(NULL);
     if (t->prof) profile_add(t, dt);
     double pp_w = pipe_waited(t->pipe) - pp_w0;
@@ -473,6 +477,7 @@ int trainer_open(Trainer **out, const TrainConfig *tc, const Layout *l, Err *err
     }
     if (l->world && comm_split(l->world, 0, comm_rank(l->world), "stats", &t->stats, err)) goto fail;
     if (t->stats && layout_hosts(l, t->stats, t->hosts, sizeof t->hosts, err)) goto fail;
+    if (tc->trace_path && trainer_trace_open(t, err)) goto fail;
     // only rank 0 logs, draws the progress bar and holds the run directory's
     // lock: the others must not wait in the first step for a rank that could
     // not take them
@@ -506,6 +511,7 @@ void trainer_close(Trainer *t) {
     report_close(t->rep);
     if (t->lock >= 0) close(t->lock);
     prof_attach(NULL);
+    trace_free(t->trace);
     free(t->prof);
     free(t->prof_sum);
     free(t->inp);

@@ -63,6 +63,9 @@ typedef struct TrainConfig {
     ScalerConfig scaler;       // fp16's dynamic loss scale (optim/scaler)
     int loss_scale_given;      // --loss-scale was given (a resumed run keeps its checkpoint's scale and says so)
     int profile;               // time each kind of work in the steps, print the table at the end (core/prof)
+    const char *trace_path;    // --trace: the steps' timeline, every rank's, as one Chrome trace-event file (NULL: none)
+    int trace_first, trace_last;   // --trace-steps: the steps traced (0: the second and third this run does)
+    int trace_cap;             // test hook: events a rank's trace holds (0: TRACE_MAX_EVENTS)
     int overflow_step, overflow_rank;   // test hook: an inf in that world rank's gradients at that step (0: none)
     double spike_z;            // --spike-guard: skip a step Z standard deviations above its window (0: off; train/spike)
     int spike_window;          // --spike-window: accepted steps the guard's statistics cover

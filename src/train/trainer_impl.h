@@ -6,6 +6,7 @@
 #define TSR_TRAIN_TRAINER_IMPL_H
 
 #include "core/prof.h"
+#include "core/trace.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "io/weights.h"
@@ -53,6 +54,9 @@ struct Trainer {
     int prof_steps;            // steps summed in prof_sum
     int first_step;            // steps done when this process started
     double prof_secs;          // their time
+    int prof_last;             // the last step was summed (the checkpoint saved after it is too)
+    Trace *trace;              // --trace: this rank's events (core/trace), attached to this thread
+    int trace_first, trace_last;   // the steps it records
     SpikeGuard spike;          // --spike-guard's window (train/spike)
     int spikes_injected;       // the test hook's spikes so far
 };
@@ -73,6 +77,14 @@ int trainer_agree(Trainer *t, int rc, const char *what, Err *err);
 // window) and keeps its loader where it is, past the batches of the
 // spikes. 0, or -1 with err (no checkpoint to go back to, one unreadable).
 int trainer_rollback(Trainer *t, Err *err);
+
+// --trace: settles the steps traced (those of --trace-steps this run does;
+// ERR_USAGE when it does none of them), agrees with the other ranks on the clock's origin, and attaches a
+// trace to the calling thread. Every rank calls it. 0, or -1 with err.
+int trainer_trace_open(Trainer *t, Err *err);
+// --trace: gathers every rank's events to world rank 0, which writes them
+// as one file and says so on stdout. Every rank calls it. 0, or -1 with err.
+int trainer_trace_write(Trainer *t, Err *err);
 
 // Prints the run's header on stdout: the model, data, batch, layout,
 // optimizer, machine and precision, and where the run starts from.

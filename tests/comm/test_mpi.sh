@@ -85,6 +85,18 @@ mpirun_matches "fp16pp2" 4 --dp 2 --pp 2 --zero 1 --micro-batches 2 --batch 2 --
 mpirun_matches "llama" 4 --model llama-tiny --dp 2 --tp 2 --zero 1 --batch 4 || mp_bad=1
 if [ $mp_bad -eq 0 ]; then pass=$((pass + 1)); echo "ok   bf16 (dp=2 ZeRO-2, bf16 reduction), fp16 (2×1×2) and llama-tiny (dp=2 × tp=2) under mpirun: checkpoints identical to forked ranks"
 else fail=$((fail + 1)); echo "FAIL mixed-precision training under mpirun differs from forked ranks"; fi
+# --trace under mpirun: every rank's events reach rank 0 over the MPI
+# communicator, one file with a pid per rank, each thread's events apart.
+timeout 300 "${MPIRUN[@]}" -np 4 ./tessera "${R[@]}" --model gpt2-tiny --seq 32 --steps 3 --tp 2 --pp 2 --micro-batches 2 \
+  --batch 1 --trace "$TMP/mpi_trace.json" >"$TMP/trace.out" 2>&1
+tr=$(/usr/bin/python3 -c "
+import json, sys
+ev = json.load(open(sys.argv[1]))['traceEvents']
+x = sorted((e['pid'], e['tid'], e['ts'], e['dur']) for e in ev if e['ph'] == 'X')
+apart = all(a[:2] != b[:2] or a[2] + a[3] <= b[2] + 1e-6 for a, b in zip(x, x[1:]))
+print(sorted({e['pid'] for e in ev}), apart)" "$TMP/mpi_trace.json" 2>&1)
+if [ "$tr" = "[0, 1, 2, 3] True" ]; then pass=$((pass + 1)); echo "ok   --trace under mpirun (1×2×2): one file, 4 pids, each thread's events apart"
+else fail=$((fail + 1)); echo "FAIL --trace under mpirun: $tr"; tail -2 "$TMP/trace.out"; fi
 rm -rf "$TMP"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

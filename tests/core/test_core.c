@@ -11,6 +11,8 @@
 #include "core/json.h"
 #include "core/prof.h"
 #include "core/rng.h"
+#include "core/timer.h"
+#include "core/trace.h"
 #include "core/volume.h"
 #include "test.h"
 
@@ -243,6 +245,92 @@ static void test_prof(void) {
            "kind names");
 }
 
+static void *trace_elsewhere(void *arg) {
+    (void)arg;
+    trace_step(2);   // no trace attached to this thread: nothing
+    prof_end(prof_begin(), PROF_NORM, 1, 1);
+    return NULL;
+}
+
+// core/trace: events only inside the steps and on the attached thread, the
+// durations the profile sums, the layer and collective context on the right
+// events, one thread's events apart, the cap counted, Chrome's fields.
+static void test_trace(void) {
+    static Profile p;
+    Err err;
+    Trace *t = trace_create(2, 3, 0, timer_now(), &err);
+    EXPECT(t != NULL, "created");
+    if (!t) return;
+    trace_attach(t);
+    trace_step(1);
+    EXPECT(!trace_on() && prof_begin() == 0.0, "step 1 is outside 2:3: no time taken");
+    prof_end(prof_begin(), PROF_NORM, 1, 1);
+    trace_step(2);
+    EXPECT(trace_on() && prof_begin() > 0.0, "step 2 is inside: brackets are timed without a profile");
+    prof_attach(&p);
+    double s0 = timer_now();
+    trace_layer(3);
+    prof_gemm(prof_begin(), PROF_GEMM_FWD, 4, 8, 16);
+    trace_comm("allreduce", "tp", 64);
+    prof_end(prof_begin(), PROF_COMM, 0, 0);
+    trace_layer(-1);
+    trace_comm("recv", "pp_act", 32);   // a note is for a collective's bracket only
+    prof_end(prof_begin(), PROF_NORM, 0, 8);
+    trace_span(s0, timer_now(), 2);
+    pthread_t th;
+    pthread_create(&th, NULL, trace_elsewhere, NULL);
+    pthread_join(th, NULL);
+    trace_step(4);
+    prof_end(prof_begin(), PROF_NORM, 1, 1);   // profiled, not traced
+    prof_attach(NULL);
+    EXPECT(trace_count(t) == 4 && trace_dropped(t) == 0, "4 events: gemm, allreduce, norm, step (%zu)", trace_count(t));
+    JsonBuf b;
+    jb_init(&b);
+    jb_arr_begin(&b);
+    trace_json(t, 7, "rank 7", &b);
+    jb_arr_end(&b);
+    Json *j = json_parse(b.s, b.len, &err);
+    EXPECT(j && j->type == JSON_ARR, "the events parse as a JSON array");
+    const Json *e[4] = {0};
+    int meta = 0;
+    for (size_t i = 0; j && json_at(j, i); i++) {
+        const Json *x = json_at(j, i), *ph = json_get(x, "ph");
+        if (ph && !strcmp(ph->text, "M")) meta++;
+        else if (i - meta < 4) e[i - meta] = x;
+    }
+    EXPECT(meta == 12 && e[3], "the process's and 5 threads' names and order, then the events (%d)", meta);
+    if (e[3]) {
+        const char *keys[] = {"ph", "name", "cat", "pid", "tid", "ts", "dur", "args"};
+        for (int i = 0; i < 4; i++)
+            for (int k = 0; k < 8; k++) EXPECT(json_get(e[i], keys[k]), "event %d has %s", i, keys[k]);
+        EXPECT(!strcmp(json_get(e[0], "name")->text, "gemm fwd L3 4×16 · 16×8") &&
+                   !strcmp(json_get(e[0], "cat")->text, "gemm_fwd") && json_get(json_get(e[0], "args"), "flops")->num == 2.0 * 4 * 8 * 16,
+               "a GEMM by kind, layer and shape: %s", json_get(e[0], "name")->text);
+        const Json *a1 = json_get(e[1], "args");
+        EXPECT(!strcmp(json_get(e[1], "name")->text, "allreduce tp L3") && json_get(a1, "bytes")->num == 64 &&
+                   !strcmp(json_get(a1, "group")->text, "tp") && json_get(e[1], "tid")->num == 2,
+               "a collective by operation, group and bytes on the communication row");
+        EXPECT(!strcmp(json_get(e[2], "name")->text, "norms") && !json_get(json_get(e[2], "args"), "op") &&
+                   json_get(json_get(e[2], "args"), "bytes")->num == 8 && json_get(e[2], "pid")->num == 7,
+               "the norm after the layer: no layer, no collective, its own bytes");
+        EXPECT(!strcmp(json_get(e[3], "cat")->text, "step") && json_get(e[3], "tid")->num == 0, "the step on its row");
+        for (int i = 0; i + 1 < 3; i++)
+            EXPECT(json_get(e[i], "ts")->num + json_get(e[i], "dur")->num <= json_get(e[i + 1], "ts")->num,
+                   "events %d and %d apart", i, i + 1);
+        double dur = json_get(e[0], "dur")->num, prof = p.row[0].seconds * 1e6;
+        EXPECT(p.row[0].kind == PROF_GEMM_FWD && fabs(dur - prof) <= 0.002, "the profile's time: %.3f µs, %.3f", dur, prof);
+    }
+    json_free(j);
+    jb_free(&b);
+    // past the cap: dropped and counted
+    trace_step(3);
+    for (int i = 0; i < TRACE_MAX_EVENTS; i++) trace_span(1, 1, 3);
+    EXPECT(trace_count(t) == TRACE_MAX_EVENTS && trace_dropped(t) == 4, "capped: %zu held, %zu dropped", trace_count(t),
+           trace_dropped(t));
+    trace_free(t);
+    EXPECT(!trace_on(), "freed: detached");
+}
+
 // core/volume against the textbook counts: a ring-like allreduce sends
 // 2(n−1)/n of the vector, a small one (n−1)·B, summed over the ranks of an
 // uneven split 2(n−1)·B; reduce-scatter and allgather (n−1)/n of the full
@@ -271,6 +359,7 @@ int main(void) {
     RUN(test_crc32c);
     RUN(test_half);
     RUN(test_prof);
+    RUN(test_trace);
     RUN(test_volume);
     return test_finish();
 }
