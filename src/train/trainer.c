@@ -428,7 +428,7 @@ int trainer_open(Trainer **out, const TrainConfig *tc, const Layout *l, Err *err
     if (pipe_init(&t->pipe, l, tc->accum, &t->st, err)) goto fail;
     if (layout_holds_tied_copy(l, &t->mc)) dp_set_shared(t->dp, 0);   // the first stage counts the embeddings
     if (adamw_init(&t->opt, dp_shard_floats(t->dp), err)) goto fail;   // the moments of the owned pieces
-    if (init_state(t, &crc, err) || check_same_start(t, crc, err)) goto fail;
+    if (init_state(t, &crc, err) || check_same_start(t, crc, err) || trainer_save_open(t, err)) goto fail;
     t->first_step = t->done;
     if (tc->profile && (!(t->prof = calloc(1, sizeof *t->prof)) || !(t->prof_sum = calloc(1, sizeof *t->prof_sum)))) {
         err_set(err, ERR_RUN, "out of memory");
@@ -466,6 +466,7 @@ fail:
 
 void trainer_close(Trainer *t) {
     if (!t) return;
+    trainer_save_close(t);   // first: a checkpoint write in flight reads the table
     report_close(t->rep);
     if (t->lock >= 0) close(t->lock);
     prof_attach(NULL);
