@@ -3,7 +3,8 @@
 # background thread are the bytes of synchronous saves (one process, ZeRO-1
 # over two ranks, a two-stage pipeline with its tied embeddings), --keep
 # included; --exit-after waits for the write and the run resumes bit for
-# bit; the staging copy shows in the memory line; and SIGKILLs at 20
+# bit; a spike rollback commits the write in flight and goes back to it;
+# the staging copy shows in the memory line; and SIGKILLs at 20
 # random moments of runs whose writer is slowed (TESSERA_TEST_CKPT_DELAY)
 # never leave `latest` naming an incomplete checkpoint, the resumed run
 # ending bitwise where the uninterrupted run ends (and 4 more kills of one
@@ -34,6 +35,14 @@ grep -q "^checkpoint: $TMP/a_one/step_00000006 (.* s to stage it, written in the
   "$BIN" $R --steps 6 --ckpt-async --resume --ckpt-dir "$TMP/ex" >"$TMP/exr.out" 2>&1 && same_bits "$TMP/s_one" "$TMP/ex" &&
   ok "--exit-after 3 commits step 3 before it stops; --resume ends with the uninterrupted run's bytes" ||
   bad "--exit-after with --ckpt-async" "$(tail -1 "$TMP/ex.out")" "$(tail -1 "$TMP/exr.out")"
+
+# ---- a spike rollback commits the checkpoint in flight, then goes back to it ----
+S="$R --spike-guard 6 --log-every 1 --steps 20 --ckpt-every 12"
+TESSERA_TEST_CKPT_DELAY=200 TESSERA_TEST_SPIKE=13:2 "$BIN" $S --spike-rollback 2 --ckpt-async --ckpt-dir "$TMP/rb" >"$TMP/rb.out" 2>&1
+TESSERA_TEST_SKIP=12:2 "$BIN" $S --ckpt-dir "$TMP/sk" >/dev/null 2>&1
+grep -q "^spikes: .*back to the checkpoint of step 12" "$TMP/rb.out" && same_bits "$TMP/rb" "$TMP/sk" &&
+  ok "--spike-rollback with step 12's write still in flight: committed, gone back to, bitwise the run that skipped the spikes' batches" ||
+  bad "spike rollback with --ckpt-async" "$(grep -E '^(spikes|checkpoint)' "$TMP/rb.out" | head -3)" "$(tail -1 "$TMP/rb.out")"
 
 "$BIN" $R --steps 2 --ckpt-async >"$TMP/nodir.out" 2>&1
 rc=$?
