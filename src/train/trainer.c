@@ -375,8 +375,9 @@ static int check_same_start(Trainer *t, uint32_t crc, Err *err) {
 
 // Refuses, before allocating anything, a run whose ranks on this machine
 // would need more than its memory: parameters, gradients, AdamW moments
-// (each as ZeRO shards them), the 16-bit copy and the activations, by the
-// layout's memory model (the planner's figures).
+// (each as ZeRO shards them), the 16-bit copy, the activations and
+// --ckpt-async's staging copy, by the layout's memory model (the planner's
+// figures).
 static int check_room(const Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
     const Layout *l = t->lay;
@@ -386,10 +387,10 @@ static int check_room(const Trainer *t, Err *err) {
     int local = l->world && !strcmp(comm_backend(l->world), "local") ? comm_size(l->world) : 1;
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (have > 0 && bytes * local > have)
-        return err_set(err, ERR_USAGE, "%s needs %.1f GiB per rank (parameters, gradients, AdamW moments, activations)%s; "
+        return err_set(err, ERR_USAGE, "%s needs %.1f GiB per rank (parameters, gradients, AdamW moments, activations%s)%s; "
                        "this machine has %.1f GiB (tessera plan --model %s shows layouts that fit)", t->mc.name,
-                       bytes / 1073741824.0, local > 1 ? " on each of the ranks here" : "", have / 1073741824.0,
-                       t->mc.name);
+                       bytes / 1073741824.0, mem.ckpt > 0 ? ", --ckpt-async's staging copy" : "",
+                       local > 1 ? " on each of the ranks here" : "", have / 1073741824.0, t->mc.name);
     return 0;
 }
 
