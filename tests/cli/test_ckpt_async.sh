@@ -57,7 +57,7 @@ rc=$?
 # verifies. A last run finishes from whatever latest is left.
 seed=${TSR_SEED:-$(date +%s)}
 RANDOM=$seed
-K="$R --steps 48 --ckpt-every 1 --ckpt-async"
+K="$R --steps 64 --ckpt-every 1 --ckpt-async"
 "$BIN" $K --ckpt-dir "$TMP/kref" >/dev/null 2>&1
 # after_step PID LOG N: returns a random moment of 0 to 0.3 s after LOG has more than N lines (PID's first step)
 after_step() {
