@@ -73,6 +73,9 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
                "    residual, FFN pre- and post-activation, output); Korthikanti et al. s·b·h·(34+5as/h) for a 16-bit\n"
                "    Megatron layer = %.3g B%s\n", r->act_korthikanti,
                !l->naive_attention ? " (its 5as/h term is the s² attention matrix, which fused attention does not keep)" : "");
+        if (r->ckpt > 0)
+            printf("  = checkpoint staging: 12 B (fp32 parameters, AdamW m and v) × the parameters a device writes%s\n",
+                   l->zero ? " (its 1/dp)" : "");
     }
     printf("flops      %.4g per token (6N + 12·L·h·s, PaLM convention); hardware %.4g with recompute %s\n", r->flops_token,
            r->hw_flops_token, rec_name[l->recompute]);
