@@ -56,6 +56,7 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
            (long long)r->micro_batches, (long long)r->inflight, V > 1 ? "chunks " : "");
     printf("memory     weights %.2f + gradients %.2f + optimizer %.2f = model states %.2f GiB; activations %.2f; comm buffers %.2f\n",
            r->weights / GiB, r->grads / GiB, r->optim / GiB, r->model_states / GiB, r->acts / GiB, r->comm_buf / GiB);
+    if (r->ckpt > 0) printf("           checkpoint staging (--ckpt-async) %.2f GiB\n", r->ckpt / GiB);
     printf("           total %.2f GiB per device of %.0f GiB: %s\n", r->total / GiB, c->mem_gb, r->fits ? "fits" : "DOES NOT FIT");
     if (explain) {
         int mixed = l->precision != PREC_FP32;
@@ -72,6 +73,9 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
                "    residual, FFN pre- and post-activation, output); Korthikanti et al. s·b·h·(34+5as/h) for a 16-bit\n"
                "    Megatron layer = %.3g B%s\n", r->act_korthikanti,
                !l->naive_attention ? " (its 5as/h term is the s² attention matrix, which fused attention does not keep)" : "");
+        if (r->ckpt > 0)
+            printf("  = checkpoint staging: 12 B (fp32 parameters, AdamW m and v) × the parameters a device writes%s\n",
+                   l->zero ? " (its 1/dp)" : "");
     }
     printf("flops      %.4g per token (6N + 12·L·h·s, PaLM convention%s); hardware %.4g with recompute %s\n",
            r->flops_token, j->doc_len > 0 && j->doc_len < j->seq ? "; attention × (D+1)/(s+1), documents of D tokens" : "",
@@ -133,6 +137,7 @@ static void json_layout(const PlanModel *m, const PlanCluster *c, const Layout *
     jb_key(&b, "model_states_bytes"); jb_num(&b, r->model_states);
     jb_key(&b, "activations_bytes"); jb_num(&b, r->acts);
     jb_key(&b, "comm_buffer_bytes"); jb_num(&b, r->comm_buf);
+    jb_key(&b, "ckpt_staging_bytes"); jb_num(&b, r->ckpt);
     jb_key(&b, "total_bytes"); jb_num(&b, r->total);
     jb_key(&b, "device_bytes"); jb_num(&b, c->mem_gb * GiB);
     jb_key(&b, "fits"); jb_bool(&b, r->fits);
@@ -204,7 +209,7 @@ typedef struct {
     const char *model, *config, *arch, *schedule, *recompute, *precision, *reduce, *attention, *why_not;
     int64_t devices, per_node, seq, gbatch, mbatch, vocab;
     double mem, tflops, mfu, bw_intra, bw_inter, alpha, tokens, doc_len;
-    int dp, tp, pp, zero, sp, json, explain, top, tut, vstages, local;
+    int dp, tp, pp, zero, sp, json, explain, top, tut, vstages, local, ckpt_async;
     int layers, d_model, heads, kv_heads, d_ff, positions;   // shape flags over the preset or config
     int given_devices, given_per_node, given_mem, given_tflops;   // on the command line or in --config: --local keeps them
 } PlanArgs;
@@ -271,6 +276,7 @@ static int plan_flags(PlanArgs *a, int argc, char **argv, int *help, Json **cfg,
         {"reduce-dtype", FLAG_STR, &a->reduce, 0, 0, "T", "gradient reduction dtype under bf16/fp16: fp32 (default) or bf16", 0, NULL},
         {"sp", FLAG_BOOL, &a->sp, 0, 0, "", "sequence parallelism (default false)", 0, NULL},
         {"attention", FLAG_STR, &a->attention, 0, 0, "A", "fused (default, no s² activations) or naive", 0, NULL},
+        {"ckpt-async", FLAG_BOOL, &a->ckpt_async, 0, 0, "", "count tessera train --ckpt-async's staging copy of the checkpoint pieces a device writes (its parameters and AdamW moments in fp32)", 0, NULL},
         {"json", FLAG_BOOL, &a->json, 0, 0, "", "one JSON object instead of text", 0, NULL},
         {"explain", FLAG_BOOL, &a->explain, 0, 0, "", "show the formula behind each figure", 0, NULL},
         {"top", FLAG_INT, &a->top, 1, 1000, "N", "layouts to list in a search (default 5)", 0, NULL},
@@ -330,7 +336,7 @@ static int plan_model(const PlanArgs *a, int argc, char **argv, const Json *cfg,
 
 // The job, the cluster (--local's figures where no flag gave them) and
 // what every layout shares: schedule, recomputation, precision, reduction
-// dtype, attention, SP, virtual stages. 0, or -1 with e.
+// dtype, attention, SP, virtual stages, checkpoint staging. 0, or -1 with e.
 static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *c, Layout *l, Err *e) {
     *j = (PlanJob){a->seq ? a->seq : m->s, a->gbatch, a->mbatch, a->tokens, a->doc_len};
     *l = (Layout){0};
@@ -349,6 +355,7 @@ static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *
     l->naive_attention = !att_;
     l->sp = a->sp;
     l->vstages = a->vstages;
+    l->ckpt_async = a->ckpt_async;
     return 0;
 }
 

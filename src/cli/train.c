@@ -398,6 +398,7 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
         {"log-every", FLAG_INT, &a->tc.log_every, 1, 1 << 30, "N", "print and log every N steps (default 10)", 0, NULL},
         {"ckpt-dir", FLAG_STR, &a->tc.ckpt_dir, 0, 0, "DIR", "save checkpoints under DIR (at the end, and every --ckpt-every)", 0, NULL},
         {"ckpt-every", FLAG_INT, &a->tc.ckpt_every, 0, 1 << 30, "N", "steps between checkpoints (default 0: only at the end)", 0, NULL},
+        {"ckpt-async", FLAG_BOOL, &a->tc.layout.ckpt_async, 0, 0, "", "write checkpoints in the background: each rank copies its pieces to a staging buffer (memory the size of its parameters and AdamW moments) and a thread writes, checksums and fsyncs them while training goes on; the ranks commit a checkpoint (meta.json, latest) once all have written it, the next save, --exit-after and the end of the run waiting for it; the same bytes as a synchronous save", 0, NULL},
         {"spike-guard", FLAG_FLOAT, &a->tc.spike_z, 0, 1e6, "Z", "skip a step (no update, on every rank, marked \"spike\" in the log) whose loss or gradient norm exceeds the mean of the last --spike-window accepted steps by more than Z standard deviations; active once 10 steps are in the window (default off)", 0, NULL},
         {"spike-window", FLAG_INT, &a->tc.spike_window, 10, 1 << 20, "W", "accepted steps --spike-guard's mean and deviation cover (default 100)", 0, NULL},
         {"spike-rollback", FLAG_INT, &a->tc.spike_rollback, 1, 1 << 20, "K", "after K spikes in a row, go back to the last checkpoint (parameters, optimizer, the guard's window) and on past the batches that caused them (needs --spike-guard and --ckpt-dir)", 0, NULL},
@@ -495,6 +496,8 @@ static int train_config(TrainArgs *a, int **layers, Err *e) {
     if (spike_flags(tc, e) || trace_flags(tc, a->trace_steps, e)) return -1;
     if (tc->exit_after && !tc->ckpt_dir)
         return err_set(e, ERR_USAGE, "--exit-after %d stops with a checkpoint to resume from: it needs --ckpt-dir", tc->exit_after);
+    if (tc->layout.ckpt_async && !tc->ckpt_dir)
+        return err_set(e, ERR_USAGE, "--ckpt-async writes checkpoints in the background: it needs --ckpt-dir");
     // what can be checked before any rank starts: one line, exit 2
     if (check_inputs(tc, e) || (tc->ckpt_dir && ckpt_prepare_dir(tc->ckpt_dir, e))) return -1;
     a->threads_given = tc->threads > 0;

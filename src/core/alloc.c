@@ -56,7 +56,7 @@ size_t mem_current_total(void) { return atomic_load(&cur_total); }
 size_t mem_peak_total(void) { return atomic_load(&peak_total); }
 
 const char *mem_tag_name(MemTag tag) {
-    static const char *names[MEM_NTAGS] = {"params", "grads", "optim", "acts", "comm", "workspace", "params16"};
+    static const char *names[MEM_NTAGS] = {"params", "grads", "optim", "acts", "comm", "workspace", "params16", "ckpt"};
     CHECK(tag >= 0 && tag < MEM_NTAGS);
     return names[tag];
 }

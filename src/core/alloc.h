@@ -1,5 +1,6 @@
 // core/alloc — the tagged allocator. Every large buffer (parameters,
-// gradients, optimizer state, activations, communication buffers, scratch)
+// gradients, optimizer state, activations, communication buffers, scratch,
+// checkpoint staging)
 // comes from here, tagged, so current and peak bytes per tag can be reported
 // and checked against the planner's predictions.
 //
@@ -13,6 +14,7 @@
 typedef enum MemTag {
     MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_WORKSPACE,
     MEM_PARAMS16,   // the 16-bit copy of the weights that bf16/fp16 forward and backward read
+    MEM_CKPT,       // --ckpt-async's staging copy of the pieces a rank writes to a checkpoint
     MEM_NTAGS
 } MemTag;
 

@@ -25,8 +25,9 @@
 //   shared-memory budget);
 // - the host placement (which kinds of group stay inside one host);
 // - a rank's memory: parameters, their 16-bit copy, gradients, optimizer
-//   state, activations and communication buffers, by one model the
-//   trainer and the planner share.
+//   state, activations, communication buffers and the staging copy of
+//   asynchronous checkpoints, by one model the trainer and the planner
+//   share.
 //
 // layout.c and layout_memory.c are pure arithmetic — they talk to nobody,
 // so plan/ reads them (DESIGN §2: the planner reads model/ and the layout,
@@ -63,6 +64,8 @@ typedef struct Layout {
     int reduce_bf16;             // data-parallel gradients sent in bf16 (summed in fp32)
     int naive_attention;         // the planner's what-if: attention that keeps its s² probabilities
                                  // (0 in every layout tessera runs: its attention is fused)
+    int ckpt_async;              // checkpoints staged in memory and written in the background
+                                 // (--ckpt-async): the staging copy is part of a rank's memory
     // this rank (layout_place): its coordinates, and its groups (layout_init;
     // NULL for one process)
     int rank, dp_rank, tp_rank, pp_rank;
@@ -181,6 +184,10 @@ typedef struct LayoutMemory {
     double comm;           // communication buffers (MEM_COMM): parallel/dp's (dp_comm_bytes) and the
                            // pipeline's gradient send buffers (pipe_comm_bytes; left out for schedules of
                            // more than 2^22 operations over all stages)
+    double ckpt;           // --ckpt-async's staging copy (MEM_CKPT) on a rank that writes checkpoint pieces
+                           // (every rank under ZeRO >= 1, DP rank 0 under ZeRO-0): its parameters and AdamW
+                           // moments, 12·floats / optim_shards, the last stage's copy of tied embeddings left
+                           // out; 0 without ckpt_async
     double total;          // the sum
 } LayoutMemory;
 

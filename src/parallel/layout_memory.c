@@ -19,6 +19,16 @@ int layout_memory(const Layout *l, const ModelConfig *mc, int stage, int B, int 
     // this machine) they are left out
     if ((int64_t)l->pp * 2 * M * layout_chunks(l) <= (1 << 22))
         out->comm += (double)pipe_comm_bytes(l, M, stage, stage_boundary_floats_of(mc, &sl, B, T));
+    // --ckpt-async: the parameters and both moments of the pieces a rank
+    // writes (its owned 1/dp of every segment under ZeRO >= 1; the whole
+    // buffer on DP rank 0 under ZeRO-0), past the last stage's tied copy of
+    // the embeddings (segment 0), which the first stage writes
+    double staged = 0;
+    if (l->ckpt_async) {
+        Layout at = *l;
+        at.pp_rank = stage;
+        staged = n - (layout_holds_tied_copy(&at, mc) ? (double)pt.seg[0].hi : 0);
+    }
     ptable_free(&pt);
     // ZeRO's stages shard the moments, then the gradients, then the
     // parameters; every segment is padded to split evenly (layout_slice)
@@ -29,10 +39,11 @@ int layout_memory(const Layout *l, const ModelConfig *mc, int stage, int B, int 
     out->params16 = l->precision != PREC_FP32 && l->zero < 3 ? 2 * n : 0;   // ZeRO-3 rounds what it gathers
     out->grads = 4 * n / out->grads_shards;
     out->optim = 8 * n / out->optim_shards;
+    out->ckpt = 12 * staged / out->optim_shards;
     Err ignored;   // sizes stage_init would refuse lay out nothing
     if ((int64_t)B * T <= (1 << 30) && slots <= (1 << 20) && T <= mc->max_seq &&
         stage_check_split(mc, l->tp, l->sp, T, &ignored) == 0)
         out->acts = (double)stage_act_bytes(mc, &sl, B, T, slots, layout_stage_flags(l));
-    out->total = out->params + out->params16 + out->grads + out->optim + out->acts + out->comm;
+    out->total = out->params + out->params16 + out->grads + out->optim + out->acts + out->comm + out->ckpt;
     return 0;
 }

@@ -212,6 +212,7 @@ static void model_states(const Layout *l, const PlanJob *j, const DeviceParams *
            layout_memory(l, &dv->padded, l->pp - 1, B, T, M, &last, &err) == 0, "a checked layout: %s", err.msg);
     const LayoutMemory *busy = last.floats > first->floats ? &last : first;
     r->comm_buf = last.comm > first->comm ? last.comm : first->comm;   // the stages' larger
+    r->ckpt = last.ckpt > first->ckpt ? last.ckpt : first->ckpt;
     r->params_device = busy->floats;
     double psi = (double)busy->floats;
     if (l->precision == PREC_FP32) {
@@ -349,7 +350,7 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     LayoutMemory first;
     model_states(l, j, &dv, r, &first);
     activations(m, j, l, &first, r);
-    r->total = r->model_states + r->acts + r->comm_buf;
+    r->total = r->model_states + r->acts + r->comm_buf + r->ckpt;
     r->fits = r->total <= c->mem_gb * 1073741824.0;
 
     compute_time(m, c, j, l, r);

@@ -9,7 +9,7 @@
 //   (layout_memory, parallel/layout), the one the trainer checks its ranks
 //   against: the parameters of the busiest stage's slice as its parameter
 //   table counts them, its activations and communication buffers to the
-//   byte. Model states
+//   byte, and under --ckpt-async the staging copy of its checkpoint pieces. Model states
 //   follow ZeRO (Rajbhandari et al. 2020): fp32 training 4+4+8 bytes per
 //   parameter, as tessera allocates; mixed precision the paper's 2
 //   (weights) + 2 (gradients) + 12 (fp32 master, Adam m and v); ZeRO-1
@@ -84,6 +84,7 @@ typedef struct PlanResult {
     int64_t params;                 // exact, final norm included
     int64_t params_device;          // on the busiest device
     double weights, grads, optim, model_states, acts, comm_buf, total;   // bytes per device
+    double ckpt;                    // --ckpt-async's staging copy (layout_memory's), the stages' larger; in total
     double act_layer;               // bytes per layer per micro-batch
     double act_korthikanti;         // s·b·h·(34 + 5as/h) for comparison
     double act_formula;             // the activations by plan_act_layer's formula

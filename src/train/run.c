@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/json.h"
 #include "core/timer.h"
 #include "kernels/matmul.h"
 
@@ -36,98 +35,22 @@ int train_evaluate(Stage *st, Pipe *p, Loader *val, int64_t max_rounds, double *
     return rc;
 }
 
-static char *train_meta_json(const TrainConfig *tc, int step, const Loader *ld, const LossScaler *sc,
-                             const SpikeGuard *spike) {
-    JsonBuf b;
-    jb_init(&b);
-    jb_obj_begin(&b);
-    jb_key(&b, "steps_done"); jb_int(&b, step);
-    jb_key(&b, "seed"); jb_int(&b, (int64_t)tc->seed);
-    jb_key(&b, "tokenizer"); jb_str(&b, tc->tokenizer);
-    if (tc->val_data) { jb_key(&b, "val_data"); jb_str(&b, tc->val_data); }
-    jb_key(&b, "data"); jb_str(&b, tc->data);
-    jb_key(&b, "batch"); jb_int(&b, tc->batch);
-    jb_key(&b, "seq"); jb_int(&b, tc->seq);
-    jb_key(&b, "grad_accum"); jb_int(&b, tc->accum);
-    jb_key(&b, "precision"); jb_str(&b, prec_name(tc->layout.precision));
-    if (tc->doc_mask) { jb_key(&b, "doc_mask"); jb_bool(&b, 1); }   // eval and sample mask the same way
-    if (sc) {
-        char *s = scaler_state_json(sc);
-        jb_key(&b, "loss_scaler");
-        jb_raw(&b, s);
-        free(s);
-    }
-    char *ls = loader_state_json(ld);
-    jb_key(&b, "loader");
-    jb_raw(&b, ls);
-    free(ls);
-    if (spike->z > 0) {
-        char *s = spike_state_json(spike);
-        jb_key(&b, "spike");
-        jb_raw(&b, s);
-        free(s);
-    }
-    jb_obj_end(&b);
-    return b.s;
-}
-
-// Saves a checkpoint of the current step; every rank calls it. Each rank
-// that owns distinct pieces (every rank under ZeRO, DP rank 0 otherwise)
-// writes its parameters and moments — its stage's and TP slice's — into
-// its own file, numbered by the layout (layout_ckpt_file); the last stage
-// leaves out its copy of the tied embeddings (the first stage's is the
-// same). World rank 0 creates the step first and
-// commits it once all have written. Any failure fails all.
-static int write_checkpoint(Trainer *t, Err *err) {
-    const TrainConfig *tc = t->tc;
-    int n = dp_npieces(t->dp), rc = 0;
-    char *train = train_meta_json(tc, t->done, t->ld, t->fp16 ? &t->sc : NULL, &t->spike);
-    char *state = adamw_state_json(&t->opt);
-    CkptPiece *pc = calloc((size_t)n + 1, sizeof *pc);
-    if (!pc || !train || !state) rc = err_set(err, ERR_RUN, "out of memory");
-    if (t->first && !rc) rc = ckpt_begin(tc->ckpt_dir, t->done, err);
-    rc = trainer_agree(t, rc, "to write its part of the checkpoint", err);
-    if (!rc && layout_dp_owner(t->lay)) {
-        size_t from = layout_holds_tied_copy(t->lay, &t->mc) ? t->st.table.seg[0].hi : 0;   // past the tied copy
-        int np = 0;
-        for (int k = 0; k < n; k++) {
-            DpPiece p = dp_piece(t->dp, k);
-            if (p.hi <= from) continue;
-            size_t cut = p.lo < from ? from - p.lo : 0;
-            pc[np++] = (CkptPiece){p.lo + cut, p.hi, {p.params + cut, t->opt.m + p.off + cut, t->opt.v + p.off + cut}};
-        }
-        const char *const sections[3] = {"", adamw_sections[0], adamw_sections[1]};   // parameters, moments
-        rc = ckpt_write_pieces(tc->ckpt_dir, t->done, layout_ckpt_file(t->lay), &t->st.table, sections, 3, pc, np, err);
-    }
-    rc = trainer_agree(t, rc, "to write its part of the checkpoint", err);
-    CkptMeta md = {.step = t->done, .cfg = &t->mc, .nfiles = layout_ckpt_files(t->lay), .dp = t->lay->dp,
-                   .tp = t->lay->tp, .pp = t->lay->pp, .zero = t->lay->zero, .state = state, .train = train};
-    if (t->first && !rc) rc = ckpt_commit(tc->ckpt_dir, &md, tc->keep, err);
-    rc = trainer_agree(t, rc, "to write its part of the checkpoint", err);
-    if (rc && t->first) ckpt_abort(tc->ckpt_dir, t->done);
-    free(pc);
-    free(train);
-    free(state);
-    return rc;
-}
-
-// A checkpoint of the step just done, profiled with it (when it was
+// A checkpoint of the step just done (trainer_save: synchronous, or
+// staged for --ckpt-async's writer), profiled with the step (when it was
 // summed) and traced as part of it.
-static int save(Trainer *t, Err *err) {
+static int save(Trainer *t, int wait, Err *err) {
     double t0 = timer_now();
     if (t->prof) prof_attach(t->prof);   // (cleared) the step's rows were reported and summed
     trace_step(t->done);
-    int rc = write_checkpoint(t, err);
+    int rc = trainer_save(t, wait, err);
     trace_step(0);
-    double dt = timer_now() - t0;
     if (t->prof) {
         prof_attach(NULL);
         if (t->prof_last) {
             prof_merge(t->prof_sum, t->prof);
-            t->prof_secs += dt;
+            t->prof_secs += timer_now() - t0;
         }
     }
-    if (rc == 0) printf("checkpoint: %s/step_%08d (%.2f s)\n", t->tc->ckpt_dir, t->done, dt);
     return rc;
 }
 
@@ -230,25 +153,26 @@ int train_run(const TrainConfig *tc, const Layout *l, Err *err) {
         if (trainer_step(t, &sm, err)) goto done;
         int step = t->done, last = step == tc->steps;
         if (step % tc->log_every == 0 || last || step == 1 || sm.skipped) report_step(t->rep, &sm);
+        if (trainer_save_settle(t, 0, err)) goto done;   // --ckpt-async: commit a checkpoint all ranks have written
         if (sm.spike && tc->spike_rollback && t->spike.run >= tc->spike_rollback) {   // back, and on past the data
-            if (trainer_rollback(t, err)) goto done;
+            if (trainer_save_settle(t, 1, err) || trainer_rollback(t, err)) goto done;
             continue;
         }
         if (tc->skip_step == step) skip_batches(t, tc->skip_steps);
         if (t->val.n && tc->eval_every > 0 && step % tc->eval_every == 0 && !last && evaluate(t, err)) goto done;
         if (tc->exit_after > 0 && step == tc->exit_after && !last) {   // after the step's evaluation, as without it
-            if (tc->ckpt_dir && save(t, err)) goto done;
+            if (tc->ckpt_dir && save(t, 1, err)) goto done;
             printf("stopped:   after step %d of %d (--exit-after); continue with --resume\n", step, tc->steps);
             rc = t->trace && trainer_trace_write(t, err) ? -1 : 0;
             goto done;
         }
         if (!last) report_progress(t->rep, step, tc->steps, timer_now() - t_start);
-        if (tc->ckpt_dir && tc->ckpt_every > 0 && step % tc->ckpt_every == 0 && !last && save(t, err)) goto done;
+        if (tc->ckpt_dir && tc->ckpt_every > 0 && step % tc->ckpt_every == 0 && !last && save(t, 0, err)) goto done;
     }
     double total = timer_now() - t_start;
     if (dp_sync_params(t->dp, err)) goto done;
     if (t->val.n && evaluate(t, err)) goto done;
-    if (tc->ckpt_dir && start < tc->steps && save(t, err)) goto done;
+    if (tc->ckpt_dir && start < tc->steps && save(t, 1, err)) goto done;
     if (start < tc->steps)
         printf("done:      %d steps in %.1f s, %.0f tokens/s average\n", tc->steps - start, total,
                t->tokens_per_step * (tc->steps - start) / total);

@@ -410,8 +410,9 @@ static int check_same_start(Trainer *t, uint32_t crc, Err *err) {
 
 // Refuses, before allocating anything, a run whose ranks on this machine
 // would need more than its memory: parameters, gradients, AdamW moments
-// (each as ZeRO shards them), the 16-bit copy and the activations, by the
-// layout's memory model (the planner's figures).
+// (each as ZeRO shards them), the 16-bit copy, the activations and
+// --ckpt-async's staging copy, by the layout's memory model (the planner's
+// figures).
 static int check_room(const Trainer *t, Err *err) {
     const TrainConfig *tc = t->tc;
     const Layout *l = t->lay;
@@ -421,10 +422,10 @@ static int check_room(const Trainer *t, Err *err) {
     int local = l->world && !strcmp(comm_backend(l->world), "local") ? comm_size(l->world) : 1;
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (have > 0 && bytes * local > have)
-        return err_set(err, ERR_USAGE, "%s needs %.1f GiB per rank (parameters, gradients, AdamW moments, activations)%s; "
+        return err_set(err, ERR_USAGE, "%s needs %.1f GiB per rank (parameters, gradients, AdamW moments, activations%s)%s; "
                        "this machine has %.1f GiB (tessera plan --model %s shows layouts that fit)", t->mc.name,
-                       bytes / 1073741824.0, local > 1 ? " on each of the ranks here" : "", have / 1073741824.0,
-                       t->mc.name);
+                       bytes / 1073741824.0, mem.ckpt > 0 ? ", --ckpt-async's staging copy" : "",
+                       local > 1 ? " on each of the ranks here" : "", have / 1073741824.0, t->mc.name);
     return 0;
 }
 
@@ -469,7 +470,7 @@ int trainer_open(Trainer **out, const TrainConfig *tc, const Layout *l, Err *err
     if (pipe_init(&t->pipe, l, tc->accum, &t->st, err)) goto fail;
     if (layout_holds_tied_copy(l, &t->mc)) dp_set_shared(t->dp, 0);   // the first stage counts the embeddings
     if (adamw_init(&t->opt, dp_shard_floats(t->dp), err)) goto fail;   // the moments of the owned pieces
-    if (init_state(t, &crc, err) || check_same_start(t, crc, err)) goto fail;
+    if (init_state(t, &crc, err) || check_same_start(t, crc, err) || trainer_save_open(t, err)) goto fail;
     t->first_step = t->done;
     if (tc->profile && (!(t->prof = calloc(1, sizeof *t->prof)) || !(t->prof_sum = calloc(1, sizeof *t->prof_sum)))) {
         err_set(err, ERR_RUN, "out of memory");
@@ -508,6 +509,7 @@ fail:
 
 void trainer_close(Trainer *t) {
     if (!t) return;
+    trainer_save_close(t);   // first: a checkpoint write in flight reads the table
     report_close(t->rep);
     if (t->lock >= 0) close(t->lock);
     prof_attach(NULL);

@@ -9,11 +9,21 @@
 #include "core/trace.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
+#include "io/ckpt_writer.h"
 #include "io/weights.h"
 #include "kernels/peak.h"
 #include "parallel/dp.h"
 #include "train/spike.h"
 #include "train/trainer.h"
+
+// --ckpt-async's checkpoint in flight: staged and being written (or
+// written) by the ranks' writers, not yet committed (train/save.c).
+typedef struct SavePending {
+    int active;
+    int64_t step;
+    char *train, *state;       // its meta.json's parts, as they were at its step
+    double staged;             // seconds the save held the step up
+} SavePending;
 
 struct Trainer {
     const TrainConfig *tc;
@@ -59,6 +69,9 @@ struct Trainer {
     int trace_first, trace_last;   // the steps it records
     SpikeGuard spike;          // --spike-guard's window (train/spike)
     int spikes_injected;       // the test hook's spikes so far
+    const char *sections[3];   // a checkpoint's: the parameters, AdamW's moments (train/save.c)
+    CkptWriter *writer;        // --ckpt-async's background writer on a rank that writes pieces (else NULL)
+    SavePending pend;          // --ckpt-async's checkpoint not yet committed
 };
 
 // Bytes c has sent over all operations and (seconds non-NULL) the time
@@ -71,6 +84,28 @@ int trainer_sum_all(Trainer *t, double *v, int n, Err *err);
 // did not gets err "another rank failed <what>"); a failed reduction counts
 // as a failure.
 int trainer_agree(Trainer *t, int rc, const char *what, Err *err);
+
+// ---- checkpoints (save.c) ----
+
+// Sets the run's checkpoints up: the sections, and under --ckpt-async (with
+// --ckpt-dir) on a rank that writes pieces the background writer, its
+// staging buffer sized as the layout's memory model counts it. 0, or -1
+// with err.
+int trainer_save_open(Trainer *t, Err *err);
+// Waits for a write in flight (nothing is committed) and frees the writer.
+void trainer_save_close(Trainer *t);
+// Saves a checkpoint of the current step; every rank calls it. Without
+// --ckpt-async it is complete on return. With it, the previous checkpoint
+// is first committed (trainer_save_settle with wait), then this one is
+// staged and written in the background: `latest` names it only once it is
+// committed — by a later settle, or here when wait is set (the end of the
+// run, --exit-after). 0, or -1 with err.
+int trainer_save(Trainer *t, int wait, Err *err);
+// --ckpt-async: commits the checkpoint in flight (nothing when none is).
+// wait: once this rank's write has ended; else only when every rank's has
+// (a sum over the ranks, no wait), to be called by every rank alike (after
+// each step). 0, or -1 with err.
+int trainer_save_settle(Trainer *t, int wait, Err *err);
 
 // --spike-rollback: every rank goes back to the run's latest checkpoint
 // (parameters, AdamW moments and step, the loss scale, the spike guard's

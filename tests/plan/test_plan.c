@@ -253,6 +253,44 @@ static void test_invalid_and_sweep(void) {
     EXPECT(evaluated > 100 && bad == 0, "%d layouts evaluated, %d with non-finite results", evaluated, bad);
 }
 
+// --ckpt-async's staging copy in the layout's memory model (and so in the
+// planner's total): the parameters and both moments of the pieces a rank
+// writes — all of them in one process, 1/dp under ZeRO >= 1, and on the
+// last stage of a tied pipeline all but the embeddings' copy. (Each run of
+// the trainer checks the figure against the buffer it allocates.)
+static void test_ckpt_staging(void) {
+    Err e;
+    ModelConfig mc;
+    config_preset(&mc, "gpt2-tiny", &e);
+    config_set_vocab(&mc, 256);
+    LayoutMemory off, on, last;
+    Layout one = {.dp = 1, .tp = 1, .pp = 1}, async = one;
+    async.ckpt_async = 1;
+    EXPECT(layout_memory(&one, &mc, 0, 2, 64, 1, &off, &e) == 0 && layout_memory(&async, &mc, 0, 2, 64, 1, &on, &e) == 0,
+           "%s", e.msg);
+    EXPECT(off.ckpt == 0 && on.ckpt == 12.0 * on.floats && on.total == off.total + on.ckpt, "one process: %.0f of %lld floats",
+           on.ckpt, (long long)on.floats);
+    Layout z1 = {.dp = 2, .tp = 1, .pp = 1, .zero = 1, .ckpt_async = 1};
+    EXPECT(layout_memory(&z1, &mc, 0, 2, 64, 1, &on, &e) == 0 && on.ckpt == 6.0 * on.floats, "ZeRO-1 dp=2: %.0f", on.ckpt);
+    Layout pp = {.dp = 1, .tp = 1, .pp = 2, .ckpt_async = 1};
+    ModelSlice sl;
+    ParamTable pt;
+    EXPECT(layout_memory(&pp, &mc, 1, 2, 64, 2, &last, &e) == 0 && layout_slice_of(&pp, &mc, 1, 0, &sl, &e) == 0 &&
+           ptable_build(&pt, &mc, &sl, &e) == 0, "%s", e.msg);
+    EXPECT(pt.seg[0].part == PART_EMBED && last.ckpt == 12.0 * (double)(pt.total - pt.seg[0].hi),
+           "last stage: %.0f, its tied copy left out", last.ckpt);
+    ptable_free(&pt);
+    PlanModel m;
+    plan_model_from_config(&m, &mc);
+    PlanCluster c = {.devices = 1, .per_node = 1, .mem_gb = 80, .tflops = 1, .mfu = 0.5, .bw_intra = 1, .bw_inter = 1};
+    PlanJob j = {64, 2, 2, 0};
+    PlanResult r0, r1;
+    EXPECT(plan_check(&m, &c, &j, &one, &e) == 0, "%s", e.msg);
+    plan_eval(&m, &c, &j, &one, &r0);
+    plan_eval(&m, &c, &j, &async, &r1);
+    EXPECT(r0.ckpt == 0 && r1.ckpt == 12.0 * r1.params_device && r1.total == r0.total + r1.ckpt, "planner: %.0f", r1.ckpt);
+}
+
 int main(void) {
     kernels_set_threads(2);
     RUN(test_param_counts);
@@ -262,5 +300,6 @@ int main(void) {
     RUN(test_against_tessera);
     RUN(test_interleaved);
     RUN(test_invalid_and_sweep);
+    RUN(test_ckpt_staging);
     return test_finish();
 }
