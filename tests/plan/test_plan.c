@@ -37,7 +37,7 @@ static void test_zero_states(void) {
     PlanModel m;
     plan_model_preset(&m, "llama-7b", &e);
     PlanCluster c = cluster(8);
-    PlanJob j = {2048, 64, 1, 0};
+    PlanJob j = {2048, 64, 1, 0, 0};
     for (int z = 0; z <= 3; z++) {
         Layout l = {.dp = 8, .tp = 1, .pp = 1, .zero = z, .precision = PREC_BF16};
         PlanResult r;
@@ -58,7 +58,7 @@ static void test_activations_and_flops(void) {
     PlanModel m;
     plan_model_preset(&m, "gpt3-175b", &e);
     PlanCluster c = cluster(64);
-    PlanJob j = {2048, 64, 1, 0};
+    PlanJob j = {2048, 64, 1, 0, 0};
     Layout l = {.dp = 1, .tp = 8, .pp = 8, .precision = PREC_BF16};
     PlanResult r;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
@@ -94,7 +94,7 @@ static void test_megatron_estimates(void) {
     PlanCluster c = cluster(1024);
     c.tflops = 140;
     c.mfu = 1;   // X is the achieved throughput
-    PlanJob j = {2048, 1536, 1, 300e9};
+    PlanJob j = {2048, 1536, 1, 300e9, 0};
     Layout l = {.dp = 8, .tp = 8, .pp = 16, .precision = PREC_BF16, .recompute = RECOMPUTE_FULL};
     EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
     plan_eval(&m, &c, &j, &l, &r);
@@ -103,7 +103,7 @@ static void test_megatron_estimates(void) {
     c = cluster(3072);
     c.tflops = 163;
     c.mfu = 1;
-    j = (PlanJob){2048, 3072, 1, 450e9};
+    j = (PlanJob){2048, 3072, 1, 450e9, 0};
     l = (Layout){.dp = 6, .tp = 8, .pp = 64, .precision = PREC_BF16, .recompute = RECOMPUTE_FULL};
     EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
     plan_eval(&m, &c, &j, &l, &r);
@@ -132,7 +132,7 @@ static void check_against_tessera(const char *preset, int vocab, int B, int T, R
     PlanModel m;
     plan_model_from_config(&m, &mc);
     PlanCluster c = cluster(1);
-    PlanJob j = {T, B, B, 0};
+    PlanJob j = {T, B, B, 0, 0};
     Layout l = {.dp = 1, .tp = 1, .pp = 1, .precision = prec, .recompute = rc};
     PlanResult r;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
@@ -178,7 +178,7 @@ static void test_interleaved(void) {
     PlanModel m;
     plan_model_preset(&m, "gpt2-124m", &e);
     PlanCluster c = cluster(4);
-    PlanJob j = {1024, 16, 1, 1e9};
+    PlanJob j = {1024, 16, 1, 1e9, 0};
     Layout l = {.dp = 1, .tp = 1, .pp = 4, .precision = PREC_BF16};
     PlanResult one, three;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == 0, "%s", e.msg);
@@ -213,7 +213,7 @@ static void test_invalid_and_sweep(void) {
     PlanModel m;
     plan_model_preset(&m, "gpt2-124m", &e);
     PlanCluster c = cluster(8);
-    PlanJob j = {1024, 64, 1, 1e9};
+    PlanJob j = {1024, 64, 1, 1e9, 0};
     Layout l = {.dp = 1, .tp = 8, .pp = 1, .precision = PREC_BF16};
     EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "heads"), "tp=8 with 12 heads: %s", e.msg);
     l = (Layout){.dp = 3, .tp = 1, .pp = 1};
@@ -222,7 +222,7 @@ static void test_invalid_and_sweep(void) {
     j.global_batch = 4;
     EXPECT(plan_check(&m, &c, &j, &l, &e) == -1 && strstr(e.msg, "1F1B"), "too few micro-batches: %s", e.msg);
     // inputs that hold for no layout: the sequence beyond the positions, nodes of unequal size
-    PlanJob jl = {2048, 64, 1, 1e9};
+    PlanJob jl = {2048, 64, 1, 1e9, 0};
     EXPECT(plan_check_inputs(&m, &c, &jl, &e) == -1 && strstr(e.msg, "--seq 2048 is above the model's 1024 positions"),
            "%s", e.msg);
     PlanCluster c12 = cluster(12), c4 = cluster(4);
@@ -238,7 +238,7 @@ static void test_invalid_and_sweep(void) {
         for (int a = 0; a < 6; a++) for (int b = 0; b < 3; b++) for (int g = 0; g < 3; g++)
         for (int t = 0; t < 4; t++) for (int p = 0; p < 4; p++) for (int z = 0; z < 4; z++) {
             PlanCluster cc = cluster(devs[a]);
-            PlanJob jj = {seqs[b], gbs[g], 1, 1e12};
+            PlanJob jj = {seqs[b], gbs[g], 1, 1e12, 0};
             int dp = (int)(devs[a] / (tps[t] * pps[p]));
             Layout ll = {.dp = dp > 0 ? dp : 1, .tp = tps[t], .pp = pps[p], .zero = zs[z], .recompute = (a + b) % 3,
                              .precision = (Precision)(g % 3), .sp = t % 2, .naive_attention = !(p % 2),
@@ -283,7 +283,7 @@ static void test_ckpt_staging(void) {
     PlanModel m;
     plan_model_from_config(&m, &mc);
     PlanCluster c = {.devices = 1, .per_node = 1, .mem_gb = 80, .tflops = 1, .mfu = 0.5, .bw_intra = 1, .bw_inter = 1};
-    PlanJob j = {64, 2, 2, 0};
+    PlanJob j = {64, 2, 2, 0, 0};
     PlanResult r0, r1;
     EXPECT(plan_check(&m, &c, &j, &one, &e) == 0, "%s", e.msg);
     plan_eval(&m, &c, &j, &one, &r0);
