@@ -72,6 +72,7 @@ static const struct {
     [PROF_GRADS] = {"grads zero/norm", "grads"},
     [PROF_LOADER] = {"loader wait", "loader"},
     [PROF_COMM] = {"communication", "comm"},
+    [PROF_IO] = {"disk I/O wait", "io"},
 };
 
 const char *prof_kind_name(ProfKind kind) { return kind >= 0 && kind < PROF_NKIND ? kinds[kind].name : "?"; }

@@ -25,6 +25,7 @@ typedef enum {
     PROF_GRADS,       // zeroing the gradients, their norm, the overflow scan
     PROF_LOADER,      // waiting for the next batch
     PROF_COMM,        // blocking collectives and waits on sends, receives and reductions
+    PROF_IO,          // waiting on the optimizer offload's disk reads and writes
     PROF_NKIND
 } ProfKind;
 

@@ -68,7 +68,7 @@ static int status(const Dp *d, Err *err) {
 }
 
 // The owned gradients of segment k's piece (stages 1-3).
-static float *piece_grads(const Dp *d, int k) {
+float *dp_piece_grads(const Dp *d, int k) {
     if (d->zero >= 2) return d->gshard + d->soff[k];
     return d->st->grads + d->t->seg[k].lo + (size_t)d->rank * d->sk[k];
 }
@@ -171,7 +171,7 @@ static const float *hook_params(void *ctx, int k, int next) {
     Dp *d = ctx;
     if (d->zero < 3) {   // the whole parameters, once this segment's allgather after the last update has arrived
         wait_req(d, &d->ag[k]);
-        return d->st->params + d->t->seg[k].lo;
+        return d->st->params ? d->st->params + d->t->seg[k].lo : NULL;   // NULL: the 16-bit copy alone, gathered
     }
     Buf *b = &d->pbuf[pool_of(d, k)];
     if (b->seg != k || (b->state != BUF_PENDING && b->state != BUF_READY)) gather_start(d, k);
@@ -343,6 +343,7 @@ void dp_free(Dp *d) {
     for (int k = 0; d->rs && k < d->t->nseg; k++) wait_req(d, &d->rs[k]);
     for (int k = 0; d->ag && k < d->t->nseg; k++) wait_req(d, &d->ag[k]);
     embsync_free(d->es);
+    offload_close(d->off);
     if (d->st->hooks.ctx == d) stage_set_hooks(d->st, NULL);
     mem_free(d->pshard);
     mem_free(d->gshard);
@@ -377,7 +378,7 @@ int dp_finish(Dp *d, Err *err) {
         size_t at = d->t->seg[k].lo + (size_t)d->rank * d->sk[k];
         if (d->zero == 1) reduce_done(d, &d->rs[k], d->st->grads + at, d->h + at, d->sk[k]);
     }
-    if (d->zero == 1 && d->es) apply_rows(d, piece_grads(d, d->emb), d->t->seg[d->emb].lo + (size_t)d->rank * d->sk[d->emb],
+    if (d->zero == 1 && d->es) apply_rows(d, dp_piece_grads(d, d->emb), d->t->seg[d->emb].lo + (size_t)d->rank * d->sk[d->emb],
                                           d->sk[d->emb]);
     for (int p = 0; p < NPOOL; p++) reduce_finish(d, &d->gbuf[p]);
     settle_prefetches(d);
@@ -415,7 +416,7 @@ double dp_grad_sumsq(const Dp *d) {
     if (d->zero >= 2) return sum_squares(d->gshard + (from ? d->sk[0] : 0), d->S - (from ? d->sk[0] : 0));
     double s = 0;
     for (int k = 0; k < d->t->nseg; k++)
-        if (k != d->shared) s += sum_squares(piece_grads(d, k), d->sk[k]);
+        if (k != d->shared) s += sum_squares(dp_piece_grads(d, k), d->sk[k]);
     return s;
 }
 
@@ -430,7 +431,7 @@ float *dp_owned_grads(Dp *d, int seg, size_t *n) {
         return d->st->grads + d->t->seg[seg].lo;
     }
     *n = d->sk[seg];
-    return piece_grads(d, seg);
+    return dp_piece_grads(d, seg);
 }
 
 int dp_npieces(const Dp *d) { return d->npc; }
@@ -439,11 +440,12 @@ size_t dp_shard_floats(const Dp *d) { return d->S; }
 DpPiece dp_piece(Dp *d, int k) {
     if (d->zero == 0) return (DpPiece){0, d->t->total, 0, d->st->params, d->st->grads};
     size_t lo = d->t->seg[k].lo + (size_t)d->rank * d->sk[k];
-    float *p = d->zero >= 3 ? d->pshard + d->soff[k] : d->st->params + lo;
-    return (DpPiece){lo, lo + d->sk[k], d->soff[k], p, piece_grads(d, k)};
+    float *p = d->zero >= 3 ? d->pshard + d->soff[k] : d->st->params ? d->st->params + lo : NULL;
+    return (DpPiece){lo, lo + d->sk[k], d->soff[k], p, dp_piece_grads(d, k)};
 }
 
 int dp_update(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scale, Err *err) {
+    if (d->off) return dp_update_offloaded(d, opt, lr, o, grad_scale, err);
     // Without sharding the update covers every parameter: it writes the
     // stage's 16-bit copy as it goes, and the passes need not make it again.
     Precision prec16 = PREC_FP32;
@@ -451,7 +453,7 @@ int dp_update(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scal
     adamw_begin_step(opt);
     for (int k = 0; k < d->npc; k++) {
         DpPiece p = dp_piece(d, k);
-        OptPiece op = {p.lo, p.hi, p.params, p.grads, p.off, p16 ? p16 + p.lo : NULL, prec16};
+        OptPiece op = {p.lo, p.hi, p.params, p.grads, p.off, p16 ? p16 + p.lo : NULL, prec16, NULL, NULL};
         adamw_update_pieces(opt, d->t, &op, 1, lr, o, grad_scale);
         // every rank gets each updated piece back, in place, as soon as it
         // is updated; the next forward waits for each segment in turn
@@ -480,8 +482,8 @@ int dp_sync_params(Dp *d, Err *err) {
     return status(d, err);
 }
 
-// Fills segment k through buf and keeps the owned piece at dst; buf is
-// zeroed before and after (it is scratch that the step expects clean).
+// Fills segment k through buf and keeps the owned piece at dst;
+// buf is zeroed before and after (it is scratch that the step expects clean).
 static int fill_piece(Dp *d, int k, float *buf, float *dst, DpFill fill, void *ctx) {
     size_t n = d->t->seg[k].hi - d->t->seg[k].lo;
     memset(buf, 0, n * sizeof(float));
@@ -491,24 +493,26 @@ static int fill_piece(Dp *d, int k, float *buf, float *dst, DpFill fill, void *c
     return rc;
 }
 
-// Scratch for segment k's whole values: a pooled buffer, or in stage 1 the
-// gradient buffer (zeroed again before every step).
-static float *scratch_of(Dp *d, int k) {
+float *dp_scratch(Dp *d, int k) {
     return d->zero >= 2 ? d->gbuf[pool_of(d, k)].buf : d->st->grads + d->t->seg[k].lo;
 }
 
-int dp_fill_params(Dp *d, DpFill fill, void *ctx) {
+int dp_fill_params(Dp *d, DpFill fill, void *ctx, Err *err) {
+    if (d->masters) return dp_fill_offloaded(d, OFF_MASTER, fill, ctx, err);
     int rc = 0;
     for (int k = 0; k < d->t->nseg && rc == 0; k++)
         rc = d->zero < 3 ? fill(ctx, k, d->st->params + d->t->seg[k].lo)
-                         : fill_piece(d, k, scratch_of(d, k), d->pshard + d->soff[k], fill, ctx);
+                         : fill_piece(d, k, dp_scratch(d, k), d->pshard + d->soff[k], fill, ctx);
+    stage_params_changed(d->st);
     return rc;
 }
 
-int dp_fill_shard(Dp *d, float *shard, DpFill fill, void *ctx) {
+int dp_fill_moment(Dp *d, AdamW *opt, int which, DpFill fill, void *ctx, Err *err) {
+    if (d->off) return dp_fill_offloaded(d, which ? OFF_V : OFF_M, fill, ctx, err);
+    float *shard = which ? opt->v : opt->m;
     int rc = 0;
     for (int k = 0; k < d->t->nseg && rc == 0; k++)
         rc = d->zero == 0 ? fill(ctx, k, shard + d->t->seg[k].lo)
-                          : fill_piece(d, k, scratch_of(d, k), shard + d->soff[k], fill, ctx);
+                          : fill_piece(d, k, dp_scratch(d, k), shard + d->soff[k], fill, ctx);
     return rc;
 }

@@ -9,6 +9,7 @@
 
 enum { POOL_EMB, POOL_LNF, POOL_BLK0, POOL_BLK1, NPOOL };
 enum { BUF_EMPTY, BUF_PENDING, BUF_READY, BUF_IN_USE };
+enum { OFF_M, OFF_V, OFF_MASTER };   // the offload's files: exp_avg, exp_avg_sq, masters
 
 // A pooled buffer: one segment's parameters (gathered) or gradients (to be
 // reduce-scattered) at a time.
@@ -57,6 +58,21 @@ struct Dp {
     int failed;
     Err err;
     double waited;
+    // the optimizer offload
+    Offload *off;            // NULL: the state in memory
+    int masters;             // the fp32 masters are in its files (kind OFF_MASTER)
 };
+
+// The owned gradients of segment k's piece (stages 1-3).
+float *dp_piece_grads(const Dp *d, int k);
+// Scratch for segment k's whole values: a pooled buffer (stages 2, 3), or
+// the gradient buffer (zeroed again before every step).
+float *dp_scratch(Dp *d, int k);
+
+// dp_offload.c: dp_update with the state streamed from the offload's
+// files, and dp_fill_* into kind `kind` of them (the masters also into
+// the stage's 16-bit copy).
+int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scale, Err *err);
+int dp_fill_offloaded(Dp *d, int kind, DpFill fill, void *ctx, Err *err);
 
 #endif

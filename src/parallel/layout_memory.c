@@ -14,6 +14,7 @@ int layout_memory(const Layout *l, const ModelConfig *mc, int stage, int B, int 
     out->floats = (int64_t)pt.total;
     int slots = layout_in_flight(l, M, stage);
     out->comm = (double)dp_comm_bytes(&pt, &sl, l, B, T, mc->d_model);
+    double ring = (double)dp_offload_ring_bytes(&pt, l);
     // the pipeline's send buffers are counted by running every stage's
     // schedule: past 2^22 operations (a planner's what-if, never a run of
     // this machine) they are left out
@@ -29,6 +30,14 @@ int layout_memory(const Layout *l, const ModelConfig *mc, int stage, int B, int 
     out->params16 = l->precision != PREC_FP32 && l->zero < 3 ? 2 * n : 0;   // ZeRO-3 rounds what it gathers
     out->grads = 4 * n / out->grads_shards;
     out->optim = 8 * n / out->optim_shards;
+    if (l->offload == OFFLOAD_OPTIMIZER) {   // to disk; the ring of buffers they stream through stays
+        out->disk = out->optim;
+        out->optim = ring;
+        if (layout_offloads_masters(l)) {
+            out->disk += 4 * n / out->optim_shards;   // the owned pieces' masters
+            out->params = 0;
+        }
+    }
     Err ignored;   // sizes stage_init would refuse lay out nothing
     if ((int64_t)B * T <= (1 << 30) && slots <= (1 << 20) && T <= mc->max_seq &&
         stage_check_split(mc, l->tp, l->sp, T, &ignored) == 0)

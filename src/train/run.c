@@ -87,18 +87,21 @@ static int save(Trainer *t, Err *err) {
     if (!pc || !train || !state) rc = err_set(err, ERR_RUN, "out of memory");
     if (t->first && !rc) rc = ckpt_begin(tc->ckpt_dir, t->done, err);
     rc = trainer_agree(t, rc, "to write its part of the checkpoint", err);
-    if (!rc && layout_dp_owner(t->lay)) {
+    DpState ds;   // the moments (and offloaded masters) where they live: memory, or the offload's files
+    if (!rc && layout_dp_owner(t->lay) && !(rc = dp_state(t->dp, &t->opt, &ds, err))) {
         size_t from = layout_holds_tied_copy(t->lay, &t->mc) ? t->st.table.seg[0].hi : 0;   // past the tied copy
         int np = 0;
         for (int k = 0; k < n; k++) {
             DpPiece p = dp_piece(t->dp, k);
             if (p.hi <= from) continue;
             size_t cut = p.lo < from ? from - p.lo : 0;
-            pc[np++] = (CkptPiece){p.lo + cut, p.hi, {p.params + cut, t->opt.m + p.off + cut, t->opt.v + p.off + cut}};
+            const float *params = ds.masters ? ds.masters + p.off : p.params;
+            pc[np++] = (CkptPiece){p.lo + cut, p.hi, {params + cut, ds.m + p.off + cut, ds.v + p.off + cut}};
         }
         const char *const sections[3] = {"", adamw_sections[0], adamw_sections[1]};   // parameters, moments
         rc = ckpt_write_pieces(tc->ckpt_dir, t->done, layout_ckpt_file(t->lay), &t->st.table, sections, 3, pc, np, err);
     }
+    dp_state_release(t->dp);
     rc = trainer_agree(t, rc, "to write its part of the checkpoint", err);
     CkptMeta md = {.step = t->done, .cfg = &t->mc, .nfiles = layout_ckpt_files(t->lay), .dp = t->lay->dp,
                    .tp = t->lay->tp, .pp = t->lay->pp, .zero = t->lay->zero, .state = state, .train = train};

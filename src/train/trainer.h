@@ -60,6 +60,9 @@ typedef struct TrainConfig {
     Layout layout;             // the layout the flags ask for: axes (dp 0 until the ranks are counted), ZeRO,
                                // SP, schedule, virtual stages, --pp-layers, recomputation, precision, reduction
                                // dtype; the ranks run on it placed, with their groups (trainer_open's l)
+    const char *offload_dir;   // --offload-dir: where the optimizer offload's files go (NULL: --ckpt-dir, else $TMPDIR
+                               // or /tmp); layout.offload says whether there is one
+    int offload_keep;          // --offload-keep: the offload's files stay after the run
     ScalerConfig scaler;       // fp16's dynamic loss scale (optim/scaler)
     int loss_scale_given;      // --loss-scale was given (a resumed run keeps its checkpoint's scale and says so)
     int profile;               // time each kind of work in the steps, print the table at the end (core/prof)
