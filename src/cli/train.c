@@ -468,6 +468,14 @@ static int train_config(TrainArgs *a, int **layers, Err *e) {
     if (a->offload && strcmp(a->offload, "optimizer"))
         return err_set(e, ERR_USAGE, "--offload: expected optimizer, got '%s'", a->offload);
     tc->layout.offload = a->offload ? OFFLOAD_OPTIMIZER : OFFLOAD_NONE;
+    const char *unit = getenv("TESSERA_TEST_OFFLOAD_UNIT");   // test hook: small units, so tiny models stream several per segment
+    if (unit && unit[0]) {
+        char *end;
+        long long v = strtoll(unit, &end, 10);
+        if (*end || v < 1 || v > (1LL << 40))
+            return err_set(e, ERR_USAGE, "TESSERA_TEST_OFFLOAD_UNIT='%s': expected floats in 1..2^40", unit);
+        tc->offload_unit = (size_t)v;
+    }
     if (!a->offload && (tc->offload_dir || tc->offload_keep))
         return err_set(e, ERR_USAGE, "%s says where the offload's files go: it needs --offload optimizer",
                        tc->offload_dir ? "--offload-dir" : "--offload-keep");

@@ -352,6 +352,9 @@ void dp_free(Dp *d) {
     free(d->soff);
     free(d->rs);
     free(d->ag);
+    free(d->useg);
+    free(d->uoff);
+    free(d->un);
     free(d);
 }
 

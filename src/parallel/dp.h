@@ -79,8 +79,9 @@ size_t dp_comm_bytes(const ParamTable *t, const ModelSlice *sl, const Layout *l,
 // update streams them through the offload's ring, segment after segment,
 // with the same kernel in the same order (the same bits). The AdamW
 // passed to dp_update then holds no moments (adamw_init of 0 floats).
-// keep: the files stay at dp_free. Call once, after dp_init.
-int dp_offload_open(Dp *d, const char *base, const char *flag, int rank, int keep, Err *err);
+// A piece larger than unit floats (0: DP_UNIT_FLOATS, 8 Mi) streams as
+// several units. keep: the files stay at dp_free. Call once, after dp_init.
+int dp_offload_open(Dp *d, const char *base, const char *flag, int rank, size_t unit, int keep, Err *err);
 // The bytes the offload's ring of buffers takes (MEM_OPTIM) for table t
 // under layout l (0 without offload).
 size_t dp_offload_ring_bytes(const ParamTable *t, const Layout *l);

@@ -10,6 +10,10 @@
 enum { POOL_EMB, POOL_LNF, POOL_BLK0, POOL_BLK1, NPOOL };
 enum { BUF_EMPTY, BUF_PENDING, BUF_READY, BUF_IN_USE };
 enum { OFF_M, OFF_V, OFF_MASTER };   // the offload's files: exp_avg, exp_avg_sq, masters
+// The largest unit the offload streams (floats): a segment's piece larger
+// than this (the embeddings, a wide block) goes in several, so the ring
+// stays a few tens of MiB whatever the model.
+enum { DP_UNIT_FLOATS = 1 << 23 };
 
 // A pooled buffer: one segment's parameters (gathered) or gradients (to be
 // reduce-scattered) at a time.
@@ -61,6 +65,9 @@ struct Dp {
     // the optimizer offload
     Offload *off;            // NULL: the state in memory
     int masters;             // the fp32 masters are in its files (kind OFF_MASTER)
+    int nunit;               // its units: each segment's owned piece cut into runs of at most dp_offload_open's unit
+    int *useg;               // per unit: its segment
+    size_t *uoff, *un;       // per unit: its offset in the shard (and the files), its floats
 };
 
 // The owned gradients of segment k's piece (stages 1-3).

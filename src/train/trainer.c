@@ -412,7 +412,7 @@ static int open_offload(Trainer *t, Err *err) {
         flag = "TMPDIR";
         if (!base || !base[0]) { base = "/tmp"; flag = "the temporary directory"; }
     }
-    return dp_offload_open(t->dp, base, flag, t->lay->rank, tc->offload_keep, err);
+    return dp_offload_open(t->dp, base, flag, t->lay->rank, tc->offload_unit, tc->offload_keep, err);
 }
 
 int trainer_open(Trainer **out, const TrainConfig *tc, const Layout *l, Err *err) {
