@@ -187,7 +187,7 @@ test:
 	@$(MAKE) --no-print-directory test-run
 
 test-run: tessera $(TEST_BUILD) $(ASAN_BIN) $(ASAN_CLI)
-	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_pp.sh tests/cli/test_precision.sh tests/cli/test_llama.sh tests/cli/test_qwen2.sh tests/cli/test_hardening.sh tests/cli/test_hardening_config.sh tests/cli/test_hardening_hf.sh tests/cli/test_profile.sh tests/cli/test_plot.sh tests/cli/test_corpora.sh tests/cli/test_hardening_corpora.sh tests/cli/test_hardening_misc.sh tests/cli/test_restart.sh tests/cli/test_spike.sh tests/cli/test_sample.sh tests/cli/test_same_model.sh tests/cli/test_asan_cli.sh $(ASAN_BIN) $(MPI_TESTS)
+	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_pp.sh tests/cli/test_precision.sh tests/cli/test_llama.sh tests/cli/test_qwen2.sh tests/cli/test_hardening.sh tests/cli/test_hardening_config.sh tests/cli/test_hardening_hf.sh tests/cli/test_profile.sh tests/cli/test_plot.sh tests/cli/test_corpora.sh tests/cli/test_hardening_corpora.sh tests/cli/test_hardening_misc.sh tests/cli/test_restart.sh tests/cli/test_spike.sh tests/cli/test_sample.sh tests/cli/test_same_model.sh tests/cli/test_offload.sh tests/cli/test_asan_cli.sh $(ASAN_BIN) $(MPI_TESTS)
 
 # The portable build: -march=x86-64-v3 (AVX2/FMA, no AVX-512), where linear
 # layers run on OpenBLAS and bf16 multiplies in fp32, built apart in
