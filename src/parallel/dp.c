@@ -41,6 +41,8 @@ size_t dp_comm_bytes(const ParamTable *t, const ModelSlice *sl, const Layout *l,
     pool_caps(t, caps);
     for (int p = 0; zero >= 2 && p < NPOOL; p++)   // gradients, gathered parameters, the bf16 copy sent
         bytes += caps[p] * (sizeof(float) + (zero >= 3 ? sizeof(float) : 0) + (bf16 ? sizeof(uint16_t) : 0));
+    for (int p = 0; zero >= 3 && layout_offloads_masters(l) && p < NPOOL; p++)   // the 16-bit values gathered
+        bytes += caps[p] * sizeof(uint16_t);
     if (bf16 && zero <= 1 && reduces) bytes += t->total * sizeof(uint16_t);
     if (emb_seg(t) >= 0 && slice_is_first(sl) && reduces) bytes += embsync_size(l->dp, (size_t)B * T, C);
     return bytes;
@@ -153,16 +155,22 @@ static void gather_start(Dp *d, int k) {
     wait_req(d, &b->req);   // a prefetch of another segment that was never used
     b->seg = k;
     b->state = BUF_PENDING;
-    b->req = comm_iallgather(d->c, d->pshard + d->soff[k], b->buf, d->sk[k], DT_F32);
+    b->req = d->hshard ? comm_iallgather(d->c, d->hshard + d->soff[k], b->h, d->sk[k], DT_BF16)   // 2-byte values, copied
+                       : comm_iallgather(d->c, d->pshard + d->soff[k], b->buf, d->sk[k], DT_F32);
+}
+
+// Waits for b's gather; 16-bit values gathered are widened into its floats
+// (exactly: the passes round them again to the same values).
+static void gather_done(Dp *d, Buf *b) {
+    wait_req(d, &b->req);
+    if (d->hshard && !d->failed) half_unpack(d->st->prec, b->buf, b->h, d->sk[b->seg] * (size_t)d->d);
+    b->state = BUF_READY;
 }
 
 // Waits for parameter gathers that were prefetched; their data stays usable.
 static void settle_prefetches(Dp *d) {
     for (int p = 0; p < NPOOL; p++)
-        if (d->pbuf[p].state == BUF_PENDING) {
-            wait_req(d, &d->pbuf[p].req);
-            d->pbuf[p].state = BUF_READY;
-        }
+        if (d->pbuf[p].state == BUF_PENDING) gather_done(d, &d->pbuf[p]);
 }
 
 // ---- the stage's hooks ----
@@ -175,7 +183,7 @@ static const float *hook_params(void *ctx, int k, int next) {
     }
     Buf *b = &d->pbuf[pool_of(d, k)];
     if (b->seg != k || (b->state != BUF_PENDING && b->state != BUF_READY)) gather_start(d, k);
-    wait_req(d, &b->req);
+    if (b->state == BUF_PENDING) gather_done(d, b);
     b->state = BUF_IN_USE;
     if (next >= 0) {
         Buf *nb = &d->pbuf[pool_of(d, next)];
@@ -307,9 +315,14 @@ int dp_init(Dp **out, const Layout *l, double bucket_mb, Stage *st, Err *err) {
         if (reduce == DT_BF16 && d->gbuf[p].cap &&
             !(d->gbuf[p].h = mem_alloc(MEM_COMM, d->gbuf[p].cap * sizeof(uint16_t))))
             goto oom;
+        if (layout_offloads_masters(l) && d->pbuf[p].cap &&
+            !(d->pbuf[p].h = mem_alloc(MEM_COMM, d->pbuf[p].cap * sizeof(uint16_t))))
+            goto oom;
     }
     if (zero >= 2 && !(d->gshard = mem_alloc(MEM_GRADS, d->S * sizeof(float)))) goto oom;
-    if (zero >= 3 && !(d->pshard = mem_alloc(MEM_PARAMS, d->S * sizeof(float)))) goto oom;
+    d->masters = layout_offloads_masters(l);
+    if (zero >= 3 && !d->masters && !(d->pshard = mem_alloc(MEM_PARAMS, d->S * sizeof(float)))) goto oom;
+    if (zero >= 3 && d->masters && !(d->hshard = mem_alloc(MEM_PARAMS16, d->S * sizeof(uint16_t)))) goto oom;
     if (zero == 0 && d->d > 1 && make_buckets(d)) goto oom;
     if (reduce == DT_BF16 && zero <= 1 && reduces && !(d->h = mem_alloc(MEM_COMM, t->total * sizeof(uint16_t)))) goto oom;
     if (reduces) {
@@ -338,6 +351,7 @@ void dp_free(Dp *d) {
         mem_free(d->pbuf[p].buf);
         mem_free(d->gbuf[p].buf);
         mem_free(d->gbuf[p].h);
+        mem_free(d->pbuf[p].h);
     }
     mem_free(d->h);
     for (int k = 0; d->rs && k < d->t->nseg; k++) wait_req(d, &d->rs[k]);
@@ -346,6 +360,7 @@ void dp_free(Dp *d) {
     offload_close(d->off);
     if (d->st->hooks.ctx == d) stage_set_hooks(d->st, NULL);
     mem_free(d->pshard);
+    mem_free(d->hshard);
     mem_free(d->gshard);
     free(d->b);
     free(d->sk);
@@ -443,7 +458,7 @@ size_t dp_shard_floats(const Dp *d) { return d->S; }
 DpPiece dp_piece(Dp *d, int k) {
     if (d->zero == 0) return (DpPiece){0, d->t->total, 0, d->st->params, d->st->grads};
     size_t lo = d->t->seg[k].lo + (size_t)d->rank * d->sk[k];
-    float *p = d->zero >= 3 ? d->pshard + d->soff[k] : d->st->params ? d->st->params + lo : NULL;
+    float *p = d->zero >= 3 ? (d->pshard ? d->pshard + d->soff[k] : NULL) : d->st->params ? d->st->params + lo : NULL;
     return (DpPiece){lo, lo + d->sk[k], d->soff[k], p, dp_piece_grads(d, k)};
 }
 

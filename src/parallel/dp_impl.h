@@ -19,7 +19,8 @@ enum { DP_UNIT_FLOATS = 1 << 23 };
 // reduce-scattered) at a time.
 typedef struct {
     float *buf;
-    uint16_t *h;         // gradients under a bf16 reduction: buf's values in bf16, as sent
+    uint16_t *h;         // gradients under a bf16 reduction: buf's values in bf16, as sent; stage 3's
+                         // parameters where the masters are offloaded: the 16-bit values gathered
     size_t cap;
     int seg, state;
     int micro;           // gradients: the micro-batch they are from
@@ -51,7 +52,8 @@ struct Dp {
     int nb, next;            // buckets, next to start
     Bucket embb;             // the embeddings' bucket (hi = 0: none)
     // stages 1-3
-    float *pshard;           // stage 3: owned parameters
+    float *pshard;           // stage 3: owned parameters (NULL where the masters are offloaded)
+    uint16_t *hshard;        // stage 3 with the masters offloaded: the owned parameters' 16-bit copy (MEM_PARAMS16)
     float *gshard;           // stages 2, 3: owned gradients
     Buf pbuf[NPOOL];         // stage 3: gathered parameters
     Buf gbuf[NPOOL];         // stages 2, 3: gradients being written or reduced
@@ -64,7 +66,7 @@ struct Dp {
     double waited;
     // the optimizer offload
     Offload *off;            // NULL: the state in memory
-    int masters;             // the fp32 masters are in its files (kind OFF_MASTER)
+    int masters;             // the fp32 masters are in its files (kind OFF_MASTER): layout_offloads_masters
     int nunit;               // its units: each segment's owned piece cut into runs of at most dp_offload_open's unit
     int *useg;               // per unit: its segment
     size_t *uoff, *un;       // per unit: its offset in the shard (and the files), its floats

@@ -26,8 +26,7 @@ size_t dp_offload_ring_bytes(const ParamTable *t, const Layout *l) {
 int dp_offload_open(Dp *d, const char *base, const char *flag, int rank, size_t unit, int keep, Err *err) {
     if (!unit) unit = DP_UNIT_FLOATS;
     CHECKF(!d->off, "the optimizer offload is already open");
-    // a stage of 16-bit weights alone (STAGE_PARAMS16_ONLY): the masters go too
-    d->masters = !d->st->params && d->zero < 3;
+    CHECKF(!d->masters || d->zero >= 3 || !d->st->params, "offloaded masters beside the stage's own fp32 parameters");
     int nu = 0;
     for (int k = 0; k < d->t->nseg; k++) {   // the pieces lie in the shard in the flat buffer's order
         CHECKF((d->zero || d->soff[k] == d->t->seg[k].lo) && d->sk[k] > 0, "segment %d is not where the buffer has it", k);
@@ -51,9 +50,11 @@ int dp_offload_open(Dp *d, const char *base, const char *flag, int rank, size_t 
 const Offload *dp_offload(const Dp *d) { return d->off; }
 
 int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scale, Err *err) {
-    Precision prec16 = PREC_FP32;
-    uint16_t *p16 = stage_params16(d->st, &prec16);   // the stage's own copy: only where the masters are offloaded
-    CHECKF(!p16 == !d->masters, "offloaded masters need the stage's own 16-bit copy, and only they");
+    // the 16-bit copy the update writes, where the masters are offloaded:
+    // the stage's own (below ZeRO-3), or the owned shard's (ZeRO-3)
+    Precision prec16 = d->st->prec;
+    uint16_t *p16 = d->zero < 3 ? stage_params16(d->st, &prec16) : NULL;
+    CHECKF(!(p16 || d->hshard) == !d->masters, "offloaded masters need a 16-bit copy, and only they");
     adamw_begin_step(opt);
     if (offload_pass_begin(d->off, err)) return -1;
     int rc = 0;
@@ -67,7 +68,8 @@ int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float
         size_t in = d->uoff[u] - d->soff[k], lo = piece_lo(d, k) + in, n = d->un[u];   // in: its place in the piece
         float *params = d->masters ? b[OFF_MASTER] : d->zero >= 3 ? d->pshard + d->uoff[u] : d->st->params + lo;
         const float *g = (d->zero ? dp_piece_grads(d, k) : d->st->grads + d->t->seg[k].lo) + in;
-        OptPiece op = {lo, lo + n, params, g, 0, p16 ? p16 + lo : NULL, prec16, b[OFF_M], b[OFF_V]};
+        uint16_t *h = p16 ? p16 + lo : d->hshard ? d->hshard + d->uoff[u] : NULL;
+        OptPiece op = {lo, lo + n, params, g, 0, h, prec16, b[OFF_M], b[OFF_V]};
         adamw_update_pieces(opt, d->t, &op, 1, lr, o, grad_scale);
         offload_unit_done(d->off, u);
         // stages 1, 2: once its last unit is updated every rank gets the
@@ -87,8 +89,9 @@ int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float
 }
 
 int dp_fill_offloaded(Dp *d, int kind, DpFill fill, void *ctx, Err *err) {
-    Precision prec16 = PREC_FP32;
-    uint16_t *p16 = kind == OFF_MASTER ? stage_params16(d->st, &prec16) : NULL;
+    Precision prec16 = d->st->prec;
+    uint16_t *p16 = kind == OFF_MASTER && d->zero < 3 ? stage_params16(d->st, &prec16) : NULL;
+    uint16_t *h16 = kind == OFF_MASTER ? d->hshard : NULL;   // ZeRO-3: the owned piece's 16-bit copy
     int rc = 0, u = 0;
     for (int k = 0; k < d->t->nseg && rc == 0; k++) {
         const ParamSeg *s = &d->t->seg[k];
@@ -99,6 +102,7 @@ int dp_fill_offloaded(Dp *d, int kind, DpFill fill, void *ctx, Err *err) {
         for (; !rc && u < d->nunit && d->useg[u] == k; u++)
             if (offload_write(d->off, kind, u, mine + (d->uoff[u] - d->soff[k]), err)) rc = -1;
         if (!rc && p16) half_pack(prec16, p16 + s->lo, buf, n);   // the whole segment's 16-bit copy, as the update writes it
+        if (!rc && h16) half_pack(prec16, h16 + d->soff[k], mine, d->sk[k]);
         memset(buf, 0, n * sizeof(float));
     }
     if (p16) stage_params16_current(d->st);

@@ -53,8 +53,7 @@ typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
 // What lives on disk (parallel/offload): nothing, or the optimizer's state
 // — the AdamW moments, and under bf16/fp16 the fp32 masters too (the
 // 16-bit copy stays in memory; under fp32 the parameters the forward reads
-// are the masters and stay in memory; under ZeRO-3 the owned fp32 shard
-// the forward gathers stays in memory in every precision).
+// are the masters and stay in memory).
 typedef enum { OFFLOAD_NONE, OFFLOAD_OPTIMIZER } OffloadWhat;
 
 typedef struct Layout {
@@ -111,7 +110,8 @@ int layout_slice(const Layout *l, const ModelConfig *mc, ModelSlice *s, Err *err
 // holds the fp32 masters (layout_offloads_masters).
 unsigned layout_stage_flags(const Layout *l);
 // The fp32 masters are in the optimizer offload's files: offload under
-// bf16/fp16 below ZeRO-3.
+// bf16/fp16 (the passes' 16-bit copy stays in memory: the stage's own
+// below ZeRO-3, the owned shard's at ZeRO-3, gathered in 16 bits).
 int layout_offloads_masters(const Layout *l);
 // Micro-batch chunks whose activations stage `stage` holds at once under
 // the schedule with M micro-batches per step (forwarded, not yet
@@ -186,6 +186,7 @@ typedef struct LayoutMemory {
     int optim_shards;
     double params;         // fp32 parameters (MEM_PARAMS): 4·floats / params_shards
     double params16;       // their 16-bit copy under bf16/fp16 (MEM_PARAMS16): 2·floats, kept whole below ZeRO-3
+                           // (offloaded masters at ZeRO-3: the owned shard's, 2·floats / dp)
     double grads;          // fp32 gradients (MEM_GRADS): 4·floats / grads_shards
     double optim;          // AdamW's two moments (MEM_OPTIM): 8·floats / optim_shards; offloaded, the
                            // ring of buffers they stream through (dp_offload_ring_bytes)

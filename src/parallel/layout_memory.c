@@ -36,6 +36,7 @@ int layout_memory(const Layout *l, const ModelConfig *mc, int stage, int B, int 
         if (layout_offloads_masters(l)) {
             out->disk += 4 * n / out->optim_shards;   // the owned pieces' masters
             out->params = 0;
+            if (l->zero >= 3) out->params16 = 2 * n / out->params_shards;   // the owned shard's 16-bit copy
         }
     }
     Err ignored;   // sizes stage_init would refuse lay out nothing

@@ -57,6 +57,15 @@ planv() { echo "$plan" | grep -o "\"$1\":[0-9.e+]*" | cut -d: -f2 | awk '{ print
   [ "$(planv optim_bytes)" = "$(memv optim)" ] && [ "$(planv activations_bytes)" = "$(memv acts)" ] &&
   ok "--offload-keep keeps the moments' and masters' files ($files bytes): the planner's offload_bytes and the log's mem.offload; resident weights, gradients, optimizer ring and activations as planned" ||
   bad "files $files, log $mem" "plan $plan"
+"$BIN" $B --nproc 2 --zero 3 --precision bf16 --offload optimizer --log "$TMP/k3.jsonl" >"$TMP/k3.out" 2>&1
+mem=$(tail -1 "$TMP/k3.jsonl" | grep -o '"mem":{[^}]*}')
+plan=$("$BIN" plan --model gpt2-tiny --vocab 256 --devices 2 --dp 2 --tp 1 --pp 1 --zero 3 --precision bf16 --seq 64 \
+       --global-batch 4 --micro-batch 2 --offload optimizer --json)
+[ -n "$mem" ] && [ "$(memv params)" = 0 ] && [ "$(planv weights_bytes)" = "$(memv params16)" ] && [ "$(planv grads_bytes)" = "$(memv grads)" ] &&
+  [ "$(planv optim_bytes)" = "$(memv optim)" ] && [ "$(planv comm_buffer_bytes)" = "$(memv comm)" ] &&
+  [ "$(planv offload_bytes)" = "$(memv offload)" ] &&
+  ok "dp=2 ZeRO-3 bf16: the owned shard's 16-bit copy, gradients, ring, communication buffers and bytes on disk as planned" ||
+  bad "ZeRO-3 bf16: log $mem" "plan $plan"
 last=$(tail -1 "$TMP/k.jsonl")
 echo "$last" | grep -q "\"io_read_bytes\":$files,\"io_written_bytes\":$files,\"io_wait_ms\":" && grep -q "^step .*| I/O wait [0-9.]* ms" "$TMP/k.out" &&
   grep -q "^memory: .*; offload [0-9.]* [KM]iB on disk" "$TMP/k.out" && grep -q "^  disk I/O wait " "$TMP/k.out" &&
