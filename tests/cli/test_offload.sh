@@ -130,6 +130,13 @@ done
 "$BIN" plan --offload disk >/dev/null 2>&1; [ $? -eq 2 ] || { flag_bad=1; echo "     plan --offload disk accepted"; }
 [ $flag_bad -eq 0 ] && ok "bad --offload, --offload-dir and --offload-keep uses are refused in one line (exit 2)" || bad "flags"
 
+# ---- comm-bench --disk: the offload's own bandwidth, nothing left behind ----
+mkdir -p "$TMP/db"
+"$BIN" comm-bench --disk "$TMP/db" --max-bytes 4M --iters 2 >"$TMP/db.out" 2>&1 &&
+  grep -q "^disk: [0-9.]* GB/s read and written together .* -> tessera plan --disk-gbps [0-9.]*" "$TMP/db.out" &&
+  [ -z "$(ls -A "$TMP/db")" ] && ok "comm-bench --disk measures the offload's bandwidth for plan's --disk-gbps and leaves nothing" ||
+  bad "comm-bench --disk" "$(cat "$TMP/db.out")"
+
 # ---- the planner: a model that fits nowhere in memory fits with the offload ----
 "$BIN" plan --model gpt2-1558m --devices 1 --device-mem 24 --seq 1024 --global-batch 1 --recompute full >"$TMP/p1.out" 2>&1
 "$BIN" plan --model gpt2-1558m --devices 1 --device-mem 14 --seq 1024 --global-batch 1 >"$TMP/p2.out" 2>&1
