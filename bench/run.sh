@@ -154,6 +154,10 @@ g32=$(gb fp32); g16=$(gb bf16)
 awk -v a="$g32" -v b="$g16" 'BEGIN { printf "  dp=2 bf16, gradient bytes per step and rank: --reduce-dtype fp32 %.1f MB, bf16 %.1f MB (%.3f; goal 0.5)\n", a / 1e6, b / 1e6, b / a }'
 
 echo
+# the optimizer offload: gpt2-124m with and without it, gpt2-1558m in bf16 with it (bench/offload.sh)
+THREADS=$THREADS bash bench/offload.sh
+
+echo
 # Debian's alternatives give libopenblas.so.0 to the pthreads build when
 # libopenblas0-pthread is installed (its priority is above the OpenMP
 # build's); tessera's run-time path names the OpenMP build it was linked
