@@ -479,6 +479,10 @@ static int train_config(TrainArgs *a, int **layers, Err *e) {
     if (!a->offload && (tc->offload_dir || tc->offload_keep))
         return err_set(e, ERR_USAGE, "%s says where the offload's files go: it needs --offload optimizer",
                        tc->offload_dir ? "--offload-dir" : "--offload-keep");
+    struct stat od;   // checked before any rank starts (each makes its directory in it)
+    if (tc->offload_dir && stat(tc->offload_dir, &od))
+        return err_set(e, ERR_USAGE, "--offload-dir %s: %s", tc->offload_dir, strerror(errno));
+    if (tc->offload_dir && !S_ISDIR(od.st_mode)) return err_set(e, ERR_USAGE, "--offload-dir %s: not a directory", tc->offload_dir);
     // the same layout rules for a fresh run and a resumed one, before any
     // rank starts (an --init-from file's model is checked by every rank)
     if (split_known) {   // padded as the trainer pads it

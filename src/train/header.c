@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/matmul.h"
 
@@ -111,6 +112,14 @@ void trainer_print_header(Trainer *t) {
     if (l->recompute == RECOMPUTE_SELECTIVE)
         printf("recompute: selective — the attention core's output is recomputed from the saved q/k/v before each "
                "block's backward\n");
+    const Offload *off = dp_offload(t->dp);
+    if (off) {
+        char b[32];
+        printf("offload:   %s on disk in %s%s — the AdamW moments%s of this rank's owned pieces, streamed through a ring "
+               "of %d buffers (read ahead, written behind) at each update\n",
+               mem_fmt(offload_disk_bytes(off), b, sizeof b), offload_dir(off), tc->offload_keep ? " (kept)" : "",
+               layout_offloads_masters(l) ? " and fp32 masters" : "", OFFLOAD_RING);
+    }
     report_memory(t->rep);
     if (t->ck) printf("resumed:   %s at step %d\n", ckpt_dir(t->ck), t->done);
     if (tc->init_from) printf("init:      %s\n", tc->init_from);

@@ -393,12 +393,17 @@ static int check_room(const Trainer *t, Err *err) {
     double bytes = mem.total;
     int local = l->world && !strcmp(comm_backend(l->world), "local") ? comm_size(l->world) : 1;
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    if (have > 0 && bytes * local > have)
-        return err_set(err, ERR_USAGE, "%s needs %.1f GiB per rank (parameters, gradients, AdamW moments, activations)%s; "
-                       "this machine has %.1f GiB (tessera plan --model %s shows layouts that fit)", t->mc.name,
-                       bytes / 1073741824.0, local > 1 ? " on each of the ranks here" : "", have / 1073741824.0,
-                       t->mc.name);
-    return 0;
+    if (!(have > 0 && bytes * local > have)) return 0;
+    // would the optimizer state on disk make it fit?
+    Layout off = *l;
+    off.offload = OFFLOAD_OPTIMIZER;
+    LayoutMemory om;
+    int fits_off = !l->offload && layout_memory(&off, &t->mc, l->pp_rank, tc->batch, tc->seq, tc->accum, &om, err) == 0 &&
+                   om.total * local <= have;
+    return err_set(err, ERR_USAGE, "%s needs %.1f GiB per rank (parameters, gradients, AdamW moments%s, activations)%s; "
+                   "this machine has %.1f GiB (%s; tessera plan --model %s shows layouts that fit)", t->mc.name,
+                   bytes / 1073741824.0, l->offload ? " on disk" : "", local > 1 ? " on each of the ranks here" : "",
+                   have / 1073741824.0, fits_off ? "--offload optimizer would fit it" : "try more ranks or memory", t->mc.name);
 }
 
 // The optimizer offload's files: under --offload-dir, else --ckpt-dir
