@@ -61,17 +61,21 @@ int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float
     // unit u is updated while u + 1 is read and u − 1 written; each is the
     // update's own range, so the elementwise kernel gives the bits of one
     // update over the whole shard
+    // (after an I/O failure the rest is not updated, but the collectives
+    // go on as on every other rank, which then all stop at the same step)
     for (int u = 0; u < d->nunit; u++) {
         float *b[OFFLOAD_MAX_KINDS];
-        if (offload_unit(d->off, u, b, err)) { rc = -1; break; }
         int k = d->useg[u];
-        size_t in = d->uoff[u] - d->soff[k], lo = piece_lo(d, k) + in, n = d->un[u];   // in: its place in the piece
-        float *params = d->masters ? b[OFF_MASTER] : d->zero >= 3 ? d->pshard + d->uoff[u] : d->st->params + lo;
-        const float *g = (d->zero ? dp_piece_grads(d, k) : d->st->grads + d->t->seg[k].lo) + in;
-        uint16_t *h = p16 ? p16 + lo : d->hshard ? d->hshard + d->uoff[u] : NULL;
-        OptPiece op = {lo, lo + n, params, g, 0, h, prec16, b[OFF_M], b[OFF_V]};
-        adamw_update_pieces(opt, d->t, &op, 1, lr, o, grad_scale);
-        offload_unit_done(d->off, u);
+        if (!rc && offload_unit(d->off, u, b, err)) rc = -1;
+        if (!rc) {
+            size_t in = d->uoff[u] - d->soff[k], lo = piece_lo(d, k) + in, n = d->un[u];   // in: its place in the piece
+            float *params = d->masters ? b[OFF_MASTER] : d->zero >= 3 ? d->pshard + d->uoff[u] : d->st->params + lo;
+            const float *g = (d->zero ? dp_piece_grads(d, k) : d->st->grads + d->t->seg[k].lo) + in;
+            uint16_t *h = p16 ? p16 + lo : d->hshard ? d->hshard + d->uoff[u] : NULL;
+            OptPiece op = {lo, lo + n, params, g, 0, h, prec16, b[OFF_M], b[OFF_V]};
+            adamw_update_pieces(opt, d->t, &op, 1, lr, o, grad_scale);
+            offload_unit_done(d->off, u);
+        }
         // stages 1, 2: once its last unit is updated every rank gets the
         // segment's piece back in place — the 16-bit copy where the masters
         // are on disk (2-byte values only copied, fp16's as well), else the
@@ -82,10 +86,11 @@ int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float
                            : comm_iallgather(d->c, d->st->params + mine, d->st->params + at, d->sk[k], DT_F32);
         }
     }
-    if (offload_pass_end(d->off, err)) rc = -1;
+    if (offload_pass_end(d->off, rc ? NULL : err)) rc = -1;
     if (p16) stage_params16_current(d->st);
     else stage_params_changed(d->st);
-    return rc ? -1 : dp_skip(d, err);
+    int sk = dp_skip(d, rc ? NULL : err);   // ZeRO-3's next gather starts on every rank alike
+    return rc || sk ? -1 : 0;
 }
 
 int dp_fill_offloaded(Dp *d, int kind, DpFill fill, void *ctx, Err *err) {

@@ -112,6 +112,18 @@ kill -9 $pid 2>/dev/null; wait $pid; rc=$?
 [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/tr.err")" -eq 1 ] && grep -q "exp_avg.f32: .*\(truncated\|changed\) underneath" "$TMP/tr.err" &&
   ok "a file truncated underneath: one line naming it, exit 1" || bad "truncated: exit $rc" "$(cat "$TMP/tr.err")"
 
+mkdir -p "$TMP/tr2"   # one rank of dp=2 ZeRO-3 fails: every rank stops at that step, the files of both removed
+"$BIN" $B --steps 100000 --log-every 1 --nproc 2 --zero 3 --offload optimizer --offload-dir "$TMP/tr2" >"$TMP/tr2.out" 2>"$TMP/tr2.err" &
+pid=$!
+for i in $(seq 100); do grep -q "^step     2/" "$TMP/tr2.out" && break; sleep 0.1; done
+truncate -s 0 "$TMP"/tr2/offload-r00001.*/exp_avg.f32
+for i in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+kill -9 $pid 2>/dev/null; wait $pid; rc=$?
+[ $rc -eq 1 ] && grep -q "rank 1: .*offload-r00001.*/exp_avg.f32: .*underneath" "$TMP/tr2.err" &&
+  grep -q "rank 0: another rank failed its optimizer offload's I/O" "$TMP/tr2.err" && [ -z "$(ls -A "$TMP/tr2")" ] &&
+  ok "one rank's file truncated under dp=2 ZeRO-3: that rank names it, every rank stops (exit 1), no files left" ||
+  bad "dp=2 truncated: exit $rc" "$(cat "$TMP/tr2.err")"
+
 # ---- SIGKILL mid-step: --resume carries on ----
 "$BIN" $B --steps 100000 --log-every 1 --ckpt-every 2 --offload optimizer --ckpt-dir "$TMP/kill" >"$TMP/kill.out" 2>&1 &
 pid=$!
