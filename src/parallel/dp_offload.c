@@ -87,6 +87,8 @@ int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float
         }
     }
     if (offload_pass_end(d->off, rc ? NULL : err)) rc = -1;
+    // the next update's first units are read during the next forward and backward
+    if (!rc && offload_prefetch(d->off, err)) rc = -1;
     if (p16) stage_params16_current(d->st);
     else stage_params_changed(d->st);
     int sk = dp_skip(d, rc ? NULL : err);   // ZeRO-3's next gather starts on every rank alike
@@ -94,6 +96,7 @@ int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float
 }
 
 int dp_fill_offloaded(Dp *d, int kind, DpFill fill, void *ctx, Err *err) {
+    CHECKF(d->off, "the optimizer offload is not open (dp_offload_open)");
     Precision prec16 = d->st->prec;
     uint16_t *p16 = kind == OFF_MASTER && d->zero < 3 ? stage_params16(d->st, &prec16) : NULL;
     uint16_t *h16 = kind == OFF_MASTER ? d->hshard : NULL;   // ZeRO-3: the owned piece's 16-bit copy

@@ -35,6 +35,8 @@ struct Offload {
     // the pass
     pthread_t reader, writer;
     int running, units_done;
+    int prefetched;         // the running pass was started ahead (offload_prefetch) and no unit taken yet
+    int stop;               // the threads stop at their next wait (a prefetch called off)
     int counted;            // its bytes are in the allocator's offload figure
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -85,7 +87,8 @@ static int read_unit(Offload *o, int k, int u, float *dst, Err *err) {
     return 0;
 }
 
-int offload_write(Offload *o, int k, int u, const float *src, Err *err) {
+// The writer thread's write of a unit, and offload_write's.
+static int write_unit(Offload *o, int k, int u, const float *src, Err *err) {
     size_t bytes = o->n[u] * sizeof(float);
     uint32_t c = crc32c(0, src, bytes);
     if (io_full(o->fd[k], (void *)src, bytes, (off_t)(o->off[u] * sizeof(float)), 1))
@@ -100,20 +103,15 @@ static void *reader_main(void *arg) {
     for (int u = 0; u < o->nu; u++) {
         Slot *s = &o->slot[u % OFFLOAD_RING];
         pthread_mutex_lock(&o->mu);
-        while (s->state != SLOT_FREE && !o->failed) pthread_cond_wait(&o->cv, &o->mu);
-        int stop = o->failed;
+        while (s->state != SLOT_FREE && !o->failed && !o->stop) pthread_cond_wait(&o->cv, &o->mu);
+        int stop = o->failed || o->stop;
         if (!stop) { s->state = SLOT_READING; s->unit = u; }
         pthread_mutex_unlock(&o->mu);
         if (stop) break;
         Err e;
         int rc = 0;
-        uint64_t bytes = 0;
-        for (int k = 0; k < o->kinds && !rc; k++) {
-            rc = read_unit(o, k, u, s->buf[k], &e);
-            if (o->written[k * o->nu + u]) bytes += o->n[u] * sizeof(float);
-        }
+        for (int k = 0; k < o->kinds && !rc; k++) rc = read_unit(o, k, u, s->buf[k], &e);
         pthread_mutex_lock(&o->mu);
-        o->nread += bytes;
         if (rc) fail_locked(o, &e);
         s->state = SLOT_READY;
         pthread_cond_broadcast(&o->cv);
@@ -128,13 +126,13 @@ static void *writer_main(void *arg) {
     for (int u = 0; u < o->nu; u++) {
         Slot *s = &o->slot[u % OFFLOAD_RING];
         pthread_mutex_lock(&o->mu);
-        while (!(s->unit == u && s->state == SLOT_DIRTY) && !o->failed) pthread_cond_wait(&o->cv, &o->mu);
-        int stop = o->failed;
+        while (!(s->unit == u && s->state == SLOT_DIRTY) && !o->failed && !o->stop) pthread_cond_wait(&o->cv, &o->mu);
+        int stop = o->failed || o->stop;
         pthread_mutex_unlock(&o->mu);
         if (stop) break;
         Err e;
         int rc = 0;
-        for (int k = 0; k < o->kinds && !rc; k++) rc = offload_write(o, k, u, s->buf[k], &e);
+        for (int k = 0; k < o->kinds && !rc; k++) rc = write_unit(o, k, u, s->buf[k], &e);
         pthread_mutex_lock(&o->mu);
         if (rc) fail_locked(o, &e);
         else o->nwritten += (uint64_t)o->kinds * o->n[u] * sizeof(float);
@@ -146,9 +144,9 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
-int offload_pass_begin(Offload *o, Err *err) {
-    CHECKF(!o->running, "an offload pass is already running");
-    o->failed = 0;
+// Starts the reader and the writer of a pass.
+static int start_pass(Offload *o, Err *err) {
+    o->failed = o->stop = 0;
     o->units_done = 0;
     for (int i = 0; i < OFFLOAD_RING; i++) {
         o->slot[i].unit = -1;
@@ -170,6 +168,36 @@ int offload_pass_begin(Offload *o, Err *err) {
     return 0;
 }
 
+int offload_pass_begin(Offload *o, Err *err) {
+    if (o->running) {   // started ahead: its first units are read already (or its failure is waiting)
+        CHECKF(o->prefetched, "an offload pass is already running");
+        o->prefetched = 0;
+        return 0;
+    }
+    return start_pass(o, err);
+}
+
+int offload_prefetch(Offload *o, Err *err) {
+    CHECKF(!o->running, "an offload pass is still running");
+    if (start_pass(o, err)) return -1;
+    o->prefetched = 1;
+    return 0;
+}
+
+// Calls off a pass started ahead whose units nobody has taken (the files
+// are about to be written, mapped or closed): its reads are discarded.
+static void quiesce(Offload *o) {
+    if (!o->running) return;
+    CHECKF(o->prefetched, "an offload pass is still running");
+    pthread_mutex_lock(&o->mu);
+    o->stop = 1;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+    pthread_join(o->reader, NULL);
+    pthread_join(o->writer, NULL);
+    o->running = o->prefetched = o->stop = o->failed = 0;
+}
+
 int offload_unit(Offload *o, int u, float **bufs, Err *err) {
     Slot *s = &o->slot[u % OFFLOAD_RING];
     double t0 = timer_now(), p0 = prof_begin();
@@ -178,6 +206,8 @@ int offload_unit(Offload *o, int u, float **bufs, Err *err) {
     int failed = o->failed;
     if (!failed) s->state = SLOT_BUSY;
     pthread_mutex_unlock(&o->mu);
+    for (int k = 0; k < o->kinds && !failed; k++)   // counted as taken: a read called off is read again
+        if (o->written[k * o->nu + u]) o->nread += o->n[u] * sizeof(float);
     o->waited += timer_now() - t0;
     prof_end(p0, PROF_IO, 0, 0);
     if (failed) {
@@ -292,9 +322,14 @@ fail:
     return -1;
 }
 
+int offload_write(Offload *o, int k, int u, const float *src, Err *err) {
+    quiesce(o);
+    return write_unit(o, k, u, src, err);
+}
+
 void offload_close(Offload *o) {
     if (!o) return;
-    CHECKF(!o->running, "an offload pass is still running");
+    quiesce(o);
     offload_unmap(o);
     for (int k = 0; k < o->kinds; k++)
         if (o->fd[k] >= 0) close(o->fd[k]);
@@ -340,7 +375,8 @@ static int check_map(Offload *o, int k, const float *p, Err *err) {
 }
 
 const float *offload_map(Offload *o, int k, Err *err) {
-    CHECK(k >= 0 && k < o->kinds && !o->running);
+    CHECK(k >= 0 && k < o->kinds);
+    quiesce(o);
     if (o->map[k]) return o->map[k];
     if (!o->total) return (const float *)o->slot[0].buf[k];   // nothing to map: no floats
     size_t bytes = o->total * sizeof(float);

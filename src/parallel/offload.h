@@ -53,8 +53,14 @@ const char *offload_dir(const Offload *o);
 size_t offload_disk_bytes(const Offload *o);
 
 // ---- a pass over every unit in order ----
-// Starts the reader and the writer. 0, or -1 with err.
+// Starts the reader and the writer (or takes the pass offload_prefetch
+// started). 0, or -1 with err.
 int offload_pass_begin(Offload *o, Err *err);
+// Starts the next pass ahead, after offload_pass_end: its reader fills the
+// ring with the first units while the caller does other work (the next
+// step's forward and backward). Writing, mapping or closing the files
+// first calls it off (its reads are discarded). 0, or -1 with err.
+int offload_prefetch(Offload *o, Err *err);
 // Waits for unit u's values (u the next unit of the pass); bufs[k] gets
 // kind k's n[u] floats, to be updated in place. 0, or -1 with the I/O
 // error that stopped the pass.
@@ -66,7 +72,8 @@ void offload_unit_done(Offload *o, int u);
 int offload_pass_end(Offload *o, Err *err);
 
 // ---- between passes ----
-// Writes kind k of unit u from src (n[u] floats), at once.
+// Writes kind k of unit u from src (n[u] floats), at once (no pass may be
+// open but one started ahead, which this calls off).
 int offload_write(Offload *o, int k, int u, const float *src, Err *err);
 // The whole file of kind k, mapped read-only (S floats) after its units
 // are checked against their checksums; valid until offload_unmap. NULL
@@ -74,8 +81,9 @@ int offload_write(Offload *o, int k, int u, const float *src, Err *err);
 const float *offload_map(Offload *o, int k, Err *err);
 void offload_unmap(Offload *o);
 
-// Totals since offload_open: bytes read and written, and the seconds the
-// caller waited on them (offload_unit, offload_pass_end).
+// Totals since offload_open: bytes of the units taken (offload_unit) and
+// written, and the seconds the caller waited on them (offload_unit,
+// offload_pass_end).
 uint64_t offload_bytes_read(const Offload *o);
 uint64_t offload_bytes_written(const Offload *o);
 double offload_waited(const Offload *o);
