@@ -30,6 +30,19 @@ done
 ls "$TMP"/o_gpt2_bf16 | grep -q offload && bad "the offload directory was left in --ckpt-dir" ||
   ok "the offload directory made inside --ckpt-dir is gone after the run"
 
+# ---- the fp16 overflow skip, and a spike rollback (the state refilled from a checkpoint into the files) ----
+O="train --data $DATA --tokenizer byte --seed 5 --steps 4 --log-every 1 --batch 2 --precision fp16 --nproc 2 --zero 3"
+TESSERA_TEST_OVERFLOW=2 "$BIN" $O --ckpt-dir "$TMP/ov_r" >/dev/null 2>&1
+TESSERA_TEST_OVERFLOW=2 "$BIN" $O --offload optimizer --ckpt-dir "$TMP/ov_o" >"$TMP/ov.out" 2>&1
+grep -q "step     2/4 .*skipped: gradients overflowed" "$TMP/ov.out" && same_bits "$TMP/ov_r" "$TMP/ov_o" &&
+  ok "fp16 dp=2 ZeRO-3: an overflow skips the step with the offload as without it, the same bits" || bad "fp16 overflow" "$(tail -1 "$TMP/ov.out")"
+S="train --data $DATA --tokenizer byte --seed 3 --batch 2 --log-every 1 --spike-guard 6 --steps 20 --ckpt-every 12 --precision bf16"
+TESSERA_TEST_SPIKE=15:2 "$BIN" $S --spike-rollback 2 --offload optimizer --ckpt-dir "$TMP/rb" >"$TMP/rb.out" 2>&1
+TESSERA_TEST_SKIP=12:4 "$BIN" $S --ckpt-dir "$TMP/sk" >/dev/null 2>&1
+[ "$(grep -c "^spikes: .*back to the checkpoint of step 12" "$TMP/rb.out")" = 1 ] && same_bits "$TMP/rb" "$TMP/sk" &&
+  ok "bf16 --spike-rollback with the offload: back to step 12 (masters and moments refilled into the files), then the bits of the run that skipped those batches" ||
+  bad "spike rollback with the offload" "$(tail -1 "$TMP/rb.out")"
+
 # ---- resume across the offload, both ways (bf16: the masters move between memory and disk) ----
 "$BIN" $B --precision bf16 --exit-after 2 --offload optimizer --ckpt-dir "$TMP/x1" >/dev/null 2>&1
 "$BIN" $B --precision bf16 --resume --ckpt-dir "$TMP/x1" >"$TMP/x1.out" 2>&1
