@@ -1,8 +1,11 @@
 #include "parallel/offload.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,6 +255,50 @@ int offload_pass_end(Offload *o, Err *err) {
 
 // ---- opening and closing ----
 
+// This host's name as it goes into a directory name: letters, digits and
+// '_' only (a dot would end it), at most 63 of them.
+static void host_tag(char *buf, size_t cap) {
+    char h[256] = "";
+    if (gethostname(h, sizeof h - 1)) snprintf(h, sizeof h, "host");
+    size_t n = 0;
+    for (const char *c = h; *c && n + 1 < cap && n < 63; c++)
+        buf[n++] = (isalnum((unsigned char)*c) || *c == '_') ? *c : '_';
+    buf[n] = 0;
+}
+
+// Removes what a killed process left under base: the directories
+// offload-rRRRRR-HOST-pPID.XXXXXX of this host whose PID runs no more (a
+// SIGKILL skips the removal at exit; --max-restarts would pile them up),
+// with the files of these names in them. Nothing else is touched: other
+// hosts' directories, live processes', a directory holding anything more
+// (rmdir fails), and never a symbolic link (O_NOFOLLOW).
+static void remove_stale(const char *base, const char *host, int kinds, const char *const *names) {
+    DIR *d = opendir(base);
+    if (!d) return;
+    struct dirent *de;
+    size_t hl = strlen(host);
+    while ((de = readdir(d))) {
+        const char *nm = de->d_name;
+        // offload-r + 5 digits + '-' + host + "-p" + pid + '.'
+        if (strncmp(nm, "offload-r", 9) || strlen(nm) < 16 + hl || nm[14] != '-' || strncmp(nm + 15, host, hl) ||
+            strncmp(nm + 15 + hl, "-p", 2))
+            continue;
+        char *end;
+        long pid = strtol(nm + 17 + hl, &end, 10);
+        if (pid <= 0 || *end != '.' || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        int dfd = openat(dirfd(d), nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0) continue;
+        for (int k = 0; k < kinds; k++) {
+            char f[300];
+            snprintf(f, sizeof f, "%s.f32", names[k]);
+            unlinkat(dfd, f, 0);
+        }
+        close(dfd);
+        unlinkat(dirfd(d), nm, AT_REMOVEDIR);
+    }
+    closedir(d);
+}
+
 static void remove_files(Offload *o) {
     for (int k = 0; k < o->kinds; k++)
         if (o->path[k][0]) unlink(o->path[k]);
@@ -288,7 +335,10 @@ int offload_open(Offload **out, const char *base, const char *flag, int rank, in
     for (int i = 0; i < OFFLOAD_RING; i++)
         for (int k = 0; k < kinds; k++)
             if (!(o->slot[i].buf[k] = mem_alloc(MEM_OPTIM, o->maxn * sizeof(float)))) goto oom;
-    snprintf(o->dir, sizeof o->dir, "%s/offload-r%05d.XXXXXX", base, rank);
+    char host[72];
+    host_tag(host, sizeof host);
+    remove_stale(base, host, kinds, names);
+    snprintf(o->dir, sizeof o->dir, "%s/offload-r%05d-%s-p%ld.XXXXXX", base, rank, host, (long)getpid());
     if (!mkdtemp(o->dir)) {
         err_set(err, ERR_RUN, "%s: cannot create a directory for the offload files: %s", base, strerror(errno));
         o->dir[0] = 0;

@@ -37,8 +37,10 @@ enum { OFFLOAD_MAX_KINDS = 3 };
 // files: what offload_open allocates (MEM_OPTIM).
 size_t offload_ring_bytes(int kinds, size_t maxn);
 
-// Creates DIR/offload-rRRRRR.XXXXXX under base (rank numbers the file set
-// of this process) and in it one file per kind, names[k] (".f32" added),
+// Creates offload-rRRRRR-HOST-pPID.XXXXXX under base (rank numbers the
+// file set, HOST and PID name this process; the directories of this host's
+// processes that no longer run, which a SIGKILL left, are removed first)
+// and in it one file per kind, names[k] (".f32" added),
 // each of the units' total floats; unit u is [off[u], off[u] + n[u]).
 // ERR_USAGE when base is not a writable directory (flag names it in the
 // message), ERR_RUN naming the file when a file cannot be made or sized.

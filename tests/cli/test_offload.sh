@@ -58,13 +58,13 @@ same_bits "$TMP/r_gpt2_fp32" "$TMP/x2" && ok "a plain run resumed with the offlo
 unset TESSERA_TEST_OFFLOAD_UNIT
 mkdir -p "$TMP/od" "$TMP/tmpd"
 "$BIN" $B --precision bf16 --offload optimizer --offload-dir "$TMP/od" --offload-keep --log "$TMP/k.jsonl" --profile >"$TMP/k.out" 2>&1
-files=$(cat "$TMP"/od/offload-r00000.*/*.f32 2>/dev/null | wc -c)
+files=$(cat "$TMP"/od/offload-r00000-*/*.f32 2>/dev/null | wc -c)
 mem=$(tail -1 "$TMP/k.jsonl" | grep -o '"mem":{[^}]*}')
 memv() { echo "$mem" | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
 plan=$("$BIN" plan --model gpt2-tiny --vocab 256 --devices 1 --dp 1 --tp 1 --pp 1 --precision bf16 --seq 64 --global-batch 2 \
        --micro-batch 2 --offload optimizer --json)
 planv() { echo "$plan" | grep -o "\"$1\":[0-9.e+]*" | cut -d: -f2 | awk '{ printf "%d", $1 }'; }
-[ "$(ls "$TMP"/od/offload-r00000.*/ | tr '\n' ' ')" = "exp_avg.f32 exp_avg_sq.f32 masters.f32 " ] && [ "$files" -gt 0 ] &&
+[ "$(ls "$TMP"/od/offload-r00000-*/ | tr '\n' ' ')" = "exp_avg.f32 exp_avg_sq.f32 masters.f32 " ] && [ "$files" -gt 0 ] &&
   [ "$files" = "$(memv offload)" ] && [ "$files" = "$(planv offload_bytes)" ] && [ "$(memv params)" = 0 ] &&
   [ "$(planv weights_bytes)" = "$(memv params16)" ] && [ "$(planv grads_bytes)" = "$(memv grads)" ] &&
   [ "$(planv optim_bytes)" = "$(memv optim)" ] && [ "$(planv activations_bytes)" = "$(memv acts)" ] &&
@@ -91,7 +91,7 @@ TMPDIR="$TMP/tmpd" "$BIN" $B --offload optimizer >/dev/null 2>&1 && [ -z "$(ls -
 "$BIN" $B --precision bf16 --ckpt-dir "$TMP/c" >/dev/null 2>&1
 sum0=$(cat "$TMP"/c/step_*/* | md5sum)
 (ulimit -f 2000; "$BIN" $B --precision bf16 --steps 5 --resume --offload optimizer --ckpt-dir "$TMP/c" >"$TMP/f.out" 2>"$TMP/f.err"); rc=$?
-[ $rc -eq 1 ] && [ "$(wc -l <"$TMP/f.err")" -eq 1 ] && grep -q "offload-r00000\.[A-Za-z0-9]*/[a-z_]*\.f32: .*File too large" "$TMP/f.err" &&
+[ $rc -eq 1 ] && [ "$(wc -l <"$TMP/f.err")" -eq 1 ] && grep -q "offload-r00000-[A-Za-z0-9_]*-p[0-9]*\.[A-Za-z0-9]*/[a-z_]*\.f32: .*File too large" "$TMP/f.err" &&
   [ "$(cat "$TMP"/c/step_*/* | md5sum)" = "$sum0" ] && [ -z "$(ls "$TMP/c" | grep offload)" ] &&
   ok "under ulimit -f: one line naming the file ($(cut -c1-60 "$TMP/f.err")...), exit 1, the checkpoint untouched, nothing left" ||
   bad "ulimit -f: exit $rc" "$(cat "$TMP/f.err")"
@@ -118,7 +118,7 @@ mkdir -p "$TMP/tr"
 "$BIN" $B --steps 100000 --log-every 1 --offload optimizer --offload-dir "$TMP/tr" >"$TMP/tr.out" 2>"$TMP/tr.err" &
 pid=$!
 for i in $(seq 100); do grep -q "^step     2/" "$TMP/tr.out" && break; sleep 0.1; done
-f=$(ls "$TMP"/tr/offload-r00000.*/exp_avg.f32)
+f=$(ls "$TMP"/tr/offload-r00000-*/exp_avg.f32)
 truncate -s 0 "$f"
 for i in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
 kill -9 $pid 2>/dev/null; wait $pid; rc=$?
@@ -129,10 +129,10 @@ mkdir -p "$TMP/tr2"   # one rank of dp=2 ZeRO-3 fails: every rank stops at that 
 "$BIN" $B --steps 100000 --log-every 1 --nproc 2 --zero 3 --offload optimizer --offload-dir "$TMP/tr2" >"$TMP/tr2.out" 2>"$TMP/tr2.err" &
 pid=$!
 for i in $(seq 100); do grep -q "^step     2/" "$TMP/tr2.out" && break; sleep 0.1; done
-truncate -s 0 "$TMP"/tr2/offload-r00001.*/exp_avg.f32
+truncate -s 0 "$TMP"/tr2/offload-r00001-*/exp_avg.f32
 for i in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
 kill -9 $pid 2>/dev/null; wait $pid; rc=$?
-[ $rc -eq 1 ] && grep -q "rank 1: .*offload-r00001.*/exp_avg.f32: .*underneath" "$TMP/tr2.err" &&
+[ $rc -eq 1 ] && grep -q "rank 1: .*offload-r00001-.*/exp_avg.f32: .*underneath" "$TMP/tr2.err" &&
   grep -q "rank 0: another rank failed its optimizer offload's I/O" "$TMP/tr2.err" && [ -z "$(ls -A "$TMP/tr2")" ] &&
   ok "one rank's file truncated under dp=2 ZeRO-3: that rank names it, every rank stops (exit 1), no files left" ||
   bad "dp=2 truncated: exit $rc" "$(cat "$TMP/tr2.err")"
@@ -142,8 +142,10 @@ kill -9 $pid 2>/dev/null; wait $pid; rc=$?
 pid=$!
 for i in $(seq 100); do [ -f "$TMP/kill/latest" ] && grep -q "^step     3/" "$TMP/kill.out" && break; sleep 0.1; done
 kill -9 $pid; wait $pid 2>/dev/null
+left=$(ls "$TMP/kill" | grep -c '^offload-r')
 "$BIN" $B --steps 6 --resume --offload optimizer --ckpt-dir "$TMP/kill" >"$TMP/kill2.out" 2>&1 && grep -q "^step     6/6" "$TMP/kill2.out" &&
-  "$BIN" ckpt info "$TMP/kill" >/dev/null 2>&1 && ok "after a SIGKILL mid-run, --resume with the offload carries on to the end" ||
+  "$BIN" ckpt info "$TMP/kill" >/dev/null 2>&1 && [ "$left" = 1 ] && [ -z "$(ls "$TMP/kill" | grep '^offload-r')" ] &&
+  ok "after a SIGKILL mid-run, --resume with the offload carries on to the end, the killed run's files removed" ||
   bad "resume after SIGKILL" "$(tail -1 "$TMP/kill2.out")"
 
 # ---- bad flags: one line, exit 2 ----

@@ -5,10 +5,12 @@
 // files are mapped whole with those values; a file changed or truncated
 // underneath stops the next pass with an error naming it; the directory
 // is created fresh, its files reserved whole, and removed at close unless
-// kept; the allocator's offload figure counts the files while they exist.
+// kept; the allocator's offload figure counts the files while they exist;
+// what a killed process of this host left is removed at the next open.
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -43,7 +45,7 @@ static void test_passes(void) {
     snprintf(path, sizeof path, "%s/a.f32", offload_dir(o));
     struct stat sb;
     EXPECT(stat(path, &sb) == 0 && (size_t)sb.st_size == total * sizeof(float), "a.f32 reserved whole");
-    EXPECT(strstr(offload_dir(o), "/offload-r00003.") != NULL, "directory %s", offload_dir(o));
+    EXPECT(strstr(offload_dir(o), "/offload-r00003-") != NULL, "directory %s", offload_dir(o));
     float *oracle = calloc(KINDS * total, sizeof(float));
     // unit 2 of kind 1 written before the passes; the rest starts as zeros
     float seven = 7.0f;
@@ -137,6 +139,57 @@ static void test_bad_base(void) {
            e.code == ERR_USAGE && strstr(e.msg, "--offload-dir /nonexistent/tessera"), "%s", e.msg);
 }
 
+// Directories a killed process of this host left are removed at the next
+// open: one of a dead PID with the module's files goes, one holding
+// anything more, another host's and a live process's stay.
+static void test_stale(void) {
+    size_t off[NU], total;
+    units(off, &total);
+    Offload *o;
+    Err e;
+    EXPECT(offload_open(&o, base, "--dir", 0, 2, names, off, unit_n, NU, 0, &e) == 0, "%s", e.msg);
+    if (!o) return;
+    char host[128] = "";   // this host's tag, from the directory's name: offload-r00000-HOST-pPID.XXXXXX
+    const char *h = strstr(offload_dir(o), "/offload-r00000-") + 16, *p = strstr(h, "-p");
+    snprintf(host, sizeof host, "%.*s", (int)(p - h), h);
+    offload_close(o);
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    char gone[1000], full[1000], other[1000], live[1000], f[1100];
+    snprintf(gone, sizeof gone, "%s/offload-r00000-%s-p%d.AAAAAA", base, host, (int)dead);
+    snprintf(full, sizeof full, "%s/offload-r00001-%s-p%d.BBBBBB", base, host, (int)dead);
+    snprintf(other, sizeof other, "%s/offload-r00000-%sx-p%d.CCCCCC", base, host, (int)dead);
+    snprintf(live, sizeof live, "%s/offload-r00000-%s-p%d.DDDDDD", base, host, (int)getppid());
+    const char *dirs[4] = {gone, full, other, live};
+    for (int i = 0; i < 4; i++) {
+        mkdir(dirs[i], 0700);
+        for (int k = 0; k < 2; k++) {
+            snprintf(f, sizeof f, "%s/%s.f32", dirs[i], names[k]);
+            FILE *w = fopen(f, "w");
+            if (w) fclose(w);
+        }
+    }
+    snprintf(f, sizeof f, "%s/notes.txt", full);
+    FILE *w = fopen(f, "w");
+    if (w) fclose(w);
+    EXPECT(offload_open(&o, base, "--dir", 0, 2, names, off, unit_n, NU, 0, &e) == 0, "%s", e.msg);
+    offload_close(o);
+    struct stat sb;
+    EXPECT(stat(gone, &sb) != 0, "%s removed", gone);
+    EXPECT(stat(full, &sb) == 0 && stat(other, &sb) == 0 && stat(live, &sb) == 0, "the others stay");
+    for (int i = 1; i < 4; i++) {
+        for (int k = 0; k < 2; k++) {
+            snprintf(f, sizeof f, "%s/%s.f32", dirs[i], names[k]);
+            unlink(f);
+        }
+        rmdir(dirs[i]);
+    }
+    snprintf(f, sizeof f, "%s/notes.txt", full);
+    unlink(f);
+    rmdir(full);
+}
+
 int main(void) {
     const char *t = getenv("TMPDIR");
     snprintf(base, sizeof base, "%s/tsr_offload_XXXXXX", t && *t ? t : "/tmp");
@@ -144,6 +197,7 @@ int main(void) {
     RUN(test_passes);
     RUN(test_truncated_and_kept);
     RUN(test_bad_base);
+    RUN(test_stale);
     rmdir(base);
     return test_finish();
 }
