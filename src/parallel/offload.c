@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@ struct Offload {
     char dir[4200];
     char path[OFFLOAD_MAX_KINDS][4300];
     int fd[OFFLOAD_MAX_KINDS];
+    int dirfd;              // the directory, flocked while this process uses it (-1: none)
     int kinds, nu, keep;
     size_t *off, *n, total, maxn;
     uint32_t *crc;          // per kind and unit: [k * nu + u], of its last write
@@ -270,7 +272,8 @@ static void host_tag(char *buf, size_t cap) {
 // offload-rRRRRR-HOST-pPID.XXXXXX of this host whose PID runs no more (a
 // SIGKILL skips the removal at exit; --max-restarts would pile them up),
 // with the files of these names in them. Nothing else is touched: other
-// hosts' directories, live processes', a directory holding anything more
+// hosts' directories, live processes' (by PID, and by the flock each owner
+// holds on its directory while it runs), a directory holding anything more
 // (rmdir fails), and never a symbolic link (O_NOFOLLOW).
 static void remove_stale(const char *base, const char *host, int kinds, const char *const *names) {
     DIR *d = opendir(base);
@@ -288,6 +291,10 @@ static void remove_stale(const char *base, const char *host, int kinds, const ch
         if (pid <= 0 || *end != '.' || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
         int dfd = openat(dirfd(d), nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (dfd < 0) continue;
+        if (flock(dfd, LOCK_EX | LOCK_NB)) {   // its owner holds it (a process this one cannot see)
+            close(dfd);
+            continue;
+        }
         for (int k = 0; k < kinds; k++) {
             char f[300];
             snprintf(f, sizeof f, "%s.f32", names[k]);
@@ -319,6 +326,7 @@ int offload_open(Offload **out, const char *base, const char *flag, int rank, in
     o->nu = nu;
     o->keep = keep;
     for (int k = 0; k < OFFLOAD_MAX_KINDS; k++) o->fd[k] = -1;
+    o->dirfd = -1;
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
     o->off = malloc((size_t)nu * sizeof *o->off);
@@ -344,6 +352,8 @@ int offload_open(Offload **out, const char *base, const char *flag, int rank, in
         o->dir[0] = 0;
         goto fail;
     }
+    o->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (o->dirfd >= 0) flock(o->dirfd, LOCK_EX | LOCK_NB);   // a sign of life for remove_stale
     for (int k = 0; k < kinds; k++) {
         snprintf(o->path[k], sizeof o->path[k], "%s/%s.f32", o->dir, names[k]);
         o->fd[k] = open(o->path[k], O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -385,6 +395,7 @@ void offload_close(Offload *o) {
         if (o->fd[k] >= 0) close(o->fd[k]);
     if (o->counted) mem_offload_add(-(long long)offload_disk_bytes(o));
     if (!o->keep) remove_files(o);
+    if (o->dirfd >= 0) close(o->dirfd);
     for (int i = 0; i < OFFLOAD_RING; i++)
         for (int k = 0; k < OFFLOAD_MAX_KINDS; k++) mem_free(o->slot[i].buf[k]);
     pthread_mutex_destroy(&o->mu);
