@@ -145,7 +145,7 @@ $(TEST_BUILD): %: %.o $(LIB)
 # The parsers' tests again under AddressSanitizer and UBSan (part of make test).
 ASAN_DIR   := $(BUILD)/asan
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-ASAN_TESTS := tests/core/test_core tests/kernels/test_vmath tests/io/test_safetensors tests/io/test_checkpoint tests/data/test_bpe tests/data/test_spm tests/data/test_loader tests/data/test_mixture
+ASAN_TESTS := tests/core/test_core tests/kernels/test_vmath tests/io/test_safetensors tests/io/test_checkpoint tests/data/test_bpe tests/data/test_spm tests/data/test_loader tests/data/test_mixture tests/parallel/test_offload
 ASAN_BIN   := $(ASAN_TESTS:%=$(ASAN_DIR)/%)
 ASAN_OBJ   := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o)
 ASAN_TOBJ  := $(ASAN_TESTS:%=$(ASAN_DIR)/%.o) $(TEST_SHARED:%.c=$(ASAN_DIR)/%.o)
@@ -187,7 +187,7 @@ test:
 	@$(MAKE) --no-print-directory test-run
 
 test-run: tessera $(TEST_BUILD) $(ASAN_BIN) $(ASAN_CLI)
-	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_pp.sh tests/cli/test_precision.sh tests/cli/test_llama.sh tests/cli/test_qwen2.sh tests/cli/test_hardening.sh tests/cli/test_hardening_config.sh tests/cli/test_hardening_hf.sh tests/cli/test_profile.sh tests/cli/test_trace.sh tests/cli/test_plot.sh tests/cli/test_corpora.sh tests/cli/test_hardening_corpora.sh tests/cli/test_hardening_misc.sh tests/cli/test_restart.sh tests/cli/test_spike.sh tests/cli/test_ckpt_async.sh tests/cli/test_sample.sh tests/cli/test_docmask.sh tests/cli/test_same_model.sh tests/cli/test_mixture.sh tests/cli/test_asan_cli.sh $(ASAN_BIN) $(MPI_TESTS)
+	@ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh $(TEST_BIN) tests/cli/test_cli.sh tests/cli/test_dp.sh tests/cli/test_tp.sh tests/cli/test_pp.sh tests/cli/test_precision.sh tests/cli/test_llama.sh tests/cli/test_qwen2.sh tests/cli/test_hardening.sh tests/cli/test_hardening_config.sh tests/cli/test_hardening_hf.sh tests/cli/test_profile.sh tests/cli/test_trace.sh tests/cli/test_plot.sh tests/cli/test_corpora.sh tests/cli/test_hardening_corpora.sh tests/cli/test_hardening_misc.sh tests/cli/test_restart.sh tests/cli/test_spike.sh tests/cli/test_ckpt_async.sh tests/cli/test_offload.sh tests/cli/test_sample.sh tests/cli/test_docmask.sh tests/cli/test_same_model.sh tests/cli/test_mixture.sh tests/cli/test_asan_cli.sh $(ASAN_BIN) $(MPI_TESTS)
 
 # The portable build: -march=x86-64-v3 (AVX2/FMA, no AVX-512), where linear
 # layers run on OpenBLAS and bf16 multiplies in fp32, built apart in

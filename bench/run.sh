@@ -156,6 +156,8 @@ awk -v a="$g32" -v b="$g16" 'BEGIN { printf "  dp=2 bf16, gradient bytes per ste
 echo
 # a checkpoint every step: synchronous, --ckpt-async and none (bench/ckpt.sh)
 bash bench/ckpt.sh gpt2-124m 8 256 5 "$THREADS"
+# the optimizer offload: gpt2-124m with and without it, gpt2-1558m in bf16 with it (bench/offload.sh)
+THREADS=$THREADS bash bench/offload.sh
 
 echo
 # Debian's alternatives give libopenblas.so.0 to the pthreads build when

@@ -3,6 +3,10 @@
 #ifndef TSR_CLI_CLI_H
 #define TSR_CLI_CLI_H
 
+#include <stddef.h>
+
+#include "core/check.h"
+
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
@@ -12,6 +16,10 @@ int cmd_export(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_comm_bench(int argc, char **argv);
+// comm-bench --disk DIR (cli/diskbench.c): the optimizer offload's bandwidth
+// over bytes of files under dir, timed over passes after warmup ones. 0, or
+// -1 with e.
+int disk_bench(const char *dir, size_t bytes, int passes, int warmup, Err *e);
 int cmd_plan(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 

@@ -96,7 +96,7 @@ static int bench_main(Comm *c, void *arg) {
 
 int cmd_comm_bench(int argc, char **argv) {
     int nproc = 2, iters = 20, warmup = 5;
-    const char *op = "all", *min_s = "8", *max_s = "256M";
+    const char *op = "all", *min_s = "8", *max_s = "256M", *disk = NULL;
     double timeout = 0;
     Flag f[] = {
         {"nproc", FLAG_INT, &nproc, 1, 256, "N", "ranks to fork on this machine (local backend; default 2; under mpirun, mpirun's ranks)", 0, NULL},
@@ -106,14 +106,17 @@ int cmd_comm_bench(int argc, char **argv) {
         {"iters", FLAG_INT, &iters, 1, 1 << 20, "N", "timed calls per size (default 20; fewer above 100 MB)", 0, NULL},
         {"warmup", FLAG_INT, &warmup, 0, 1 << 20, "N", "untimed calls first (default 5)", 0, NULL},
         {"comm-timeout", FLAG_FLOAT, &timeout, 0.001, 1e9, "S", "seconds a rank waits for the others (default 300, or $TESSERA_COMM_TIMEOUT)", 0, NULL},
+        {"disk", FLAG_STR, &disk, 0, 0, "DIR", "instead of the collectives, the bandwidth the optimizer offload gets from files under DIR (--max-bytes of them, --iters passes; tessera plan's --disk-gbps)", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]), help;
     Json *unused = NULL;
     Err e = {0};
     if (flags_parse(f, nf, argc, argv, "comm-bench", &help, &unused, &e)) return cli_fail("comm-bench", &e);
     if (help) {
-        printf("usage: tessera comm-bench [--nproc N] [--op OP] [--min-bytes S] [--max-bytes S] [--iters N]\n\n"
-               "Collective bandwidth (nccl-tests style): one row per size, bytes first, bus bandwidth last.\n\n");
+        printf("usage: tessera comm-bench [--nproc N] [--op OP] [--min-bytes S] [--max-bytes S] [--iters N]\n"
+               "       tessera comm-bench --disk DIR [--max-bytes S] [--iters N]\n\n"
+               "Collective bandwidth (nccl-tests style): one row per size, bytes first, bus bandwidth last.\n"
+               "With --disk: the disk bandwidth the optimizer offload (tessera train --offload) gets under DIR.\n\n");
         flags_print(f, nf);
         return 0;
     }
@@ -133,6 +136,7 @@ int cmd_comm_bench(int argc, char **argv) {
         err_set(&e, ERR_USAGE, "--max-bytes: expected a size from --min-bytes to 1G, got '%s'", max_s);
         return cli_fail("comm-bench", &e);
     }
+    if (disk) return disk_bench(disk, b.max_bytes, iters, warmup > 1 ? 1 : warmup, &e) ? cli_fail("comm-bench", &e) : 0;
     if (comm_run(nproc, bench_main, &b, timeout > 0 ? timeout : comm_timeout_default(), &e)) return cli_fail("comm-bench", &e);
     return 0;
 }

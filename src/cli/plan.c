@@ -58,6 +58,11 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
            r->weights / GiB, r->grads / GiB, r->optim / GiB, r->model_states / GiB, r->acts / GiB, r->comm_buf / GiB);
     if (r->ckpt > 0) printf("           checkpoint staging (--ckpt-async) %.2f GiB\n", r->ckpt / GiB);
     printf("           total %.2f GiB per device of %.0f GiB: %s\n", r->total / GiB, c->mem_gb, r->fits ? "fits" : "DOES NOT FIT");
+    if (l->offload)
+        printf("offload    optimizer: %.3f GiB on disk per device (the AdamW moments%s), its ring of buffers in the optimizer's\n"
+               "           figure; per step %.4g GB read and %.4g GB written, %.4g s at %.3g GB/s (--disk-gbps)\n",
+               r->disk / GiB, layout_offloads_masters(l) ? " and the fp32 masters" : "", r->io_read / 1e9, r->io_written / 1e9,
+               r->t_io, c->disk_gbps);
     if (explain) {
         int mixed = l->precision != PREC_FP32;
         printf("  = states: (%s) × Ψ=%s%s\n", mixed ? "2 weights + 2 gradients + 12 fp32 master/m/v" : "4 + 4 + 8 (m, v)", pd,
@@ -83,6 +88,7 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
     printf("step       compute %.4g s, pipeline bubble %.4g s, tensor-parallel comm %.4g s, pipeline comm %.4g s,\n"
            "           data-parallel comm %.4g s (%.4g exposed after overlap with backward) -> step %.4g s\n",
            r->t_compute, r->t_bubble, r->t_tp, r->t_pp, r->t_dp, r->t_dp_exposed, r->t_step);
+    if (l->offload) printf("           (the step includes the offload's disk I/O, %.4g s)\n", r->t_io);
     printf("comm       per device per step: dp %.4g GB, tp %.4g GB, pp %.4g GB\n", r->bytes_dp / 1e9, r->bytes_tp / 1e9, r->bytes_pp / 1e9);
     if (c->devices > c->per_node) {   // which groups the network carries
         char in[48] = "", out[48] = "";
@@ -130,6 +136,7 @@ static void json_layout(const PlanModel *m, const PlanCluster *c, const Layout *
     jb_key(&b, "virtual_stages"); jb_int(&b, l->vstages > 1 ? l->vstages : 1);
     jb_key(&b, "recompute"); jb_str(&b, rec_name[l->recompute]); jb_key(&b, "precision"); jb_str(&b, prec_name(l->precision));
     jb_key(&b, "sp"); jb_bool(&b, l->sp);
+    jb_key(&b, "offload"); jb_str(&b, l->offload ? "optimizer" : "none");
     jb_obj_end(&b);
     jb_key(&b, "weights_bytes"); jb_num(&b, r->weights);
     jb_key(&b, "grads_bytes"); jb_num(&b, r->grads);
@@ -139,6 +146,13 @@ static void json_layout(const PlanModel *m, const PlanCluster *c, const Layout *
     jb_key(&b, "comm_buffer_bytes"); jb_num(&b, r->comm_buf);
     jb_key(&b, "ckpt_staging_bytes"); jb_num(&b, r->ckpt);
     jb_key(&b, "total_bytes"); jb_num(&b, r->total);
+    if (l->offload) {
+        jb_key(&b, "offload_bytes"); jb_num(&b, r->disk);
+        jb_key(&b, "io_read_bytes"); jb_num(&b, r->io_read);
+        jb_key(&b, "io_written_bytes"); jb_num(&b, r->io_written);
+        jb_key(&b, "io_seconds"); jb_num(&b, r->t_io);
+        jb_key(&b, "disk_gbps"); jb_num(&b, c->disk_gbps);
+    }
     jb_key(&b, "device_bytes"); jb_num(&b, c->mem_gb * GiB);
     jb_key(&b, "fits"); jb_bool(&b, r->fits);
     jb_key(&b, "flops_per_token"); jb_num(&b, r->flops_token);
@@ -206,9 +220,9 @@ static int parse_why_not(const char *s, int *dp, int *tp, int *pp, int *zero, Er
 
 // What plan's flags give (their defaults in plan_flags).
 typedef struct {
-    const char *model, *config, *arch, *schedule, *recompute, *precision, *reduce, *attention, *why_not;
+    const char *model, *config, *arch, *schedule, *recompute, *precision, *reduce, *attention, *why_not, *offload;
     int64_t devices, per_node, seq, gbatch, mbatch, vocab;
-    double mem, tflops, mfu, bw_intra, bw_inter, alpha, tokens, doc_len;
+    double mem, tflops, mfu, bw_intra, bw_inter, alpha, tokens, doc_len, disk_gbps;
     int dp, tp, pp, zero, sp, json, explain, top, tut, vstages, local, ckpt_async;
     int layers, d_model, heads, kv_heads, d_ff, positions;   // shape flags over the preset or config
     int given_devices, given_per_node, given_mem, given_tflops;   // on the command line or in --config: --local keeps them
@@ -239,7 +253,8 @@ static void local_cluster(PlanArgs *a, Precision prec) {
 static int plan_flags(PlanArgs *a, int argc, char **argv, int *help, Json **cfg, Err *e) {
     *a = (PlanArgs){.model = "gpt2-124m", .schedule = "1f1b", .recompute = "none", .precision = "bf16", .reduce = "fp32",
                     .attention = "fused", .devices = 8, .per_node = 8, .gbatch = 512, .mbatch = 1, .mem = 80, .tflops = 312,
-                    .mfu = 0.5, .bw_intra = 300, .bw_inter = 25, .alpha = 5, .zero = -1, .top = 5, .vstages = 1};
+                    .mfu = 0.5, .bw_intra = 300, .bw_inter = 25, .alpha = 5, .zero = -1, .top = 5, .vstages = 1,
+                    .disk_gbps = 2};
     Flag f[] = {
         {"model", FLAG_STR, &a->model, 0, 0, "PRESET", "model (default gpt2-124m); see the list above", 0, NULL},
         {"config", FLAG_STR, &a->config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama: n_kv_head, rope_theta, norm_eps} (as tessera train's)", 0, NULL},
@@ -275,6 +290,8 @@ static int plan_flags(PlanArgs *a, int argc, char **argv, int *help, Json **cfg,
         {"precision", FLAG_STR, &a->precision, 0, 0, "P", "fp32, bf16 (default) or fp16", 0, NULL},
         {"reduce-dtype", FLAG_STR, &a->reduce, 0, 0, "T", "gradient reduction dtype under bf16/fp16: fp32 (default) or bf16", 0, NULL},
         {"sp", FLAG_BOOL, &a->sp, 0, 0, "", "sequence parallelism (default false)", 0, NULL},
+        {"offload", FLAG_STR, &a->offload, 0, 0, "optimizer", "the optimizer state on disk, as tessera train --offload optimizer keeps it: resident memory, bytes on disk, bytes read and written per step and their time at --disk-gbps (without it, a search that finds no layout that fits tries again with it)", 0, NULL},
+        {"disk-gbps", FLAG_FLOAT, &a->disk_gbps, 1e-6, 1e6, "GB/s", "bandwidth of the disk under --offload (default 2, an NVMe SSD's order; tessera comm-bench --disk measures this machine's)", 0, NULL},
         {"attention", FLAG_STR, &a->attention, 0, 0, "A", "fused (default, no s² activations) or naive", 0, NULL},
         {"ckpt-async", FLAG_BOOL, &a->ckpt_async, 0, 0, "", "count tessera train --ckpt-async's staging copy of the checkpoint pieces a device writes (its parameters and AdamW moments in fp32)", 0, NULL},
         {"json", FLAG_BOOL, &a->json, 0, 0, "", "one JSON object instead of text", 0, NULL},
@@ -346,7 +363,7 @@ static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *
         pick(a->attention, (const char *[]){"naive", "fused"}, 2, "attention", &att_, e))
         return -1;
     if (a->local) local_cluster(a, (Precision)p_);
-    *c = (PlanCluster){a->devices, a->per_node, a->mem, a->tflops, a->mfu, a->bw_intra, a->bw_inter, a->alpha};
+    *c = (PlanCluster){a->devices, a->per_node, a->mem, a->tflops, a->mfu, a->bw_intra, a->bw_inter, a->alpha, a->disk_gbps};
     if (plan_check_inputs(m, c, j, e)) return -1;
     l->schedule = s_;
     l->recompute = r_;
@@ -356,6 +373,9 @@ static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *
     l->sp = a->sp;
     l->vstages = a->vstages;
     l->ckpt_async = a->ckpt_async;
+    if (a->offload && strcmp(a->offload, "optimizer"))
+        return err_set(e, ERR_USAGE, "--offload: expected optimizer, got '%s'", a->offload);
+    l->offload = a->offload ? OFFLOAD_OPTIMIZER : OFFLOAD_NONE;
     return 0;
 }
 
@@ -387,15 +407,17 @@ static int plan_search(const PlanArgs *a, const PlanModel *m, const PlanCluster 
     enum { MAXL = 4096 };
     static Layout cand[MAXL];
     static PlanResult res[MAXL];
-    int n = 0, rejected_mem = 0, rejected_rule = 0;
+    int n = 0, rejected_mem = 0, rejected_rule = 0, tried_offload = 0;
     double best_mem = 1e300;
+    Layout base = *l;
+again:
     for (int t = 1; t <= c->per_node && t <= m->a; t *= 2)
         for (int p = 1; p <= m->L; p++) {
             if (m->L % p || c->devices % ((int64_t)t * p)) continue;
             for (int z = 0; z <= 3; z++) {
                 if (a->zero >= 0 && z != a->zero) continue;
                 for (int rc = 0; rc < 3; rc++) {
-                    Layout x = *l;
+                    Layout x = base;
                     x.tp = t; x.pp = p; x.dp = (int)(c->devices / ((int64_t)t * p)); x.zero = z; x.recompute = rc;
                     x.vstages = 1;
                     if (x.dp > 1 << 30) continue;
@@ -407,10 +429,16 @@ static int plan_search(const PlanArgs *a, const PlanModel *m, const PlanCluster 
                 }
             }
         }
+    if (n == 0 && !base.offload) {   // nothing fits in memory: the optimizer state on disk
+        base.offload = OFFLOAD_OPTIMIZER;
+        tried_offload = 1;
+        rejected_mem = rejected_rule = 0;
+        goto again;
+    }
     if (n == 0)
-        return err_set(e, ERR_USAGE, "no layout fits: %d valid layouts need more than %.0f GiB per device (the smallest %.1f GiB), "
+        return err_set(e, ERR_USAGE, "no layout fits%s: %d valid layouts need more than %.0f GiB per device (the smallest %.1f GiB), "
                        "%d break a rule (divisibility, batch, TP inside a node); add devices or memory",
-                       rejected_mem, c->mem_gb, best_mem < 1e300 ? best_mem / GiB : 0.0, rejected_rule);
+                       tried_offload ? ", not even with the optimizer offloaded to disk" : "", rejected_mem, c->mem_gb, best_mem < 1e300 ? best_mem / GiB : 0.0, rejected_rule);
     // rank by step time, then memory
     for (int x = 1; x < n; x++)
         for (int b = x; b > 0 && (res[b].t_step < res[b - 1].t_step ||
@@ -430,8 +458,9 @@ static int plan_search(const PlanArgs *a, const PlanModel *m, const PlanCluster 
         printf("%4d %4d %4d %5d %-10s | %9.2f | %10.4g | %12.4g | %5.1f%%\n", cand[k].dp, cand[k].tp, cand[k].pp,
                cand[k].zero, rec_name[cand[k].recompute], res[k].total / GiB, res[k].t_step, res[k].tokens_per_s,
                100 * res[k].mfu);
-    printf("%d layouts fit; %d valid ones need more memory than the device has; %d break a rule. Details: --dp/--tp/--pp, --why-not.\n",
-           n, rejected_mem, rejected_rule);
+    printf("%d layouts fit%s; %d valid ones need more memory than the device has; %d break a rule. Details: --dp/--tp/--pp, --why-not.\n",
+           n, tried_offload ? " with --offload optimizer (none without it)" : base.offload ? " (--offload optimizer)" : "",
+           rejected_mem, rejected_rule);
     if (j->tokens > 0) printf("best layout trains %.4g tokens in %.4g days (%.4g device-hours)\n", j->tokens, res[0].days, res[0].device_hours);
     return 0;
 }

@@ -352,7 +352,7 @@ static int launch(TrainConfig *tc, int world, RankArgs *ra, double timeout, int 
 // start (their defaults in train_flags).
 typedef struct {
     TrainConfig tc;
-    const char *model, *config, *lr_schedule, *pp_layers, *pipe_sched, *recompute, *precision, *reduce, *trace_steps;
+    const char *model, *config, *lr_schedule, *pp_layers, *pipe_sched, *recompute, *precision, *reduce, *trace_steps, *offload;
     int nproc, dp, tp, pp, micro, max_restarts;
     ScalerConfig sc;   // fp16's loss-scale flags, 0 (min: -1) when not given
     double comm_timeout, restart_delay;
@@ -430,9 +430,12 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
         {"max-restarts", FLAG_INT, &a->max_restarts, 0, 1000, "K", "when a rank dies or the run fails (exit 1), start every rank again from --ckpt-dir's latest checkpoint, up to K times (default 0)", 0, NULL},
         {"restart-delay", FLAG_FLOAT, &a->restart_delay, 0, 3600, "S", "seconds to wait before a restart (default 1)", 0, NULL},
         {"peak-gflops", FLAG_FLOAT, &a->tc.peak_gflops, 0, 1e9, "X", "peak GFLOP/s for MFU (default: the register-only probe of the arithmetic the products use)", 0, NULL},
-        {"profile", FLAG_BOOL, &a->tc.profile, 0, 0, "", "time each kind of work (every GEMM shape, attention, loss, norms, AdamW, loader, communication, checkpoint I/O) and print where the steps' time went (checkpoints included, with the steps before them)", 0, NULL},
+        {"profile", FLAG_BOOL, &a->tc.profile, 0, 0, "", "time each kind of work (every GEMM shape, attention, loss, norms, AdamW, loader, communication, checkpoint I/O, disk I/O wait) and print where the steps' time went (checkpoints included, with the steps before them)", 0, NULL},
         {"trace", FLAG_STR, &a->tc.trace_path, 0, 0, "FILE.json", "write a timeline of the --trace-steps steps, every rank's, as one Chrome trace-event file (Perfetto, chrome://tracing): kernels by kind and layer, collectives with their group and bytes, pipeline sends and receives, the loader, checkpoint writes", 0, NULL},
         {"trace-steps", FLAG_STR, &a->trace_steps, 0, 0, "A:B", "the steps --trace records, A to B (default: the second and third steps the run does, 2:3 from scratch; its only step when it does one); a resumed run traces those after its checkpoint", 0, NULL},
+        {"offload", FLAG_STR, &a->offload, 0, 0, "optimizer", "keep the optimizer state of each rank's owned pieces in files instead of memory (ZeRO-Offload), streamed segment by segment through a ring of 3 buffers with read-ahead and write-behind threads: the AdamW moments always; under bf16/fp16 also the fp32 master weights (the 16-bit copy the passes read stays in memory: the whole model's, or under ZeRO-3 the owned shard's, gathered in 16 bits); under fp32 the weights stay in memory (they are the masters the forward reads). The same update bit for bit; checkpoints are ordinary ones (resume with or without it)", 0, NULL},
+        {"offload-dir", FLAG_STR, &a->tc.offload_dir, 0, 0, "DIR", "with --offload: make the offload directory (offload-rRRRRR-HOST-pPID.XXXXXX, one per rank; those a killed run of this host left are removed) under DIR (default: --ckpt-dir, else $TMPDIR or /tmp)", 0, NULL},
+        {"offload-keep", FLAG_BOOL, &a->tc.offload_keep, 0, 0, "", "with --offload: leave the offload files in place at exit (default: removed)", 0, NULL},
     };
     int nf = (int)(sizeof f / sizeof f[0]);
     if (flags_parse(f, nf, argc, argv, "train", help, cfg, e)) return -1;
@@ -519,6 +522,24 @@ static int train_config(TrainArgs *a, int **layers, Err *e) {
     else if (strcmp(a->recompute, "none"))
         return err_set(e, ERR_USAGE, "--recompute: expected none, selective or full, got '%s'", a->recompute);
     if (precision_flags(tc, a->precision, a->reduce, &a->sc, e)) return -1;
+    if (a->offload && strcmp(a->offload, "optimizer"))
+        return err_set(e, ERR_USAGE, "--offload: expected optimizer, got '%s'", a->offload);
+    tc->layout.offload = a->offload ? OFFLOAD_OPTIMIZER : OFFLOAD_NONE;
+    const char *unit = getenv("TESSERA_TEST_OFFLOAD_UNIT");   // test hook: small units, so tiny models stream several per segment
+    if (unit && unit[0]) {
+        char *end;
+        long long v = strtoll(unit, &end, 10);
+        if (*end || v < 1 || v > (1LL << 40))
+            return err_set(e, ERR_USAGE, "TESSERA_TEST_OFFLOAD_UNIT='%s': expected floats in 1..2^40", unit);
+        tc->offload_unit = (size_t)v;
+    }
+    if (!a->offload && (tc->offload_dir || tc->offload_keep))
+        return err_set(e, ERR_USAGE, "%s says where the offload's files go: it needs --offload optimizer",
+                       tc->offload_dir ? "--offload-dir" : "--offload-keep");
+    struct stat od;   // checked before any rank starts (each makes its directory in it)
+    if (tc->offload_dir && stat(tc->offload_dir, &od))
+        return err_set(e, ERR_USAGE, "--offload-dir %s: %s", tc->offload_dir, strerror(errno));
+    if (tc->offload_dir && !S_ISDIR(od.st_mode)) return err_set(e, ERR_USAGE, "--offload-dir %s: not a directory", tc->offload_dir);
     // the same layout rules for a fresh run and a resumed one, before any
     // rank starts (an --init-from file's model is checked by every rank)
     if (split_known) {   // padded as the trainer pads it

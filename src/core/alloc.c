@@ -16,6 +16,7 @@ typedef struct { uint32_t magic; uint32_t tag; size_t bytes; } Header;
 static _Atomic size_t cur[MEM_NTAGS], peak[MEM_NTAGS];
 static _Atomic size_t cur_total, peak_total;
 static _Atomic long fail_countdown;
+static _Atomic long long offload_bytes;
 
 static void raise_peak(_Atomic size_t *pk, size_t v) {
     size_t old = atomic_load(pk);
@@ -49,6 +50,9 @@ void mem_free(void *p) {
     atomic_fetch_sub(&cur_total, h->bytes);
     free(h);
 }
+
+void mem_offload_add(long long delta) { atomic_fetch_add(&offload_bytes, delta); }
+size_t mem_offload(void) { return (size_t)atomic_load(&offload_bytes); }
 
 size_t mem_current(MemTag tag) { return atomic_load(&cur[tag]); }
 size_t mem_peak(MemTag tag) { return atomic_load(&peak[tag]); }

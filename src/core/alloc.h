@@ -31,6 +31,11 @@ size_t mem_peak_total(void);         // high-water mark of the sum over tags
 const char *mem_tag_name(MemTag tag);   // "params", "grads", ...
 void mem_reset_peak(void);           // peaks := current values
 
+// Bytes held on disk in place of memory (the optimizer offload's files):
+// not a tag, not in the totals; mem_offload_add moves it by delta.
+void mem_offload_add(long long delta);
+size_t mem_offload(void);
+
 // Test hook: the n-th mem_alloc from now (1 = the next one) returns NULL;
 // n <= 0 disarms.
 void mem_fail_after(long n);

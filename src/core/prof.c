@@ -79,6 +79,7 @@ static const struct {
     [PROF_LOADER] = {"loader wait", "loader"},
     [PROF_COMM] = {"communication", "comm"},
     [PROF_CKPT] = {"checkpoint I/O", "ckpt"},
+    [PROF_IO] = {"disk I/O wait", "io"},
 };
 
 const char *prof_kind_name(ProfKind kind) { return kind >= 0 && kind < PROF_NKIND ? kinds[kind].name : "?"; }

@@ -28,6 +28,7 @@ typedef enum {
     PROF_LOADER,      // waiting for the next batch
     PROF_COMM,        // blocking collectives and waits on sends, receives and reductions
     PROF_CKPT,        // writing a checkpoint's files (after the steps that precede it)
+    PROF_IO,          // waiting on the optimizer offload's disk reads and writes
     PROF_NKIND
 } ProfKind;
 

@@ -17,7 +17,9 @@
 // ---- parameters and gradients by segment: the hooks, or the flat buffers ----
 
 const float *stage_seg_params(Stage *s, int seg, int next) {
-    const float *src = s->hooks.params ? s->hooks.params(s->hooks.ctx, seg, next) : s->params + s->table.seg[seg].lo;
+    const float *src = s->hooks.params ? s->hooks.params(s->hooks.ctx, seg, next)
+                       : s->params       ? s->params + s->table.seg[seg].lo
+                                         : NULL;   // STAGE_PARAMS16_ONLY: the 16-bit copy alone
     return s->acts->prec == PREC_FP32 ? src : stage16_params(s, seg, src);
 }
 
@@ -274,11 +276,14 @@ int stage_init(Stage *s, const ModelConfig *cfg, const ModelSlice *slice, int B,
     size_t pbytes = s->table.total * sizeof(float);
     a->act_bytes = layout_acts(a, slots, NULL);
     a->ws_bytes = layout_scratch(a, slots, NULL);
-    if (!(flags & STAGE_NO_PARAMS)) s->params = mem_alloc(MEM_PARAMS, pbytes);
+    unsigned no_params = flags & (STAGE_NO_PARAMS | STAGE_PARAMS16_ONLY);
+    CHECKF(!(flags & STAGE_PARAMS16_ONLY) || (a->prec != PREC_FP32 && !(flags & STAGE_NO_PARAMS)),
+           "a stage of 16-bit weights alone needs bf16 or fp16 and a copy of its own");
+    if (!no_params) s->params = mem_alloc(MEM_PARAMS, pbytes);
     if (!(flags & STAGE_NO_GRADS)) s->grads = mem_alloc(MEM_GRADS, pbytes);
     a->act_block = mem_alloc(MEM_ACTS, a->act_bytes);
     a->ws_block = mem_alloc(MEM_WORKSPACE, a->ws_bytes);
-    if ((!s->params && !(flags & STAGE_NO_PARAMS)) || (!s->grads && !(flags & STAGE_NO_GRADS)) || !a->act_block ||
+    if ((!s->params && !no_params) || (!s->grads && !(flags & STAGE_NO_GRADS)) || !a->act_block ||
         !a->ws_block) {
         char b1[32], b2[32];
         err_set(err, ERR_RUN, "out of memory allocating the model (%s of parameters, %s of activations for B=%d T=%d)",

@@ -137,9 +137,14 @@ typedef struct StageHooks {
 // in fp32, from the 16-bit values. Under fp16 the gradient flowing back out
 // of each block (and out of the head) is held in fp16 too, the range a loss
 // scale exists for. Gradients are fp32.
+//
+// STAGE_PARAMS16_ONLY (with bf16 or fp16): no fp32 parameters (params is
+// NULL: their masters live elsewhere, the optimizer offload's files); the
+// stage keeps its own 16-bit copy, which its owner writes and marks
+// current (stage_params16, stage_params16_current) before every pass.
 enum {
     STAGE_NO_PARAMS = 1, STAGE_NO_GRADS = 2, STAGE_RECOMPUTE_FULL = 4, STAGE_RECOMPUTE_SELECTIVE = 8,
-    STAGE_BF16 = 16, STAGE_FP16 = 32
+    STAGE_BF16 = 16, STAGE_FP16 = 32, STAGE_PARAMS16_ONLY = 64
 };
 
 // The stage_init flag of a precision (0 for fp32).

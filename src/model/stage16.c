@@ -53,6 +53,7 @@ const float *stage16_params(Stage *s, int seg, const float *src) {
     const ParamSeg *g = &s->table.seg[seg];
     size_t n = g->hi - g->lo;
     float *dst = a->wbuf[g->part];
+    CHECKF(src || (a->w16 && !a->w16_stale[seg]), "segment %d's 16-bit copy is stale and there are no fp32 weights", seg);
     if (a->w16 && matmul_bf16()) {
         seg_params_bound(s, seg, src, dst);
         return dst;

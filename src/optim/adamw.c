@@ -70,7 +70,8 @@ void adamw_update_pieces(const AdamW *a, const ParamTable *t, const OptPiece *pc
                 size_t i = r0 - c->lo;
                 args.weight_decay = decay ? (float)o->weight_decay : 0.0f;
                 args.prec16 = c->prec16;
-                adamw_update(c->params + i, c->grads + i, a->m + c->opt_off + i, a->v + c->opt_off + i,
+                float *m = c->m ? c->m : a->m + c->opt_off, *v = c->v ? c->v : a->v + c->opt_off;
+                adamw_update(c->params + i, c->grads + i, m + i, v + i,
                              c->params16 ? c->params16 + i : NULL, r1 - r0, &args);
             }
             k = j;
@@ -80,7 +81,7 @@ void adamw_update_pieces(const AdamW *a, const ParamTable *t, const OptPiece *pc
 
 void adamw_step(AdamW *a, const ParamTable *t, float *params, const float *grads, float lr, const AdamWConfig *o,
                 float grad_scale) {
-    OptPiece all = {0, t->total, params, grads, 0, NULL, PREC_FP32};
+    OptPiece all = {0, t->total, params, grads, 0, NULL, PREC_FP32, NULL, NULL};
     adamw_begin_step(a);
     adamw_update_pieces(a, t, &all, 1, lr, o, grad_scale);
 }

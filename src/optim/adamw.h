@@ -41,6 +41,8 @@ typedef struct OptPiece {
     size_t opt_off;
     uint16_t *params16;   // the 16-bit copy of [lo, hi), written as the update goes (NULL: none)
     Precision prec16;     // its format
+    float *m, *v;         // the piece's moments, hi − lo floats each, in place of AdamW.m/v + opt_off
+                          // (the optimizer offload's buffers; NULL: AdamW's own)
 } OptPiece;
 
 // One update in parts: adamw_begin_step counts it, then adamw_update_pieces

@@ -41,6 +41,8 @@ size_t dp_comm_bytes(const ParamTable *t, const ModelSlice *sl, const Layout *l,
     pool_caps(t, caps);
     for (int p = 0; zero >= 2 && p < NPOOL; p++)   // gradients, gathered parameters, the bf16 copy sent
         bytes += caps[p] * (sizeof(float) + (zero >= 3 ? sizeof(float) : 0) + (bf16 ? sizeof(uint16_t) : 0));
+    for (int p = 0; zero >= 3 && layout_offloads_masters(l) && p < NPOOL; p++)   // the 16-bit values gathered
+        bytes += caps[p] * sizeof(uint16_t);
     if (bf16 && zero <= 1 && reduces) bytes += t->total * sizeof(uint16_t);
     if (emb_seg(t) >= 0 && slice_is_first(sl) && reduces) bytes += embsync_size(l->dp, (size_t)B * T, C);
     return bytes;
@@ -68,7 +70,7 @@ static int status(const Dp *d, Err *err) {
 }
 
 // The owned gradients of segment k's piece (stages 1-3).
-static float *piece_grads(const Dp *d, int k) {
+float *dp_piece_grads(const Dp *d, int k) {
     if (d->zero >= 2) return d->gshard + d->soff[k];
     return d->st->grads + d->t->seg[k].lo + (size_t)d->rank * d->sk[k];
 }
@@ -153,16 +155,22 @@ static void gather_start(Dp *d, int k) {
     wait_req(d, &b->req);   // a prefetch of another segment that was never used
     b->seg = k;
     b->state = BUF_PENDING;
-    b->req = comm_iallgather(d->c, d->pshard + d->soff[k], b->buf, d->sk[k], DT_F32);
+    b->req = d->hshard ? comm_iallgather(d->c, d->hshard + d->soff[k], b->h, d->sk[k], DT_BF16)   // 2-byte values, copied
+                       : comm_iallgather(d->c, d->pshard + d->soff[k], b->buf, d->sk[k], DT_F32);
+}
+
+// Waits for b's gather; 16-bit values gathered are widened into its floats
+// (exactly: the passes round them again to the same values).
+static void gather_done(Dp *d, Buf *b) {
+    wait_req(d, &b->req);
+    if (d->hshard && !d->failed) half_unpack(d->st->prec, b->buf, b->h, d->sk[b->seg] * (size_t)d->d);
+    b->state = BUF_READY;
 }
 
 // Waits for parameter gathers that were prefetched; their data stays usable.
 static void settle_prefetches(Dp *d) {
     for (int p = 0; p < NPOOL; p++)
-        if (d->pbuf[p].state == BUF_PENDING) {
-            wait_req(d, &d->pbuf[p].req);
-            d->pbuf[p].state = BUF_READY;
-        }
+        if (d->pbuf[p].state == BUF_PENDING) gather_done(d, &d->pbuf[p]);
 }
 
 // ---- the stage's hooks ----
@@ -171,11 +179,11 @@ static const float *hook_params(void *ctx, int k, int next) {
     Dp *d = ctx;
     if (d->zero < 3) {   // the whole parameters, once this segment's allgather after the last update has arrived
         wait_req(d, &d->ag[k]);
-        return d->st->params + d->t->seg[k].lo;
+        return d->st->params ? d->st->params + d->t->seg[k].lo : NULL;   // NULL: the 16-bit copy alone, gathered
     }
     Buf *b = &d->pbuf[pool_of(d, k)];
     if (b->seg != k || (b->state != BUF_PENDING && b->state != BUF_READY)) gather_start(d, k);
-    wait_req(d, &b->req);
+    if (b->state == BUF_PENDING) gather_done(d, b);
     b->state = BUF_IN_USE;
     if (next >= 0) {
         Buf *nb = &d->pbuf[pool_of(d, next)];
@@ -307,9 +315,14 @@ int dp_init(Dp **out, const Layout *l, double bucket_mb, Stage *st, Err *err) {
         if (reduce == DT_BF16 && d->gbuf[p].cap &&
             !(d->gbuf[p].h = mem_alloc(MEM_COMM, d->gbuf[p].cap * sizeof(uint16_t))))
             goto oom;
+        if (layout_offloads_masters(l) && d->pbuf[p].cap &&
+            !(d->pbuf[p].h = mem_alloc(MEM_COMM, d->pbuf[p].cap * sizeof(uint16_t))))
+            goto oom;
     }
     if (zero >= 2 && !(d->gshard = mem_alloc(MEM_GRADS, d->S * sizeof(float)))) goto oom;
-    if (zero >= 3 && !(d->pshard = mem_alloc(MEM_PARAMS, d->S * sizeof(float)))) goto oom;
+    d->masters = layout_offloads_masters(l);
+    if (zero >= 3 && !d->masters && !(d->pshard = mem_alloc(MEM_PARAMS, d->S * sizeof(float)))) goto oom;
+    if (zero >= 3 && d->masters && !(d->hshard = mem_alloc(MEM_PARAMS16, d->S * sizeof(uint16_t)))) goto oom;
     if (zero == 0 && d->d > 1 && make_buckets(d)) goto oom;
     if (reduce == DT_BF16 && zero <= 1 && reduces && !(d->h = mem_alloc(MEM_COMM, t->total * sizeof(uint16_t)))) goto oom;
     if (reduces) {
@@ -338,19 +351,25 @@ void dp_free(Dp *d) {
         mem_free(d->pbuf[p].buf);
         mem_free(d->gbuf[p].buf);
         mem_free(d->gbuf[p].h);
+        mem_free(d->pbuf[p].h);
     }
     mem_free(d->h);
     for (int k = 0; d->rs && k < d->t->nseg; k++) wait_req(d, &d->rs[k]);
     for (int k = 0; d->ag && k < d->t->nseg; k++) wait_req(d, &d->ag[k]);
     embsync_free(d->es);
+    offload_close(d->off);
     if (d->st->hooks.ctx == d) stage_set_hooks(d->st, NULL);
     mem_free(d->pshard);
+    mem_free(d->hshard);
     mem_free(d->gshard);
     free(d->b);
     free(d->sk);
     free(d->soff);
     free(d->rs);
     free(d->ag);
+    free(d->useg);
+    free(d->uoff);
+    free(d->un);
     free(d);
 }
 
@@ -377,7 +396,7 @@ int dp_finish(Dp *d, Err *err) {
         size_t at = d->t->seg[k].lo + (size_t)d->rank * d->sk[k];
         if (d->zero == 1) reduce_done(d, &d->rs[k], d->st->grads + at, d->h + at, d->sk[k]);
     }
-    if (d->zero == 1 && d->es) apply_rows(d, piece_grads(d, d->emb), d->t->seg[d->emb].lo + (size_t)d->rank * d->sk[d->emb],
+    if (d->zero == 1 && d->es) apply_rows(d, dp_piece_grads(d, d->emb), d->t->seg[d->emb].lo + (size_t)d->rank * d->sk[d->emb],
                                           d->sk[d->emb]);
     for (int p = 0; p < NPOOL; p++) reduce_finish(d, &d->gbuf[p]);
     settle_prefetches(d);
@@ -415,7 +434,7 @@ double dp_grad_sumsq(const Dp *d) {
     if (d->zero >= 2) return sum_squares(d->gshard + (from ? d->sk[0] : 0), d->S - (from ? d->sk[0] : 0));
     double s = 0;
     for (int k = 0; k < d->t->nseg; k++)
-        if (k != d->shared) s += sum_squares(piece_grads(d, k), d->sk[k]);
+        if (k != d->shared) s += sum_squares(dp_piece_grads(d, k), d->sk[k]);
     return s;
 }
 
@@ -430,7 +449,7 @@ float *dp_owned_grads(Dp *d, int seg, size_t *n) {
         return d->st->grads + d->t->seg[seg].lo;
     }
     *n = d->sk[seg];
-    return piece_grads(d, seg);
+    return dp_piece_grads(d, seg);
 }
 
 int dp_npieces(const Dp *d) { return d->npc; }
@@ -439,11 +458,12 @@ size_t dp_shard_floats(const Dp *d) { return d->S; }
 DpPiece dp_piece(Dp *d, int k) {
     if (d->zero == 0) return (DpPiece){0, d->t->total, 0, d->st->params, d->st->grads};
     size_t lo = d->t->seg[k].lo + (size_t)d->rank * d->sk[k];
-    float *p = d->zero >= 3 ? d->pshard + d->soff[k] : d->st->params + lo;
-    return (DpPiece){lo, lo + d->sk[k], d->soff[k], p, piece_grads(d, k)};
+    float *p = d->zero >= 3 ? (d->pshard ? d->pshard + d->soff[k] : NULL) : d->st->params ? d->st->params + lo : NULL;
+    return (DpPiece){lo, lo + d->sk[k], d->soff[k], p, dp_piece_grads(d, k)};
 }
 
 int dp_update(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scale, Err *err) {
+    if (d->off) return dp_update_offloaded(d, opt, lr, o, grad_scale, err);
     // Without sharding the update covers every parameter: it writes the
     // stage's 16-bit copy as it goes, and the passes need not make it again.
     Precision prec16 = PREC_FP32;
@@ -451,7 +471,7 @@ int dp_update(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scal
     adamw_begin_step(opt);
     for (int k = 0; k < d->npc; k++) {
         DpPiece p = dp_piece(d, k);
-        OptPiece op = {p.lo, p.hi, p.params, p.grads, p.off, p16 ? p16 + p.lo : NULL, prec16};
+        OptPiece op = {p.lo, p.hi, p.params, p.grads, p.off, p16 ? p16 + p.lo : NULL, prec16, NULL, NULL};
         adamw_update_pieces(opt, d->t, &op, 1, lr, o, grad_scale);
         // every rank gets each updated piece back, in place, as soon as it
         // is updated; the next forward waits for each segment in turn
@@ -480,8 +500,8 @@ int dp_sync_params(Dp *d, Err *err) {
     return status(d, err);
 }
 
-// Fills segment k through buf and keeps the owned piece at dst; buf is
-// zeroed before and after (it is scratch that the step expects clean).
+// Fills segment k through buf and keeps the owned piece at dst;
+// buf is zeroed before and after (it is scratch that the step expects clean).
 static int fill_piece(Dp *d, int k, float *buf, float *dst, DpFill fill, void *ctx) {
     size_t n = d->t->seg[k].hi - d->t->seg[k].lo;
     memset(buf, 0, n * sizeof(float));
@@ -491,24 +511,26 @@ static int fill_piece(Dp *d, int k, float *buf, float *dst, DpFill fill, void *c
     return rc;
 }
 
-// Scratch for segment k's whole values: a pooled buffer, or in stage 1 the
-// gradient buffer (zeroed again before every step).
-static float *scratch_of(Dp *d, int k) {
+float *dp_scratch(Dp *d, int k) {
     return d->zero >= 2 ? d->gbuf[pool_of(d, k)].buf : d->st->grads + d->t->seg[k].lo;
 }
 
-int dp_fill_params(Dp *d, DpFill fill, void *ctx) {
+int dp_fill_params(Dp *d, DpFill fill, void *ctx, Err *err) {
+    if (d->masters) return dp_fill_offloaded(d, OFF_MASTER, fill, ctx, err);
     int rc = 0;
     for (int k = 0; k < d->t->nseg && rc == 0; k++)
         rc = d->zero < 3 ? fill(ctx, k, d->st->params + d->t->seg[k].lo)
-                         : fill_piece(d, k, scratch_of(d, k), d->pshard + d->soff[k], fill, ctx);
+                         : fill_piece(d, k, dp_scratch(d, k), d->pshard + d->soff[k], fill, ctx);
+    stage_params_changed(d->st);
     return rc;
 }
 
-int dp_fill_shard(Dp *d, float *shard, DpFill fill, void *ctx) {
+int dp_fill_moment(Dp *d, AdamW *opt, int which, DpFill fill, void *ctx, Err *err) {
+    if (d->off) return dp_fill_offloaded(d, which ? OFF_V : OFF_M, fill, ctx, err);
+    float *shard = which ? opt->v : opt->m;
     int rc = 0;
     for (int k = 0; k < d->t->nseg && rc == 0; k++)
         rc = d->zero == 0 ? fill(ctx, k, shard + d->t->seg[k].lo)
-                          : fill_piece(d, k, scratch_of(d, k), shard + d->soff[k], fill, ctx);
+                          : fill_piece(d, k, dp_scratch(d, k), shard + d->soff[k], fill, ctx);
     return rc;
 }

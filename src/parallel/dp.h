@@ -49,6 +49,7 @@
 #include "model/stage.h"
 #include "optim/adamw.h"
 #include "parallel/layout.h"
+#include "parallel/offload.h"
 
 typedef struct Dp Dp;
 
@@ -69,6 +70,23 @@ void dp_free(Dp *d);
 // copy), stages 0 and 1's bf16 copy of the gradients, and the embedding
 // rows (parallel/embsync) of a first stage whose gradients are reduced.
 size_t dp_comm_bytes(const ParamTable *t, const ModelSlice *sl, const Layout *l, int B, int T, int C);
+
+// ---- the optimizer offload (parallel/offload) ----
+// The owned pieces' optimizer state moves to files under base (flag names
+// it in errors; rank numbers this process's file set): the AdamW moments,
+// and the fp32 masters where the stage keeps 16-bit weights alone
+// (layout_offloads_masters). Each segment's owned piece is a unit; the
+// update streams them through the offload's ring, segment after segment,
+// with the same kernel in the same order (the same bits). The AdamW
+// passed to dp_update then holds no moments (adamw_init of 0 floats).
+// A piece larger than unit floats (0: DP_UNIT_FLOATS, 8 Mi) streams as
+// several units. keep: the files stay at dp_free. Call once, after dp_init.
+int dp_offload_open(Dp *d, const char *base, const char *flag, int rank, size_t unit, int keep, Err *err);
+// The bytes the offload's ring of buffers takes (MEM_OPTIM) for table t
+// under layout l (0 without offload).
+size_t dp_offload_ring_bytes(const ParamTable *t, const Layout *l);
+// The offload (NULL: none), for its counters and directory.
+const Offload *dp_offload(const Dp *d);
 
 // Before micro-batch k (of K)'s forward and before its backward (a
 // pipeline schedule interleaves them): the gradients the stage finishes
@@ -100,6 +118,8 @@ float *dp_owned_grads(Dp *d, int seg, size_t *n);
 // updated (the next forward waits for each segment's in turn), stage 3
 // starts gathering the next forward's first segment. 0, or -1 with err.
 int dp_update(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scale, Err *err);
+// (With the optimizer offload, an I/O failure returns -1 with the error
+// naming the file.)
 // The step is skipped (fp16 gradients overflowed): parameters and moments
 // stay as they are; the next forward starts as after dp_update. 0, or -1
 // with err.
@@ -123,11 +143,25 @@ size_t dp_shard_floats(const Dp *d);     // S: floats of the AdamW moments on th
 // Filling state segment by segment, between steps: fill writes segment k's
 // whole values into buf (laid out as its range [lo, hi)). dp_fill_params
 // fills the parameters the rank keeps (the whole buffer, or stage 3's
-// shard); dp_fill_shard a shard-sized array (the AdamW moments). Both stop
-// at fill's first non-zero return and return it.
+// shard; offloaded masters: their file, and the 16-bit copy made from
+// them) and marks them changed for the stage; dp_fill_moment AdamW moment
+// `which` (0: exp_avg, 1: exp_avg_sq) of the owned pieces, in opt or the
+// offload's files. Both stop at fill's first non-zero return and return
+// it (-1 with err for an offload write that failed).
 typedef int (*DpFill)(void *ctx, int k, float *buf);
-int dp_fill_params(Dp *d, DpFill fill, void *ctx);
-int dp_fill_shard(Dp *d, float *shard, DpFill fill, void *ctx);
+int dp_fill_params(Dp *d, DpFill fill, void *ctx, Err *err);
+int dp_fill_moment(Dp *d, AdamW *opt, int which, DpFill fill, void *ctx, Err *err);
+
+// The optimizer state for a checkpoint, where it lives: the moments as
+// shard-sized arrays (a piece's at DpPiece.off) and, where they are
+// offloaded, the masters the same way (NULL: DpPiece.params) — opt's, or
+// the offload's files mapped read-only after their checksums are checked;
+// valid until dp_state_release. 0, or -1 with err.
+typedef struct DpState {
+    const float *m, *v, *masters;
+} DpState;
+int dp_state(Dp *d, const AdamW *opt, DpState *s, Err *err);
+void dp_state_release(Dp *d);
 
 // For the header and the summary: one line describing the layout ("" for
 // one process), and one line of what the gradient collectives cost over

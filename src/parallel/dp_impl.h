@@ -9,12 +9,18 @@
 
 enum { POOL_EMB, POOL_LNF, POOL_BLK0, POOL_BLK1, NPOOL };
 enum { BUF_EMPTY, BUF_PENDING, BUF_READY, BUF_IN_USE };
+enum { OFF_M, OFF_V, OFF_MASTER };   // the offload's files: exp_avg, exp_avg_sq, masters
+// The largest unit the offload streams (floats): a segment's piece larger
+// than this (the embeddings, a wide block) goes in several, so the ring
+// stays a few tens of MiB whatever the model.
+enum { DP_UNIT_FLOATS = 1 << 23 };
 
 // A pooled buffer: one segment's parameters (gathered) or gradients (to be
 // reduce-scattered) at a time.
 typedef struct {
     float *buf;
-    uint16_t *h;         // gradients under a bf16 reduction: buf's values in bf16, as sent
+    uint16_t *h;         // gradients under a bf16 reduction: buf's values in bf16, as sent; stage 3's
+                         // parameters where the masters are offloaded: the 16-bit values gathered
     size_t cap;
     int seg, state;
     int micro;           // gradients: the micro-batch they are from
@@ -46,7 +52,8 @@ struct Dp {
     int nb, next;            // buckets, next to start
     Bucket embb;             // the embeddings' bucket (hi = 0: none)
     // stages 1-3
-    float *pshard;           // stage 3: owned parameters
+    float *pshard;           // stage 3: owned parameters (NULL where the masters are offloaded)
+    uint16_t *hshard;        // stage 3 with the masters offloaded: the owned parameters' 16-bit copy (MEM_PARAMS16)
     float *gshard;           // stages 2, 3: owned gradients
     Buf pbuf[NPOOL];         // stage 3: gathered parameters
     Buf gbuf[NPOOL];         // stages 2, 3: gradients being written or reduced
@@ -57,6 +64,24 @@ struct Dp {
     int failed;
     Err err;
     double waited;
+    // the optimizer offload
+    Offload *off;            // NULL: the state in memory
+    int masters;             // the fp32 masters are in its files (kind OFF_MASTER): layout_offloads_masters
+    int nunit;               // its units: each segment's owned piece cut into runs of at most dp_offload_open's unit
+    int *useg;               // per unit: its segment
+    size_t *uoff, *un;       // per unit: its offset in the shard (and the files), its floats
 };
+
+// The owned gradients of segment k's piece (stages 1-3).
+float *dp_piece_grads(const Dp *d, int k);
+// Scratch for segment k's whole values: a pooled buffer (stages 2, 3), or
+// the gradient buffer (zeroed again before every step).
+float *dp_scratch(Dp *d, int k);
+
+// dp_offload.c: dp_update with the state streamed from the offload's
+// files, and dp_fill_* into kind `kind` of them (the masters also into
+// the stage's 16-bit copy).
+int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scale, Err *err);
+int dp_fill_offloaded(Dp *d, int kind, DpFill fill, void *ctx, Err *err);
 
 #endif

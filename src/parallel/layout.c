@@ -79,7 +79,12 @@ int layout_slice(const Layout *l, const ModelConfig *mc, ModelSlice *s, Err *err
 unsigned layout_stage_flags(const Layout *l) {
     return (l->zero >= 2 ? STAGE_NO_GRADS : 0) | (l->zero >= 3 ? STAGE_NO_PARAMS : 0) |
            (l->recompute == RECOMPUTE_FULL ? STAGE_RECOMPUTE_FULL : 0) |
-           (l->recompute == RECOMPUTE_SELECTIVE ? STAGE_RECOMPUTE_SELECTIVE : 0) | stage_prec_flag(l->precision);
+           (l->recompute == RECOMPUTE_SELECTIVE ? STAGE_RECOMPUTE_SELECTIVE : 0) | stage_prec_flag(l->precision) |
+           (layout_offloads_masters(l) && l->zero < 3 ? STAGE_PARAMS16_ONLY : 0);
+}
+
+int layout_offloads_masters(const Layout *l) {
+    return l->offload == OFFLOAD_OPTIMIZER && l->precision != PREC_FP32;
 }
 
 int layout_in_flight(const Layout *l, int M, int stage) {

@@ -51,6 +51,12 @@ typedef enum { PIPE_1F1B, PIPE_GPIPE } PipeSchedule;
 // Activation recomputation (model/stage keeps what it says).
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
 
+// What lives on disk (parallel/offload): nothing, or the optimizer's state
+// — the AdamW moments, and under bf16/fp16 the fp32 masters too (the
+// 16-bit copy stays in memory; under fp32 the parameters the forward reads
+// are the masters and stay in memory).
+typedef enum { OFFLOAD_NONE, OFFLOAD_OPTIMIZER } OffloadWhat;
+
 typedef struct Layout {
     // the axes and how the model is laid over them
     int dp, tp, pp;              // data-parallel ranks, tensor-parallel ranks, pipeline stages
@@ -62,6 +68,7 @@ typedef struct Layout {
     Recompute recompute;
     Precision precision;         // fp32, or bf16/fp16 weights and activations over fp32 masters
     int reduce_bf16;             // data-parallel gradients sent in bf16 (summed in fp32)
+    OffloadWhat offload;         // optimizer state on disk
     int naive_attention;         // the planner's what-if: attention that keeps its s² probabilities
                                  // (0 in every layout tessera runs: its attention is fused)
     int ckpt_async;              // checkpoints staged in memory and written in the background
@@ -102,8 +109,13 @@ int layout_slice_of(const Layout *l, const ModelConfig *mc, int pp_rank, int tp_
 int layout_slice(const Layout *l, const ModelConfig *mc, ModelSlice *s, Err *err);
 // model/stage's flags for a rank of the layout: the flat buffers ZeRO
 // replaces (gradients from stage 2, parameters at 3), recomputation, the
-// 16-bit format.
+// 16-bit format, and the 16-bit weights alone where the optimizer offload
+// holds the fp32 masters (layout_offloads_masters).
 unsigned layout_stage_flags(const Layout *l);
+// The fp32 masters are in the optimizer offload's files: offload under
+// bf16/fp16 (the passes' 16-bit copy stays in memory: the stage's own
+// below ZeRO-3, the owned shard's at ZeRO-3, gathered in 16 bits).
+int layout_offloads_masters(const Layout *l);
 // Micro-batch chunks whose activations stage `stage` holds at once under
 // the schedule with M micro-batches per step (forwarded, not yet
 // backwarded): M under GPipe; under 1F1B its warm-up forwards and one more
@@ -177,8 +189,12 @@ typedef struct LayoutMemory {
     int optim_shards;
     double params;         // fp32 parameters (MEM_PARAMS): 4·floats / params_shards
     double params16;       // their 16-bit copy under bf16/fp16 (MEM_PARAMS16): 2·floats, kept whole below ZeRO-3
+                           // (offloaded masters at ZeRO-3: the owned shard's, 2·floats / dp)
     double grads;          // fp32 gradients (MEM_GRADS): 4·floats / grads_shards
-    double optim;          // AdamW's two moments (MEM_OPTIM): 8·floats / optim_shards
+    double optim;          // AdamW's two moments (MEM_OPTIM): 8·floats / optim_shards; offloaded, the
+                           // ring of buffers they stream through (dp_offload_ring_bytes)
+    double disk;           // offloaded: the bytes of the files (the moments, and the masters where
+                           // layout_offloads_masters), each read and written once per step
     double acts;           // activations (MEM_ACTS) of the micro-batches in flight (layout_in_flight); 0 where
                            // model/stage lays none out (an architecture it does not train, sizes past its limits)
     double comm;           // communication buffers (MEM_COMM): parallel/dp's (dp_comm_bytes) and the

@@ -14,6 +14,7 @@ int layout_memory(const Layout *l, const ModelConfig *mc, int stage, int B, int 
     out->floats = (int64_t)pt.total;
     int slots = layout_in_flight(l, M, stage);
     out->comm = (double)dp_comm_bytes(&pt, &sl, l, B, T, mc->d_model);
+    double ring = (double)dp_offload_ring_bytes(&pt, l);
     // the pipeline's send buffers are counted by running every stage's
     // schedule: past 2^22 operations (a planner's what-if, never a run of
     // this machine) they are left out
@@ -40,6 +41,15 @@ int layout_memory(const Layout *l, const ModelConfig *mc, int stage, int B, int 
     out->grads = 4 * n / out->grads_shards;
     out->optim = 8 * n / out->optim_shards;
     out->ckpt = 12 * staged / out->optim_shards;
+    if (l->offload == OFFLOAD_OPTIMIZER) {   // to disk; the ring of buffers they stream through stays
+        out->disk = out->optim;
+        out->optim = ring;
+        if (layout_offloads_masters(l)) {
+            out->disk += 4 * n / out->optim_shards;   // the owned pieces' masters
+            out->params = 0;
+            if (l->zero >= 3) out->params16 = 2 * n / out->params_shards;   // the owned shard's 16-bit copy
+        }
+    }
     Err ignored;   // sizes stage_init would refuse lay out nothing
     if ((int64_t)B * T <= (1 << 30) && slots <= (1 << 20) && T <= mc->max_seq &&
         stage_check_split(mc, l->tp, l->sp, T, &ignored) == 0)

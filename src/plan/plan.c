@@ -215,8 +215,8 @@ static void model_states(const Layout *l, const PlanJob *j, const DeviceParams *
     r->ckpt = last.ckpt > first->ckpt ? last.ckpt : first->ckpt;
     r->params_device = busy->floats;
     double psi = (double)busy->floats;
-    if (l->precision == PREC_FP32) {
-        r->weights = busy->params;
+    if (l->precision == PREC_FP32 || l->offload) {   // tessera's own figures (offloaded: what stays in memory)
+        r->weights = busy->params + busy->params16;
         r->grads = busy->grads;
         r->optim = busy->optim;
     } else {
@@ -225,6 +225,7 @@ static void model_states(const Layout *l, const PlanJob *j, const DeviceParams *
         r->optim = 12 * psi / busy->optim_shards;
     }
     r->model_states = r->weights + r->grads + r->optim;
+    r->disk = r->io_read = r->io_written = busy->disk;
 }
 
 // Micro-batches per step, and how many (interleaved: micro-batch chunks)
@@ -359,7 +360,8 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     double alpha = c->alpha_us * 1e-6;   // latency per message
     r->t_tp = r->bytes_tp / (c->bw_intra * 1e9) + r->tp_messages * alpha;
     pp_comm(m, c, j, l, r);
-    r->t_step = r->t_compute + r->t_bubble + r->t_dp_exposed + r->t_tp + r->t_pp;
+    r->t_io = r->disk > 0 ? (r->io_read + r->io_written) / (c->disk_gbps * 1e9) : 0;
+    r->t_step = r->t_compute + r->t_bubble + r->t_dp_exposed + r->t_tp + r->t_pp + r->t_io;
 
     double tokens_step = (double)j->global_batch * j->seq, N = (double)r->params;
     r->tokens_per_s = tokens_step / r->t_step;

@@ -14,7 +14,11 @@
 //   parameter, as tessera allocates; mixed precision the paper's 2
 //   (weights) + 2 (gradients) + 12 (fp32 master, Adam m and v); ZeRO-1
 //   divides the optimizer states by dp, ZeRO-2 also the gradients, ZeRO-3
-//   everything.
+//   everything. With the optimizer offload (layout.offload) every figure
+//   is tessera's own, in every precision: the moments (and, under 16 bits
+//   below ZeRO-3, the fp32 masters) are on disk, the ring of buffers they
+//   stream through in memory; the step adds reading and writing the files
+//   once each at the disk's bandwidth.
 // - FLOPs per token: 6N + 12·L·h·s (PaLM, appendix B; model/arch's
 //   arch_flops_token, the trainer's MFU count: N leaves out an untied token
 //   embedding, only looked up); hardware FLOPs add recomputation (full:
@@ -67,6 +71,7 @@ typedef struct PlanCluster {
     double mfu;                     // fraction of peak achieved on compute
     double bw_intra, bw_inter;      // GB/s per device
     double alpha_us;                // latency per message
+    double disk_gbps;               // GB/s of the disk the optimizer offload's files are on (layout.offload)
 } PlanCluster;
 
 typedef struct PlanJob {
@@ -97,6 +102,10 @@ typedef struct PlanResult {
                                            // bandwidth); tensor-parallel groups stay inside a node
     double tp_messages;             // tensor-parallel collectives per step, each a step of latency per peer
     double tokens_per_s, mfu, days, device_hours, megatron_days;
+    // the optimizer offload (layout.offload): bytes of its files per device,
+    // read and written once each per step, and the time they take at the
+    // disk's bandwidth (the update waits for them: not hidden behind compute)
+    double disk, io_read, io_written, t_io;
     int fits;
 } PlanResult;
 

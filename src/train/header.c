@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/matmul.h"
 
@@ -142,6 +143,14 @@ void trainer_print_header(Trainer *t) {
     if (t->doc_sep >= 0)
         printf("documents: masked — attention stays inside each document of a sequence and positions restart at its "
                "first token, token %d (MFU counts the attention pairs really computed)\n", t->doc_sep);
+    const Offload *off = dp_offload(t->dp);
+    if (off) {
+        char b[32];
+        printf("offload:   %s on disk in %s%s — the AdamW moments%s of this rank's owned pieces, streamed through a ring "
+               "of %d buffers (read ahead, written behind) at each update\n",
+               mem_fmt(offload_disk_bytes(off), b, sizeof b), offload_dir(off), tc->offload_keep ? " (kept)" : "",
+               layout_offloads_masters(l) ? " and fp32 masters" : "", OFFLOAD_RING);
+    }
     report_memory(t->rep);
     if (t->ck) printf("resumed:   %s at step %d\n", ckpt_dir(t->ck), t->done);
     if (tc->init_from) printf("init:      %s\n", tc->init_from);

@@ -44,7 +44,8 @@ static void write_record(Report *r, JsonBuf *b) {
     fflush(r->log);
 }
 
-// "name": {params, params16, grads, optim, acts, comm, workspace} of peak or current bytes.
+// "name": {params, params16, grads, optim, acts, comm, workspace} of peak or
+// current bytes, and "offload", the bytes on disk, when there are any.
 static void mem_object(JsonBuf *b, const char *name, size_t (*bytes)(MemTag tag)) {
     static const MemTag tags[] = {MEM_PARAMS, MEM_PARAMS16, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_COMM, MEM_WORKSPACE};
     jb_key(b, name);
@@ -52,6 +53,10 @@ static void mem_object(JsonBuf *b, const char *name, size_t (*bytes)(MemTag tag)
     for (size_t i = 0; i < sizeof tags / sizeof *tags; i++) {
         jb_key(b, mem_tag_name(tags[i]));
         jb_int(b, (int64_t)bytes(tags[i]));
+    }
+    if (mem_offload()) {   // bytes on disk in place of memory (the optimizer offload's files)
+        jb_key(b, "offload");
+        jb_int(b, (int64_t)mem_offload());
     }
     jb_obj_end(b);
 }
@@ -73,6 +78,7 @@ void report_step(Report *r, const StepMetrics *m) {
     printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%", m->step, m->steps,
            m->loss, m->lr, m->grad_norm, m->ms, m->tokens_per_s, 100 * m->mfu);
     if (m->scaler) printf(" | scale %g%s", m->loss_scale, m->skipped && !m->spike ? " | skipped: gradients overflowed" : "");
+    if (m->offload) printf(" | I/O wait %.1f ms", m->io_wait_ms);
     if (m->spike) printf(" | skipped: a spike (--spike-guard)");
     for (int i = 0; i < m->tokens.n; i++) printf("%s%s %.0f", i ? ", " : " | tokens ", m->tokens.name[i], m->tokens.v[i]);
     printf("\n");
@@ -103,6 +109,11 @@ void report_step(Report *r, const StepMetrics *m) {
     jb_key(&b, "pp_wait_ms"); jb_fixed(&b, m->pp_wait_ms, 3);
     jb_key(&b, "loss_scale"); jb_num(&b, m->loss_scale);
     jb_key(&b, "skipped"); jb_bool(&b, m->skipped);
+    if (m->offload) {   // the optimizer offload's I/O in this step
+        jb_key(&b, "io_read_bytes"); jb_int(&b, (int64_t)m->io_read_bytes);
+        jb_key(&b, "io_written_bytes"); jb_int(&b, (int64_t)m->io_written_bytes);
+        jb_key(&b, "io_wait_ms"); jb_fixed(&b, m->io_wait_ms, 3);
+    }
     if (m->spike) { jb_key(&b, "spike"); jb_bool(&b, 1); }
     if (m->tokens.n) source_object(&b, "tokens_by_source", &m->tokens, 0);
     if (m->prof) {   // milliseconds by kind of work, and the rest of the step
@@ -217,5 +228,7 @@ void report_memory(Report *r) {
         if (mem_current(t) != mem_peak(t)) printf(" (%s)", mem_fmt(mem_current(t), c, sizeof c));
         printf(", ");
     }
-    printf("total %s\n", mem_fmt(mem_peak_total(), b, sizeof b));
+    printf("total %s", mem_fmt(mem_peak_total(), b, sizeof b));
+    if (mem_offload()) printf("; offload %s on disk", mem_fmt(mem_offload(), b, sizeof b));
+    printf("\n");
 }

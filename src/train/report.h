@@ -34,6 +34,9 @@ typedef struct StepMetrics {
     int scaler;                   // the run has a loss scaler (fp16)
     int skipped;                  // the step was skipped: its gradients overflowed, or a spike
     int spike;                    // skipped by the spike guard (--spike-guard)
+    int offload;                  // the optimizer state is on disk (--offload): the I/O figures below mean something
+    double io_wait_ms;            // time this rank waited on the offload's reads and writes in this step
+    uint64_t io_read_bytes, io_written_bytes;   // bytes this rank's offload read and wrote in this step
     const Profile *prof;          // --profile: where this step's time went on this rank (NULL: none)
     SourceFigures tokens;         // a mixture: the tokens each source has given the run so far (all ranks)
 } StepMetrics;

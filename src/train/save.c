@@ -48,16 +48,20 @@ static char *train_meta_json(const TrainConfig *tc, int step, const Loader *ld, 
 
 // This rank's pieces of a checkpoint into pc (room for dp_npieces + 1):
 // its owned pieces with their parameters and moments, past the last
-// stage's copy of the tied embeddings (the first stage's is the same).
-// Their count; *floats (non-NULL) gets their floats in one section.
-static int save_pieces(Trainer *t, CkptPiece *pc, size_t *floats) {
+// stage's copy of the tied embeddings (the first stage's is the same);
+// the moments (and offloaded masters) where ds says they live, or opt's
+// and the pieces' own with ds NULL. Their count; *floats (non-NULL) gets
+// their floats in one section.
+static int save_pieces(Trainer *t, const DpState *ds, CkptPiece *pc, size_t *floats) {
     size_t from = layout_holds_tied_copy(t->lay, &t->mc) ? t->st.table.seg[0].hi : 0, sum = 0;
+    const float *m = ds ? ds->m : t->opt.m, *v = ds ? ds->v : t->opt.v;
     int np = 0;
     for (int k = 0; k < dp_npieces(t->dp); k++) {
         DpPiece p = dp_piece(t->dp, k);
         if (p.hi <= from) continue;
         size_t cut = p.lo < from ? from - p.lo : 0;
-        pc[np++] = (CkptPiece){p.lo + cut, p.hi, {p.params + cut, t->opt.m + p.off + cut, t->opt.v + p.off + cut}};
+        const float *params = ds && ds->masters ? ds->masters + p.off : p.params;
+        pc[np++] = (CkptPiece){p.lo + cut, p.hi, {params + cut, m + p.off + cut, v + p.off + cut}};
         sum += p.hi - p.lo - cut;
     }
     if (floats) *floats = sum;
@@ -73,7 +77,7 @@ int trainer_save_open(Trainer *t, Err *err) {
     CkptPiece *pc = calloc((size_t)dp_npieces(t->dp) + 1, sizeof *pc);
     if (!pc) return err_set(err, ERR_RUN, "out of memory");
     size_t floats;
-    save_pieces(t, pc, &floats);
+    save_pieces(t, NULL, pc, &floats);
     free(pc);
     // the layout's memory model counts this buffer (the planner's figure)
     LayoutMemory mem;
@@ -137,12 +141,14 @@ static int save_async(Trainer *t, Err *err) {
     if (!pc || !t->pend.train || !t->pend.state) rc = err_set(err, ERR_RUN, "out of memory");
     if (t->first && !rc) rc = ckpt_begin(tc->ckpt_dir, t->done, err);
     rc = trainer_agree(t, rc, "to write its part of the checkpoint", err);
-    if (!rc && t->writer) {
-        int np = save_pieces(t, pc, NULL);
+    DpState ds;   // the moments (and offloaded masters) where they live: memory, or the offload's files
+    if (!rc && t->writer && !(rc = dp_state(t->dp, &t->opt, &ds, err))) {
+        int np = save_pieces(t, &ds, pc, NULL);
         rc = ckpt_writer_start(t->writer, tc->ckpt_dir, t->done, layout_ckpt_file(t->lay), &t->st.table, t->sections,
                                3, pc, np, err);
         started = !rc;
     }
+    if (t->writer) dp_state_release(t->dp);   // staged: the writer reads its copies
     free(pc);
     rc = trainer_agree(t, rc, "to write its part of the checkpoint", err);
     if (rc) {
@@ -175,11 +181,13 @@ static int save_sync(Trainer *t, Err *err) {
     if (!pc || !train || !state) rc = err_set(err, ERR_RUN, "out of memory");
     if (t->first && !rc) rc = ckpt_begin(tc->ckpt_dir, t->done, err);
     rc = trainer_agree(t, rc, "to write its part of the checkpoint", err);
-    if (!rc && layout_dp_owner(t->lay)) {
-        int np = save_pieces(t, pc, NULL);
+    DpState ds;   // the moments (and offloaded masters) where they live: memory, or the offload's files
+    if (!rc && layout_dp_owner(t->lay) && !(rc = dp_state(t->dp, &t->opt, &ds, err))) {
+        int np = save_pieces(t, &ds, pc, NULL);
         rc = ckpt_write_pieces(tc->ckpt_dir, t->done, layout_ckpt_file(t->lay), &t->st.table, t->sections, 3, pc, np,
                                err);
     }
+    if (layout_dp_owner(t->lay)) dp_state_release(t->dp);
     rc = trainer_agree(t, rc, "to write its part of the checkpoint", err);
     CkptMeta md = {.step = t->done, .cfg = &t->mc, .nfiles = layout_ckpt_files(t->lay), .dp = t->lay->dp,
                    .tp = t->lay->tp, .pp = t->lay->pp, .zero = t->lay->zero, .state = state, .train = train};

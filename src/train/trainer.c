@@ -166,7 +166,13 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     float clip = (float)tc->clip;
     float gscale = (float)(((clip > 0 && norm > clip) ? clip / norm : 1.0) / scale);
     float lr = lr_at(&tc->lr, step);
-    if (skipped ? dp_skip(t->dp, err) : dp_update(t->dp, &t->opt, lr, &tc->adamw, gscale, err)) return -1;
+    const Offload *off = dp_offload(t->dp);
+    uint64_t io_r0 = off ? offload_bytes_read(off) : 0, io_w0 = off ? offload_bytes_written(off) : 0;
+    double io_s0 = off ? offload_waited(off) : 0;
+    int rc = skipped ? dp_skip(t->dp, err) : dp_update(t->dp, &t->opt, lr, &tc->adamw, gscale, err);
+    // an I/O failure is one rank's: every rank stops at the same step
+    if (off) rc = trainer_agree(t, rc, "its optimizer offload's I/O", err);
+    if (rc) return -1;
 
     double dt = timer_now() - t0;
     t->t_steps += dt;
@@ -186,7 +192,10 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
                        .mfu = tps * flops_tok / (t->peak * 1e9 * layout_devices(t->lay)),
                        .grad_comm_bytes = grad_sent, .tp_comm_bytes = tp_b1 - tp_b0, .tp_comm_ms = (tp_s1 - tp_s0) * 1e3,
                        .pp_comm_bytes = pp_b, .pp_wait_ms = pp_w * 1e3, .loss_scale = scale, .scaler = t->fp16,
-                       .skipped = skipped, .spike = spike, .prof = t->prof};
+                       .skipped = skipped, .spike = spike, .prof = t->prof, .offload = off != NULL,
+                       .io_wait_ms = off ? (offload_waited(off) - io_s0) * 1e3 : 0,
+                       .io_read_bytes = off ? offload_bytes_read(off) - io_r0 : 0,
+                       .io_written_bytes = off ? offload_bytes_written(off) - io_w0 : 0};
     if (loader_is_mixture(t->ld)) {   // the tokens of the sequences each source gave so far
         m->tokens.n = loader_nsources(t->ld);
         for (int s = 0; s < m->tokens.n; s++) {
@@ -338,16 +347,16 @@ static int init_state(Trainer *t, uint32_t *crc, Err *err) {
         if (rc) err_prefix(err, tc->init_from);
         fl.full = whole;
     }
-    if (!rc) rc = dp_fill_params(t->dp, fill_segment, &fl);
+    if (!rc) rc = dp_fill_params(t->dp, fill_segment, &fl, err);
     if (whole != t->st.params) mem_free(whole);
     if (rc) return -1;
     *crc = fl.crc;
     if (!ck) return 0;
     fl.full = NULL;
     fl.section = adamw_sections[0];
-    if (dp_fill_shard(t->dp, t->opt.m, fill_segment, &fl)) return -1;
+    if (dp_fill_moment(t->dp, &t->opt, 0, fill_segment, &fl, err)) return -1;
     fl.section = adamw_sections[1];
-    if (dp_fill_shard(t->dp, t->opt.v, fill_segment, &fl)) return -1;
+    if (dp_fill_moment(t->dp, &t->opt, 1, fill_segment, &fl, err)) return -1;
     const Json *meta = ckpt_meta(ck), *ls = json_get(json_get(meta, "train"), "loader");
     if (adamw_state_read(&t->opt, meta, ckpt_dir(ck), err)) return -1;
     const Json *sj = json_get(json_get(meta, "train"), "loss_scaler");   // a run of another precision has none
@@ -384,7 +393,6 @@ int trainer_rollback(Trainer *t, Err *err) {
     if (rc) return -1;
     loader_set_state(t->ld, keep);
     if (t->spike.run >= t->tc->spike_rollback) t->spike.run = 0;   // a checkpoint saved before the guard was on
-    stage_params_changed(&t->st);
     t->sent_mark = trainer_comm_totals(t->lay->dpg, NULL);
     if (t->first)
         printf("spikes:    %d in a row at step %d: back to the checkpoint of step %d, the data on past their batches\n",
@@ -421,12 +429,32 @@ static int check_room(const Trainer *t, Err *err) {
     double bytes = mem.total;
     int local = l->world && !strcmp(comm_backend(l->world), "local") ? comm_size(l->world) : 1;
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    if (have > 0 && bytes * local > have)
-        return err_set(err, ERR_USAGE, "%s needs %.1f GiB per rank (parameters, gradients, AdamW moments, activations%s)%s; "
-                       "this machine has %.1f GiB (tessera plan --model %s shows layouts that fit)", t->mc.name,
-                       bytes / 1073741824.0, mem.ckpt > 0 ? ", --ckpt-async's staging copy" : "",
-                       local > 1 ? " on each of the ranks here" : "", have / 1073741824.0, t->mc.name);
-    return 0;
+    if (!(have > 0 && bytes * local > have)) return 0;
+    // would the optimizer state on disk make it fit?
+    Layout off = *l;
+    off.offload = OFFLOAD_OPTIMIZER;
+    LayoutMemory om;
+    int fits_off = !l->offload && layout_memory(&off, &t->mc, l->pp_rank, tc->batch, tc->seq, tc->accum, &om, err) == 0 &&
+                   om.total * local <= have;
+    return err_set(err, ERR_USAGE, "%s needs %.1f GiB per rank (parameters, gradients, AdamW moments%s, activations%s)%s; "
+                   "this machine has %.1f GiB (%s; tessera plan --model %s shows layouts that fit)", t->mc.name,
+                   bytes / 1073741824.0, l->offload ? " on disk" : "",
+                   mem.ckpt > 0 ? ", --ckpt-async's staging copy" : "", local > 1 ? " on each of the ranks here" : "",
+                   have / 1073741824.0, fits_off ? "--offload optimizer would fit it" : "try more ranks or memory", t->mc.name);
+}
+
+// The optimizer offload's files: under --offload-dir, else --ckpt-dir
+// (beside the checkpoints, never in one), else a temporary directory.
+static int open_offload(Trainer *t, Err *err) {
+    const TrainConfig *tc = t->tc;
+    const char *base = tc->offload_dir, *flag = "--offload-dir";
+    if (!base && tc->ckpt_dir) { base = tc->ckpt_dir; flag = "--ckpt-dir"; }
+    if (!base) {
+        base = getenv("TMPDIR");
+        flag = "TMPDIR";
+        if (!base || !base[0]) { base = "/tmp"; flag = "the temporary directory"; }
+    }
+    return dp_offload_open(t->dp, base, flag, t->lay->rank, tc->offload_unit, tc->offload_keep, err);
 }
 
 int trainer_open(Trainer **out, const TrainConfig *tc, const Layout *l, Err *err) {
@@ -469,7 +497,9 @@ int trainer_open(Trainer **out, const TrainConfig *tc, const Layout *l, Err *err
     if (dp_init(&t->dp, l, tc->bucket_mb, &t->st, err)) goto fail;
     if (pipe_init(&t->pipe, l, tc->accum, &t->st, err)) goto fail;
     if (layout_holds_tied_copy(l, &t->mc)) dp_set_shared(t->dp, 0);   // the first stage counts the embeddings
-    if (adamw_init(&t->opt, dp_shard_floats(t->dp), err)) goto fail;   // the moments of the owned pieces
+    // the moments of the owned pieces: in memory, or on disk
+    if (l->offload && open_offload(t, err)) goto fail;
+    if (adamw_init(&t->opt, l->offload ? 0 : dp_shard_floats(t->dp), err)) goto fail;
     if (init_state(t, &crc, err) || check_same_start(t, crc, err) || trainer_save_open(t, err)) goto fail;
     t->first_step = t->done;
     if (tc->profile && (!(t->prof = calloc(1, sizeof *t->prof)) || !(t->prof_sum = calloc(1, sizeof *t->prof_sum)))) {

@@ -60,6 +60,10 @@ typedef struct TrainConfig {
     Layout layout;             // the layout the flags ask for: axes (dp 0 until the ranks are counted), ZeRO,
                                // SP, schedule, virtual stages, --pp-layers, recomputation, precision, reduction
                                // dtype; the ranks run on it placed, with their groups (trainer_open's l)
+    const char *offload_dir;   // --offload-dir: where the optimizer offload's files go (NULL: --ckpt-dir, else $TMPDIR
+                               // or /tmp); layout.offload says whether there is one
+    int offload_keep;          // --offload-keep: the offload's files stay after the run
+    size_t offload_unit;       // test hook (TESSERA_TEST_OFFLOAD_UNIT): the offload's largest unit in floats (0: its own)
     ScalerConfig scaler;       // fp16's dynamic loss scale (optim/scaler)
     int loss_scale_given;      // --loss-scale was given (a resumed run keeps its checkpoint's scale and says so)
     int profile;               // time each kind of work in the steps, print the table at the end (core/prof)

@@ -48,7 +48,7 @@ n=$(grep -c '"profile_ms":{"gemm_fwd":' "$TMP/p.jsonl")
 bad_sum=$(grep -o '"ms":[0-9.]*\|"profile_ms":{[^}]*}' "$TMP/p.jsonl" | paste - - | sed 's/"ms"://; s/"profile_ms"://' |
   awk '{ ms = $1; s = 0; n = split($2, kv, ","); for (i = 1; i <= n; i++) { split(kv[i], p, ":"); gsub(/[{}]/, "", p[2]); s += p[2] }
          d = s - ms; if (d < 0) d = -d; if (d > 0.01) print ms, s }')
-[ "$n" = 4 ] && [ -z "$bad_sum" ] && grep -q '"adamw":[0-9.]*,"grads":[0-9.]*,"loader":[0-9.]*,"comm":[0-9.]*,"other":' "$TMP/p.jsonl" &&
+[ "$n" = 4 ] && [ -z "$bad_sum" ] && grep -q '"adamw":[0-9.]*,"grads":[0-9.]*,"loader":[0-9.]*,"comm":[0-9.]*,"io":[0-9.]*,"other":' "$TMP/p.jsonl" &&
   ok "the JSONL gives each step's milliseconds by kind (profile_ms), adding up to its ms" ||
   bad "JSONL profile_ms" "$n records; sums off: $bad_sum" "$(head -1 "$TMP/p.jsonl" | cut -c1-300)"
 # profiling changes nothing the run computes

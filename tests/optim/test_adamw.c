@@ -74,7 +74,7 @@ static void test_pieces(void) {
         adamw_step(&a, &t, p1, g, 1e-3f, &o, 0.5f);
         adamw_begin_step(&b);
         for (int q = 0; q < 3; q++) {
-            OptPiece pc = {cut[q], cut[q + 1], p2 + cut[q], g + cut[q], cut[q], NULL, PREC_FP32};
+            OptPiece pc = {cut[q], cut[q + 1], p2 + cut[q], g + cut[q], cut[q], NULL, PREC_FP32, NULL, NULL};
             adamw_update_pieces(&b, &t, &pc, 1, 1e-3f, &o, 0.5f);
         }
     }

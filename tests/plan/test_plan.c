@@ -13,7 +13,7 @@
 #include "optim/adamw.h"
 #include "test.h"
 
-static PlanCluster cluster(int64_t n) { return (PlanCluster){n, 8, 80, 312, 0.5, 300, 25, 5}; }
+static PlanCluster cluster(int64_t n) { return (PlanCluster){n, 8, 80, 312, 0.5, 300, 25, 5, 2}; }
 
 static void test_param_counts(void) {
     Err e;
