@@ -5,7 +5,9 @@
 
 #include <stddef.h>
 
+#include "comm/run.h"
 #include "core/check.h"
+#include "train/trainer.h"
 
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
@@ -21,6 +23,12 @@ int cmd_comm_bench(int argc, char **argv);
 // -1 with e.
 int disk_bench(const char *dir, size_t bytes, int passes, int warmup, Err *e);
 int cmd_plan(int argc, char **argv);
+// train's ranks through comm_run (world of them, each rank_main(arg));
+// with max > 0, a run whose ranks failed (not a usage error) starts again
+// from tc->ckpt_dir's latest checkpoint after delay seconds, up to max
+// times, each restart printed and logged to tc->log_path (cli/restart.c).
+// 0, or the exit status, the failure reported.
+int train_launch(TrainConfig *tc, int world, CommRankMain rank_main, void *arg, double timeout, int max, double delay);
 int cmd_plot(int argc, char **argv);
 
 #endif
