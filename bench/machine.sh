@@ -39,7 +39,7 @@ trow() {   # env-mode B T precision; prints PyTorch's row, sets ROW_MS (0 withou
   ROW_MS=0
   [ "$have_torch" = 1 ] || return 0
   local mode=$1 pk out; shift
-  pk=$([ "$4" = bf16 ] && echo "$bfpeak" || echo "$fp32peak")
+  pk=$([ "$3" = bf16 ] && echo "$bfpeak" || echo "$fp32peak")
   if [ "$mode" = set ]; then out=$(env "${TORCH_ENV[@]}" $PY bench/torch_ref.py gpt2-124m "$1" "$2" 50257 3 "$THREADS" -1 "$3" "$pk" 2>/dev/null)
   else out=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "${TORCH_ENV[@]}" $PY bench/torch_ref.py gpt2-124m "$1" "$2" 50257 3 "$THREADS" -1 "$3" "$pk" 2>/dev/null); fi
   [ -n "$out" ] && echo "  $out" && ROW_MS=$(ms_of "$out")
