@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The optimizer offload (tessera train --offload optimizer), part of make
-# bench: gpt2-124m B=8 T=256 with and without it (goal: <= 1.25x the step
-# time), then gpt2-1558m in bf16 with it, B=1 T=1024, 3 steps — a model
+# The offload, part of make bench: gpt2-124m B=8 T=256 with and without
+# --offload optimizer (goal: <= 1.25x the step time), then gpt2-1558m in
+# bf16 with --zero 3 --offload params, B=1 T=1024, 3 steps — a model
 # whose fp32 weights, gradients and AdamW moments (25 GB) do not fit a
 # 24 GB machine: peak resident memory, step time, I/O bytes and wait per
 # step, loss falling. The files go under $OFFLOAD_DIR (default $TMPDIR or
@@ -35,7 +35,7 @@ offrow() {
   rm -f "$log"*
 }
 
-echo "Optimizer offload (--offload optimizer, files under $DIR; tessera comm-bench --disk there:" \
+echo "Offload (--offload optimizer, then params; files under $DIR; tessera comm-bench --disk there:" \
   "$(./tessera comm-bench --disk "$DIR" --max-bytes 256M --iters 2 2>&1 | grep -o '[0-9.]* GB/s' | head -1))"
 offrow --model "$s_model" --batch "$s_b" --seq "$s_t"; base=$OR_MS
 offrow --model "$s_model" --batch "$s_b" --seq "$s_t" --offload optimizer --offload-dir "$DIR"
@@ -43,14 +43,14 @@ printf '  %-11s B=%d T=%-4d %9.1f ms/step without, %9.1f with (%.2fx; goal <= 1.
   "$s_model" "$s_b" "$s_t" "$base" "$OR_MS" "$(awk -v a="$OR_MS" -v b="$base" 'BEGIN { print (b > 0 ? a / b : 0) }')" "${OR_WAIT:-0}" \
   "$(awk -v x="${OR_READ:-0}" 'BEGIN { print x / 1e6 }')" "$(awk -v x="${OR_WRITE:-0}" 'BEGIN { print x / 1e6 }')"
 need=$(./tessera plan --model "$b_model" --dp 1 --devices 1 --precision bf16 --seq "$b_t" --global-batch "$b_b" --micro-batch "$b_b" \
-  --offload optimizer --recompute full --json $([ "$TOK" = byte ] && echo --vocab 256) | grep -o '"offload_bytes":[0-9.e+]*' | cut -d: -f2)
+  --zero 3 --offload params --recompute full --json $([ "$TOK" = byte ] && echo --vocab 256) | grep -o '"offload_bytes":[0-9.e+]*' | cut -d: -f2)
 free=$(df -B1 --output=avail "$DIR" 2>/dev/null | tail -1)
 if [ -z "$need" ] || [ -z "$free" ] || awk -v n="$need" -v f="$free" 'BEGIN { exit !(n * 1.05 > f) }'; then
   echo "  $b_model: skipped, its offload files need $(awk -v n="${need:-0}" 'BEGIN { printf "%.1f", n / 1e9 }') GB and $DIR has" \
     "$(awk -v f="${free:-0}" 'BEGIN { printf "%.1f", f / 1e9 }') GB free (set OFFLOAD_DIR)"
 else
-  offrow --model "$b_model" --batch "$b_b" --seq "$b_t" --precision bf16 --recompute full --offload optimizer --offload-dir "$DIR" &&
-    printf '  %-11s B=%d T=%-4d bf16, --recompute full: %.1f s/step, peak resident %.2f GB (RSS; tagged %.2f GB; goal <= 12), I/O wait %.1f s, %.2f GB read and %.2f GB written per step, loss %s\n' \
+  offrow --model "$b_model" --batch "$b_b" --seq "$b_t" --precision bf16 --recompute full --zero 3 --offload params --offload-dir "$DIR" &&
+    printf '  %-11s B=%d T=%-4d bf16, --zero 3 --offload params --recompute full: %.1f s/step, peak resident %.2f GB (RSS; tagged %.2f GB; goal <= 12), I/O wait %.1f s, %.2f GB read and %.2f GB written per step, loss %s\n' \
       "$b_model" "$b_b" "$b_t" "$(awk -v m="$OR_MS" 'BEGIN { print m / 1000 }')" "$(awk -v r="${OR_RSS:-0}" 'BEGIN { print r * 1024 / 1e9 }')" \
       "$(awk -v p="${OR_PEAK:-0}" 'BEGIN { print p / 1e9 }')" "$(awk -v w="${OR_WAIT:-0}" 'BEGIN { print w / 1000 }')" \
       "$(awk -v x="${OR_READ:-0}" 'BEGIN { print x / 1e9 }')" "$(awk -v x="${OR_WRITE:-0}" 'BEGIN { print x / 1e9 }')" "$OR_LOSS"

@@ -1,9 +1,11 @@
 // tessera — train GPT-2 and LLaMA-style language models in C.
 #include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "parallel/offload.h"
 
 static const char *usage =
     "usage: tessera <command> [flags]   (tessera <command> --help for its flags)\n"
@@ -33,7 +35,30 @@ static const char *usage =
     "\n"
     "exit status: 0 success, 1 failure while running, 2 bad usage or input\n";
 
+// A page of an offloaded parameters' file that cannot be read (the device
+// failed, or the file was cut short underneath) raises SIGBUS in whatever
+// touched it: one line naming the file, exit 1 (write and _exit only).
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+    (void)sig, (void)uc;
+    const char *path = offload_fault_path(si->si_addr);
+    static const char pre[] = "tessera: ", post[] = ": cannot read the offloaded parameters (an I/O error, or the file was cut short underneath)\n";
+    if (!path) {
+        signal(SIGBUS, SIG_DFL);   // not an offload's: the default action
+        raise(SIGBUS);
+        return;
+    }
+    ssize_t w = write(2, pre, sizeof pre - 1);
+    w = write(2, path, strlen(path));
+    w = write(2, post, sizeof post - 1);
+    (void)w;
+    _exit(1);
+}
+
 int main(int argc, char **argv) {
+    struct sigaction sa = {0};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigaction(SIGBUS, &sa, NULL);
     // A write past `ulimit -f` fails with EFBIG, which the writers report
     // (naming the file, removing their temporaries) instead of the process
     // dying silently.

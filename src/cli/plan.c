@@ -59,10 +59,12 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
     if (r->ckpt > 0) printf("           checkpoint staging (--ckpt-async) %.2f GiB\n", r->ckpt / GiB);
     printf("           total %.2f GiB per device of %.0f GiB: %s\n", r->total / GiB, c->mem_gb, r->fits ? "fits" : "DOES NOT FIT");
     if (l->offload)
-        printf("offload    optimizer: %.3f GiB on disk per device (the AdamW moments%s), its ring of buffers in the optimizer's\n"
+        printf("offload    %s: %.3f GiB on disk per device (the AdamW moments%s%s), its ring of buffers in the optimizer's\n"
                "           figure; per step %.4g GB read and %.4g GB written, %.4g s at %.3g GB/s (--disk-gbps)\n",
-               r->disk / GiB, layout_offloads_masters(l) ? " and the fp32 masters" : "", r->io_read / 1e9, r->io_written / 1e9,
-               r->t_io, c->disk_gbps);
+               l->offload == OFFLOAD_PARAMS ? "params" : "optimizer", r->disk / GiB,
+               layout_offloads_masters(l) ? " and the fp32 masters" : "",
+               l->offload == OFFLOAD_PARAMS ? ", and the owned parameter shard, read at each gather" : "", r->io_read / 1e9,
+               r->io_written / 1e9, r->t_io, c->disk_gbps);
     if (explain) {
         int mixed = l->precision != PREC_FP32;
         printf("  = states: (%s) × Ψ=%s%s\n", mixed ? "2 weights + 2 gradients + 12 fp32 master/m/v" : "4 + 4 + 8 (m, v)", pd,
@@ -136,7 +138,7 @@ static void json_layout(const PlanModel *m, const PlanCluster *c, const Layout *
     jb_key(&b, "virtual_stages"); jb_int(&b, l->vstages > 1 ? l->vstages : 1);
     jb_key(&b, "recompute"); jb_str(&b, rec_name[l->recompute]); jb_key(&b, "precision"); jb_str(&b, prec_name(l->precision));
     jb_key(&b, "sp"); jb_bool(&b, l->sp);
-    jb_key(&b, "offload"); jb_str(&b, l->offload ? "optimizer" : "none");
+    jb_key(&b, "offload"); jb_str(&b, l->offload == OFFLOAD_PARAMS ? "params" : l->offload ? "optimizer" : "none");
     jb_obj_end(&b);
     jb_key(&b, "weights_bytes"); jb_num(&b, r->weights);
     jb_key(&b, "grads_bytes"); jb_num(&b, r->grads);
@@ -290,7 +292,7 @@ static int plan_flags(PlanArgs *a, int argc, char **argv, int *help, Json **cfg,
         {"precision", FLAG_STR, &a->precision, 0, 0, "P", "fp32, bf16 (default) or fp16", 0, NULL},
         {"reduce-dtype", FLAG_STR, &a->reduce, 0, 0, "T", "gradient reduction dtype under bf16/fp16: fp32 (default) or bf16", 0, NULL},
         {"sp", FLAG_BOOL, &a->sp, 0, 0, "", "sequence parallelism (default false)", 0, NULL},
-        {"offload", FLAG_STR, &a->offload, 0, 0, "optimizer", "the optimizer state on disk, as tessera train --offload optimizer keeps it: resident memory, bytes on disk, bytes read and written per step and their time at --disk-gbps (without it, a search that finds no layout that fits tries again with it)", 0, NULL},
+        {"offload", FLAG_STR, &a->offload, 0, 0, "optimizer|params", "the optimizer state on disk, as tessera train --offload optimizer keeps it, or (params, with --zero 3) that and the owned parameter shard ZeRO-3 gathers from: resident memory, bytes on disk, bytes read and written per step and their time at --disk-gbps (without it, a search that finds no layout that fits tries again with the optimizer offloaded, then the parameters too)", 0, NULL},
         {"disk-gbps", FLAG_FLOAT, &a->disk_gbps, 1e-6, 1e6, "GB/s", "bandwidth of the disk under --offload (default 2, an NVMe SSD's order; tessera comm-bench --disk measures this machine's)", 0, NULL},
         {"attention", FLAG_STR, &a->attention, 0, 0, "A", "fused (default, no s² activations) or naive", 0, NULL},
         {"ckpt-async", FLAG_BOOL, &a->ckpt_async, 0, 0, "", "count tessera train --ckpt-async's staging copy of the checkpoint pieces a device writes (its parameters and AdamW moments in fp32)", 0, NULL},
@@ -373,9 +375,9 @@ static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *
     l->sp = a->sp;
     l->vstages = a->vstages;
     l->ckpt_async = a->ckpt_async;
-    if (a->offload && strcmp(a->offload, "optimizer"))
-        return err_set(e, ERR_USAGE, "--offload: expected optimizer, got '%s'", a->offload);
-    l->offload = a->offload ? OFFLOAD_OPTIMIZER : OFFLOAD_NONE;
+    if (a->offload && strcmp(a->offload, "optimizer") && strcmp(a->offload, "params"))
+        return err_set(e, ERR_USAGE, "--offload: expected optimizer or params, got '%s'", a->offload);
+    l->offload = !a->offload ? OFFLOAD_NONE : !strcmp(a->offload, "params") ? OFFLOAD_PARAMS : OFFLOAD_OPTIMIZER;
     return 0;
 }
 
@@ -429,16 +431,16 @@ again:
                 }
             }
         }
-    if (n == 0 && !base.offload) {   // nothing fits in memory: the optimizer state on disk
-        base.offload = OFFLOAD_OPTIMIZER;
-        tried_offload = 1;
+    if (n == 0 && base.offload != OFFLOAD_PARAMS) {   // nothing fits in memory: the optimizer state on disk, then the parameters too
+        base.offload = base.offload ? OFFLOAD_PARAMS : OFFLOAD_OPTIMIZER;
+        tried_offload = base.offload;
         rejected_mem = rejected_rule = 0;
         goto again;
     }
     if (n == 0)
         return err_set(e, ERR_USAGE, "no layout fits%s: %d valid layouts need more than %.0f GiB per device (the smallest %.1f GiB), "
                        "%d break a rule (divisibility, batch, TP inside a node); add devices or memory",
-                       tried_offload ? ", not even with the optimizer offloaded to disk" : "", rejected_mem, c->mem_gb, best_mem < 1e300 ? best_mem / GiB : 0.0, rejected_rule);
+                       tried_offload ? ", not even with the optimizer and the parameters offloaded to disk" : "", rejected_mem, c->mem_gb, best_mem < 1e300 ? best_mem / GiB : 0.0, rejected_rule);
     // rank by step time, then memory
     for (int x = 1; x < n; x++)
         for (int b = x; b > 0 && (res[b].t_step < res[b - 1].t_step ||
@@ -459,7 +461,9 @@ again:
                cand[k].zero, rec_name[cand[k].recompute], res[k].total / GiB, res[k].t_step, res[k].tokens_per_s,
                100 * res[k].mfu);
     printf("%d layouts fit%s; %d valid ones need more memory than the device has; %d break a rule. Details: --dp/--tp/--pp, --why-not.\n",
-           n, tried_offload ? " with --offload optimizer (none without it)" : base.offload ? " (--offload optimizer)" : "",
+           n, tried_offload == OFFLOAD_PARAMS ? " with --offload params (none without it)"
+              : tried_offload ? " with --offload optimizer (none without it)"
+              : base.offload ? (base.offload == OFFLOAD_PARAMS ? " (--offload params)" : " (--offload optimizer)") : "",
            rejected_mem, rejected_rule);
     if (j->tokens > 0) printf("best layout trains %.4g tokens in %.4g days (%.4g device-hours)\n", j->tokens, res[0].days, res[0].device_hours);
     return 0;

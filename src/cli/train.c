@@ -302,7 +302,7 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
     *a = (TrainArgs){
         .tc = {.tokenizer = "gpt2", .eval_batches = 20, .batch = 8, .accum = 1, .steps = 100, .log_every = 10, .seed = 1337,
                .lr = {.lr = 6e-4, .min_lr = -1, .warmup = 10}, .adamw = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
-               .clip = 1.0, .bucket_mb = 25, .layout = {.vstages = 1}},
+               .clip = 1.0, .bucket_mb = 25, .offload_prefetch = -1, .layout = {.vstages = 1}},
         .model = "gpt2-tiny", .lr_schedule = "cosine", .pipe_sched = "1f1b", .recompute = "none", .precision = "fp32", .reduce = "fp32",
         .tp = 1, .pp = 1, .sc = {.init = 0, .window = 0, .hysteresis = 0, .min = -1}, .restart_delay = 1,
     };
@@ -369,7 +369,8 @@ static int train_flags(TrainArgs *a, int argc, char **argv, int *help, Json **cf
         {"profile", FLAG_BOOL, &a->tc.profile, 0, 0, "", "time each kind of work (every GEMM shape, attention, loss, norms, AdamW, loader, communication, checkpoint I/O, disk I/O wait) and print where the steps' time went (checkpoints included, with the steps before them)", 0, NULL},
         {"trace", FLAG_STR, &a->tc.trace_path, 0, 0, "FILE.json", "write a timeline of the --trace-steps steps, every rank's, as one Chrome trace-event file (Perfetto, chrome://tracing): kernels by kind and layer, collectives with their group and bytes, pipeline sends and receives, the loader, checkpoint writes", 0, NULL},
         {"trace-steps", FLAG_STR, &a->trace_steps, 0, 0, "A:B", "the steps --trace records, A to B (default: the second and third steps the run does, 2:3 from scratch; its only step when it does one); a resumed run traces those after its checkpoint", 0, NULL},
-        {"offload", FLAG_STR, &a->offload, 0, 0, "optimizer", "keep the optimizer state of each rank's owned pieces in files instead of memory (ZeRO-Offload), streamed segment by segment through a ring of 3 buffers with read-ahead and write-behind threads: the AdamW moments always; under bf16/fp16 also the fp32 master weights (the 16-bit copy the passes read stays in memory: the whole model's, or under ZeRO-3 the owned shard's, gathered in 16 bits); under fp32 the weights stay in memory (they are the masters the forward reads). The same update bit for bit; checkpoints are ordinary ones (resume with or without it)", 0, NULL},
+        {"offload", FLAG_STR, &a->offload, 0, 0, "optimizer|params", "optimizer: keep the optimizer state of each rank's owned pieces in files instead of memory (ZeRO-Offload), streamed segment by segment through a ring of 3 buffers with read-ahead and write-behind threads: the AdamW moments always; under bf16/fp16 also the fp32 master weights (the 16-bit copy the passes read stays in memory: the whole model's, or under ZeRO-3 the owned shard's, gathered in 16 bits); under fp32 the weights stay in memory (they are the masters the forward reads). params (needs --zero 3, at one rank too; ZeRO-Infinity): that, and the owned parameter shard ZeRO-3 gathers from (its 16-bit copy under bf16/fp16, the fp32 weights under fp32) in a file mapped in place, each segment's piece read ahead (--offload-prefetch) and checked before its gather and handed back to the kernel once gathered: resident are the activations, the gradient shard and a few gathered segments. The same bits either way; checkpoints are ordinary ones (resume with or without it)", 0, NULL},
+        {"offload-prefetch", FLAG_INT, &a->tc.offload_prefetch, 0, 64, "N", "with --offload params: the segments read ahead of the one being gathered, in the pass's direction (default 2)", 0, NULL},
         {"offload-dir", FLAG_STR, &a->tc.offload_dir, 0, 0, "DIR", "with --offload: make the offload directory (offload-rRRRRR-HOST-pPID.XXXXXX, one per rank; those a killed run of this host left are removed) under DIR (default: --ckpt-dir, else $TMPDIR or /tmp)", 0, NULL},
         {"offload-keep", FLAG_BOOL, &a->tc.offload_keep, 0, 0, "", "with --offload: leave the offload files in place at exit (default: removed)", 0, NULL},
     };
@@ -458,9 +459,14 @@ static int train_config(TrainArgs *a, int **layers, Err *e) {
     else if (strcmp(a->recompute, "none"))
         return err_set(e, ERR_USAGE, "--recompute: expected none, selective or full, got '%s'", a->recompute);
     if (precision_flags(tc, a->precision, a->reduce, &a->sc, e)) return -1;
-    if (a->offload && strcmp(a->offload, "optimizer"))
-        return err_set(e, ERR_USAGE, "--offload: expected optimizer, got '%s'", a->offload);
-    tc->layout.offload = a->offload ? OFFLOAD_OPTIMIZER : OFFLOAD_NONE;
+    if (a->offload && strcmp(a->offload, "optimizer") && strcmp(a->offload, "params"))
+        return err_set(e, ERR_USAGE, "--offload: expected optimizer or params, got '%s'", a->offload);
+    tc->layout.offload = !a->offload ? OFFLOAD_NONE : !strcmp(a->offload, "params") ? OFFLOAD_PARAMS : OFFLOAD_OPTIMIZER;
+    if (tc->layout.offload == OFFLOAD_PARAMS && tc->layout.zero != 3)
+        return err_set(e, ERR_USAGE, "--offload params: the parameters are offloaded as ZeRO-3 gathers them: add --zero 3 (it runs on one rank too)");
+    if (tc->offload_prefetch >= 0 && tc->layout.offload != OFFLOAD_PARAMS)
+        return err_set(e, ERR_USAGE, "--offload-prefetch reads the parameters' file ahead: it needs --offload params");
+    if (tc->offload_prefetch < 0) tc->offload_prefetch = 2;
     const char *unit = getenv("TESSERA_TEST_OFFLOAD_UNIT");   // test hook: small units, so tiny models stream several per segment
     if (unit && unit[0]) {
         char *end;
@@ -470,7 +476,7 @@ static int train_config(TrainArgs *a, int **layers, Err *e) {
         tc->offload_unit = (size_t)v;
     }
     if (!a->offload && (tc->offload_dir || tc->offload_keep))
-        return err_set(e, ERR_USAGE, "%s says where the offload's files go: it needs --offload optimizer",
+        return err_set(e, ERR_USAGE, "%s says where the offload's files go: it needs --offload optimizer or params",
                        tc->offload_dir ? "--offload-dir" : "--offload-keep");
     struct stat od;   // checked before any rank starts (each makes its directory in it)
     if (tc->offload_dir && stat(tc->offload_dir, &od))

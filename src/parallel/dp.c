@@ -153,6 +153,8 @@ static void gather_start(Dp *d, int k) {
     Buf *b = &d->pbuf[pool_of(d, k)];
     CHECKF(b->state != BUF_IN_USE, "ZeRO-3: segment %d's buffer is still in use", b->seg);
     wait_req(d, &b->req);   // a prefetch of another segment that was never used
+    Err e;
+    if (d->poff && !d->failed && dp_pfile_fetch(d, k, &e)) keep_failure(d, &e);   // gathered all the same: the step fails after
     b->seg = k;
     b->state = BUF_PENDING;
     b->req = d->hshard ? comm_iallgather(d->c, d->hshard + d->soff[k], b->h, d->sk[k], DT_BF16)   // 2-byte values, copied
@@ -163,6 +165,7 @@ static void gather_start(Dp *d, int k) {
 // (exactly: the passes round them again to the same values).
 static void gather_done(Dp *d, Buf *b) {
     wait_req(d, &b->req);
+    if (d->poff) dp_pfile_drop(d, b->seg);
     if (d->hshard && !d->failed) half_unpack(d->st->prec, b->buf, b->h, d->sk[b->seg] * (size_t)d->d);
     b->state = BUF_READY;
 }
@@ -321,8 +324,11 @@ int dp_init(Dp **out, const Layout *l, double bucket_mb, Stage *st, Err *err) {
     }
     if (zero >= 2 && !(d->gshard = mem_alloc(MEM_GRADS, d->S * sizeof(float)))) goto oom;
     d->masters = layout_offloads_masters(l);
-    if (zero >= 3 && !d->masters && !(d->pshard = mem_alloc(MEM_PARAMS, d->S * sizeof(float)))) goto oom;
-    if (zero >= 3 && d->masters && !(d->hshard = mem_alloc(MEM_PARAMS16, d->S * sizeof(uint16_t)))) goto oom;
+    d->poff = l->offload == OFFLOAD_PARAMS;   // the shard is mapped from a file at dp_offload_open
+    CHECKF(!d->poff || zero >= 3, "--offload params without ZeRO-3");
+    d->prefetch = 2;
+    if (zero >= 3 && !d->poff && !d->masters && !(d->pshard = mem_alloc(MEM_PARAMS, d->S * sizeof(float)))) goto oom;
+    if (zero >= 3 && !d->poff && d->masters && !(d->hshard = mem_alloc(MEM_PARAMS16, d->S * sizeof(uint16_t)))) goto oom;
     if (zero == 0 && d->d > 1 && make_buckets(d)) goto oom;
     if (reduce == DT_BF16 && zero <= 1 && reduces && !(d->h = mem_alloc(MEM_COMM, t->total * sizeof(uint16_t)))) goto oom;
     if (reduces) {
@@ -357,10 +363,10 @@ void dp_free(Dp *d) {
     for (int k = 0; d->rs && k < d->t->nseg; k++) wait_req(d, &d->rs[k]);
     for (int k = 0; d->ag && k < d->t->nseg; k++) wait_req(d, &d->ag[k]);
     embsync_free(d->es);
-    offload_close(d->off);
+    offload_close(d->off);   // a mapped shard (--offload params) with it
     if (d->st->hooks.ctx == d) stage_set_hooks(d->st, NULL);
-    mem_free(d->pshard);
-    mem_free(d->hshard);
+    if (!d->poff) mem_free(d->pshard);
+    if (!d->poff) mem_free(d->hshard);
     mem_free(d->gshard);
     free(d->b);
     free(d->sk);
@@ -370,6 +376,8 @@ void dp_free(Dp *d) {
     free(d->useg);
     free(d->uoff);
     free(d->un);
+    free(d->ufirst);
+    free(d->pcrc);
     free(d);
 }
 
@@ -519,8 +527,9 @@ int dp_fill_params(Dp *d, DpFill fill, void *ctx, Err *err) {
     if (d->masters) return dp_fill_offloaded(d, OFF_MASTER, fill, ctx, err);
     int rc = 0;
     for (int k = 0; k < d->t->nseg && rc == 0; k++)
-        rc = d->zero < 3 ? fill(ctx, k, d->st->params + d->t->seg[k].lo)
-                         : fill_piece(d, k, dp_scratch(d, k), d->pshard + d->soff[k], fill, ctx);
+        if (!(rc = d->zero < 3 ? fill(ctx, k, d->st->params + d->t->seg[k].lo)
+                               : fill_piece(d, k, dp_scratch(d, k), d->pshard + d->soff[k], fill, ctx)) && d->poff)
+            dp_pfile_seg_written(d, k);
     stage_params_changed(d->st);
     return rc;
 }

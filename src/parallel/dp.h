@@ -82,6 +82,9 @@ size_t dp_comm_bytes(const ParamTable *t, const ModelSlice *sl, const Layout *l,
 // A piece larger than unit floats (0: DP_UNIT_FLOATS, 8 Mi) streams as
 // several units. keep: the files stay at dp_free. Call once, after dp_init.
 int dp_offload_open(Dp *d, const char *base, const char *flag, int rank, size_t unit, int keep, Err *err);
+// --offload params: the segments whose pieces of the parameters' file are
+// asked for ahead of each gather (default 2).
+void dp_set_prefetch(Dp *d, int segments);
 // The bytes the offload's ring of buffers takes (MEM_OPTIM) for table t
 // under layout l (0 without offload).
 size_t dp_offload_ring_bytes(const ParamTable *t, const Layout *l);

@@ -70,6 +70,13 @@ struct Dp {
     int nunit;               // its units: each segment's owned piece cut into runs of at most dp_offload_open's unit
     int *useg;               // per unit: its segment
     size_t *uoff, *un;       // per unit: its offset in the shard (and the files), its floats
+    // --offload params: pshard (fp32) or hshard (16-bit) is the offload's
+    // parameters' file, mapped (dp_pfile.c)
+    int poff;
+    int prefetch;            // segments read ahead of a gather (madvise)
+    int plast;               // the segment gathered last (-1: none), for the direction of the read-ahead
+    int *ufirst;             // per segment, its first unit (nseg + 1 entries)
+    uint32_t *pcrc;          // per unit: the CRC-32C of its parameters as last written
 };
 
 // The owned gradients of segment k's piece (stages 1-3).
@@ -83,5 +90,21 @@ float *dp_scratch(Dp *d, int k);
 // the stage's 16-bit copy).
 int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scale, Err *err);
 int dp_fill_offloaded(Dp *d, int kind, DpFill fill, void *ctx, Err *err);
+
+// dp_pfile.c: the owned parameter shard in the offload's file. Opened by
+// dp_offload_open; segment k's piece is checked against its units' CRCs
+// before its gather (the read: its pages fault in, counted and timed as
+// the offload's I/O), the next segments' pieces are asked for ahead, and
+// the piece's pages go back to the kernel once gathered; written units
+// get their CRC and go back too.
+int dp_pfile_open(Dp *d, Err *err);
+int dp_pfile_fetch(Dp *d, int k, Err *err);
+// Unit u's values against their CRC (and the file its full length).
+int dp_pfile_check_unit(Dp *d, int u, Err *err);
+void dp_pfile_drop(Dp *d, int k);
+void dp_pfile_unit_written(Dp *d, int u);
+void dp_pfile_seg_written(Dp *d, int k);
+// Every page of the file given back (after a checkpoint read the shard).
+void dp_pfile_drop_all(Dp *d);
 
 #endif

@@ -14,7 +14,7 @@ static size_t piece_lo(const Dp *d, int k) { return d->t->seg[k].lo + (d->zero ?
 
 
 size_t dp_offload_ring_bytes(const ParamTable *t, const Layout *l) {
-    if (l->offload != OFFLOAD_OPTIMIZER) return 0;
+    if (!l->offload) return 0;
     size_t per = l->zero ? (size_t)l->dp : 1, maxn = 0;
     for (int k = 0; k < t->nseg; k++) {
         size_t n = (t->seg[k].hi - t->seg[k].lo) / per;
@@ -44,10 +44,13 @@ int dp_offload_open(Dp *d, const char *base, const char *flag, int rank, size_t 
             d->un[d->nunit++] = n;
         }
     CHECK(d->nunit == nu);
-    return offload_open(&d->off, base, flag, rank, d->masters ? 3 : 2, kind_names, d->uoff, d->un, d->nunit, keep, err);
+    if (offload_open(&d->off, base, flag, rank, d->masters ? 3 : 2, kind_names, d->uoff, d->un, d->nunit, keep, err))
+        return -1;
+    return d->poff ? dp_pfile_open(d, err) : 0;
 }
 
 const Offload *dp_offload(const Dp *d) { return d->off; }
+void dp_set_prefetch(Dp *d, int segments) { d->prefetch = segments; }
 
 int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float grad_scale, Err *err) {
     // the 16-bit copy the update writes, where the masters are offloaded:
@@ -67,6 +70,8 @@ int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float
         float *b[OFFLOAD_MAX_KINDS];
         int k = d->useg[u];
         if (!rc && offload_unit(d->off, u, b, err)) rc = -1;
+        // fp32's masters are the parameters' file: checked before they are updated
+        if (!rc && d->poff && !d->masters && dp_pfile_check_unit(d, u, err)) rc = -1;
         if (!rc) {
             size_t in = d->uoff[u] - d->soff[k], lo = piece_lo(d, k) + in, n = d->un[u];   // in: its place in the piece
             float *params = d->masters ? b[OFF_MASTER] : d->zero >= 3 ? d->pshard + d->uoff[u] : d->st->params + lo;
@@ -75,6 +80,7 @@ int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float
             OptPiece op = {lo, lo + n, params, g, 0, h, prec16, b[OFF_M], b[OFF_V]};
             adamw_update_pieces(opt, d->t, &op, 1, lr, o, grad_scale);
             offload_unit_done(d->off, u);
+            if (d->poff) dp_pfile_unit_written(d, u);
         }
         // stages 1, 2: once its last unit is updated every rank gets the
         // segment's piece back in place — the 16-bit copy where the masters
@@ -111,6 +117,7 @@ int dp_fill_offloaded(Dp *d, int kind, DpFill fill, void *ctx, Err *err) {
             if (offload_write(d->off, kind, u, mine + (d->uoff[u] - d->soff[k]), err)) rc = -1;
         if (!rc && p16) half_pack(prec16, p16 + s->lo, buf, n);   // the whole segment's 16-bit copy, as the update writes it
         if (!rc && h16) half_pack(prec16, h16 + d->soff[k], mine, d->sk[k]);
+        if (!rc && h16 && d->poff) dp_pfile_seg_written(d, k);
         memset(buf, 0, n * sizeof(float));
     }
     if (p16) stage_params16_current(d->st);
@@ -127,4 +134,5 @@ int dp_state(Dp *d, const AdamW *opt, DpState *s, Err *err) {
 
 void dp_state_release(Dp *d) {
     if (d->off) offload_unmap(d->off);
+    if (d->poff) dp_pfile_drop_all(d);   // the pages a checkpoint's read of the shard brought in
 }

@@ -84,7 +84,11 @@ unsigned layout_stage_flags(const Layout *l) {
 }
 
 int layout_offloads_masters(const Layout *l) {
-    return l->offload == OFFLOAD_OPTIMIZER && l->precision != PREC_FP32;
+    return l->offload != OFFLOAD_NONE && l->precision != PREC_FP32;
+}
+
+int layout_params_file_bytes(const Layout *l) {
+    return l->offload != OFFLOAD_PARAMS ? 0 : l->precision == PREC_FP32 ? 4 : 2;
 }
 
 int layout_in_flight(const Layout *l, int M, int stage) {

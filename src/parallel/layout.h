@@ -54,8 +54,10 @@ typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
 // What lives on disk (parallel/offload): nothing, or the optimizer's state
 // — the AdamW moments, and under bf16/fp16 the fp32 masters too (the
 // 16-bit copy stays in memory; under fp32 the parameters the forward reads
-// are the masters and stay in memory).
-typedef enum { OFFLOAD_NONE, OFFLOAD_OPTIMIZER } OffloadWhat;
+// are the masters and stay in memory) — or (OFFLOAD_PARAMS, ZeRO-3 only)
+// that and the owned parameter shard ZeRO-3 gathers from: its 16-bit copy
+// under bf16/fp16, the fp32 parameters (the masters) under fp32.
+typedef enum { OFFLOAD_NONE, OFFLOAD_OPTIMIZER, OFFLOAD_PARAMS } OffloadWhat;
 
 typedef struct Layout {
     // the axes and how the model is laid over them
@@ -116,6 +118,9 @@ unsigned layout_stage_flags(const Layout *l);
 // bf16/fp16 (the passes' 16-bit copy stays in memory: the stage's own
 // below ZeRO-3, the owned shard's at ZeRO-3, gathered in 16 bits).
 int layout_offloads_masters(const Layout *l);
+// The bytes per parameter of the owned shard's file under OFFLOAD_PARAMS
+// (2 under bf16/fp16, 4 under fp32; 0 without it).
+int layout_params_file_bytes(const Layout *l);
 // Micro-batch chunks whose activations stage `stage` holds at once under
 // the schedule with M micro-batches per step (forwarded, not yet
 // backwarded): M under GPipe; under 1F1B its warm-up forwards and one more

@@ -41,13 +41,17 @@ int layout_memory(const Layout *l, const ModelConfig *mc, int stage, int B, int 
     out->grads = 4 * n / out->grads_shards;
     out->optim = 8 * n / out->optim_shards;
     out->ckpt = 12 * staged / out->optim_shards;
-    if (l->offload == OFFLOAD_OPTIMIZER) {   // to disk; the ring of buffers they stream through stays
+    if (l->offload) {   // to disk; the ring of buffers they stream through stays
         out->disk = out->optim;
         out->optim = ring;
         if (layout_offloads_masters(l)) {
             out->disk += 4 * n / out->optim_shards;   // the owned pieces' masters
             out->params = 0;
             if (l->zero >= 3) out->params16 = 2 * n / out->params_shards;   // the owned shard's 16-bit copy
+        }
+        if (l->offload == OFFLOAD_PARAMS) {   // that shard (fp32: the parameters) in a file of its own
+            out->disk += layout_params_file_bytes(l) * n / out->params_shards;
+            out->params = out->params16 = 0;
         }
     }
     Err ignored;   // sizes stage_init would refuse lay out nothing

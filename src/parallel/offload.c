@@ -49,7 +49,17 @@ struct Offload {
     Err err;
     uint64_t nread, nwritten;
     double waited;
+    // the parameters' file (offload_map_params): mapped read-write
+    char ppath[4300];
+    int pfd;
+    void *pmap;
+    size_t pbytes;
 };
+
+// The parameters' files mapped in this process, for offload_fault_path
+// (a SIGBUS handler's lookup: plain loads only).
+enum { MAX_PMAPS = 64 };
+static struct { const char *lo, *hi, *path; } pmaps[MAX_PMAPS];
 
 size_t offload_ring_bytes(int kinds, size_t maxn) {
     return (size_t)OFFLOAD_RING * (size_t)kinds * maxn * sizeof(float);
@@ -275,6 +285,21 @@ static void host_tag(char *buf, size_t cap) {
 // hosts' directories, live processes' (by PID, and by the flock each owner
 // holds on its directory while it runs), a directory holding anything more
 // (rmdir fails), and never a symbolic link (O_NOFOLLOW).
+// Whether process pid runs: it exists and is not a zombie (a killed
+// process its parent has not reaped yet holds no files and no locks).
+static int pid_runs(long pid) {
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;   // no /proc: take it as running
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')');   // "pid (comm) S ...": the state after the command's closing parenthesis
+    return !(rp && rp[1] == ' ' && rp[2] == 'Z');
+}
+
 static void remove_stale(const char *base, const char *host, int kinds, const char *const *names) {
     DIR *d = opendir(base);
     if (!d) return;
@@ -288,7 +313,7 @@ static void remove_stale(const char *base, const char *host, int kinds, const ch
             continue;
         char *end;
         long pid = strtol(nm + 17 + hl, &end, 10);
-        if (pid <= 0 || *end != '.' || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (pid <= 0 || *end != '.' || pid == (long)getpid() || pid_runs(pid)) continue;
         int dfd = openat(dirfd(d), nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (dfd < 0) continue;
         if (flock(dfd, LOCK_EX | LOCK_NB)) {   // its owner holds it (a process this one cannot see)
@@ -300,6 +325,7 @@ static void remove_stale(const char *base, const char *host, int kinds, const ch
             snprintf(f, sizeof f, "%s.f32", names[k]);
             unlinkat(dfd, f, 0);
         }
+        unlinkat(dfd, OFFLOAD_PARAMS_FILE, 0);
         close(dfd);
         unlinkat(dirfd(d), nm, AT_REMOVEDIR);
     }
@@ -309,6 +335,7 @@ static void remove_stale(const char *base, const char *host, int kinds, const ch
 static void remove_files(Offload *o) {
     for (int k = 0; k < o->kinds; k++)
         if (o->path[k][0]) unlink(o->path[k]);
+    if (o->ppath[0]) unlink(o->ppath);
     if (o->dir[0]) rmdir(o->dir);
 }
 
@@ -327,6 +354,7 @@ int offload_open(Offload **out, const char *base, const char *flag, int rank, in
     o->keep = keep;
     for (int k = 0; k < OFFLOAD_MAX_KINDS; k++) o->fd[k] = -1;
     o->dirfd = -1;
+    o->pfd = -1;
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
     o->off = malloc((size_t)nu * sizeof *o->off);
@@ -393,6 +421,12 @@ void offload_close(Offload *o) {
     offload_unmap(o);
     for (int k = 0; k < o->kinds; k++)
         if (o->fd[k] >= 0) close(o->fd[k]);
+    if (o->pmap) {
+        for (int i = 0; i < MAX_PMAPS; i++)
+            if (pmaps[i].lo == o->pmap) pmaps[i].lo = pmaps[i].hi = NULL;
+        munmap(o->pmap, o->pbytes);
+    }
+    if (o->pfd >= 0) close(o->pfd);
     if (o->counted) mem_offload_add(-(long long)offload_disk_bytes(o));
     if (!o->keep) remove_files(o);
     if (o->dirfd >= 0) close(o->dirfd);
@@ -408,10 +442,70 @@ void offload_close(Offload *o) {
 }
 
 const char *offload_dir(const Offload *o) { return o->dir; }
-size_t offload_disk_bytes(const Offload *o) { return (size_t)o->kinds * o->total * sizeof(float); }
+size_t offload_disk_bytes(const Offload *o) { return (size_t)o->kinds * o->total * sizeof(float) + o->pbytes; }
 uint64_t offload_bytes_read(const Offload *o) { return o->nread; }
 uint64_t offload_bytes_written(const Offload *o) { return o->nwritten; }
 double offload_waited(const Offload *o) { return o->waited; }
+
+void offload_count(Offload *o, uint64_t read, uint64_t written, double waited) {
+    pthread_mutex_lock(&o->mu);   // the writer thread adds to nwritten
+    o->nread += read;
+    o->nwritten += written;
+    o->waited += waited;
+    pthread_mutex_unlock(&o->mu);
+}
+
+// ---- the parameters' file ----
+
+void *offload_map_params(Offload *o, size_t bytes, Err *err) {
+    CHECKF(!o->pmap, "the parameters' file is already mapped");
+    if (!bytes) bytes = 1;
+    snprintf(o->ppath, sizeof o->ppath, "%s/%s", o->dir, OFFLOAD_PARAMS_FILE);
+    o->pfd = open(o->ppath, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (o->pfd < 0) {
+        err_set(err, ERR_RUN, "%s: cannot create: %s", o->ppath, strerror(errno));
+        o->ppath[0] = 0;
+        return NULL;
+    }
+    int e = posix_fallocate(o->pfd, 0, (off_t)bytes);   // written back later, the blocks are there
+    if (e) {
+        char b[32];
+        err_set(err, ERR_RUN, "%s: cannot reserve %s: %s", o->ppath, mem_fmt(bytes, b, sizeof b), strerror(e));
+        return NULL;
+    }
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, o->pfd, 0);
+    if (p == MAP_FAILED) {
+        err_set(err, ERR_RUN, "%s: cannot map: %s", o->ppath, strerror(errno));
+        return NULL;
+    }
+    o->pmap = p;
+    o->pbytes = bytes;
+    if (o->counted) mem_offload_add((long long)bytes);
+    for (int i = 0; i < MAX_PMAPS; i++)
+        if (!pmaps[i].lo) {
+            pmaps[i].path = o->ppath;
+            pmaps[i].hi = (const char *)p + bytes;
+            pmaps[i].lo = p;
+            break;
+        }
+    return p;
+}
+
+const char *offload_params_path(const Offload *o) { return o->ppath; }
+
+int offload_params_intact(const Offload *o, Err *err) {
+    struct stat sb;
+    if (fstat(o->pfd, &sb) || (size_t)sb.st_size < o->pbytes)
+        return err_set(err, ERR_RUN, "%s: the file is shorter than written (cut short underneath)", o->ppath);
+    return 0;
+}
+
+const char *offload_fault_path(const void *addr) {
+    const char *a = addr;
+    for (int i = 0; i < MAX_PMAPS; i++)
+        if (pmaps[i].lo && a >= pmaps[i].lo && a < pmaps[i].hi) return pmaps[i].path;
+    return NULL;
+}
 
 // ---- the files whole ----
 

@@ -87,7 +87,29 @@ void offload_unmap(Offload *o);
 // written, and the seconds the caller waited on them (offload_unit,
 // offload_pass_end).
 uint64_t offload_bytes_read(const Offload *o);
+// Adds to those totals what the caller read, wrote and waited for
+// outside the passes (the parameters' file).
+void offload_count(Offload *o, uint64_t read, uint64_t written, double waited);
 uint64_t offload_bytes_written(const Offload *o);
 double offload_waited(const Offload *o);
+
+// ---- the parameters' file (--offload params) ----
+// A file of `bytes` in the offload's directory (OFFLOAD_PARAMS_FILE, made
+// O_EXCL, its blocks reserved), mapped read-write and shared: the owned
+// parameter shard, which the caller reads and writes in place and whose
+// pages it hands back to the kernel (madvise) when done with them, so
+// they live in the file and the page cache, not in the process. Unmapped
+// and removed (unless kept) at offload_close; its bytes count on disk.
+// NULL with err naming the file.
+#define OFFLOAD_PARAMS_FILE "params.bin"
+void *offload_map_params(Offload *o, size_t bytes, Err *err);
+const char *offload_params_path(const Offload *o);
+// 0 while the parameters' file is its full length; -1 with err naming it
+// once it was cut short underneath (its mapping would fault).
+int offload_params_intact(const Offload *o, Err *err);
+// The parameters' file an address lies in (NULL: none): for a SIGBUS
+// handler, which a read the device failed or a file cut short underneath
+// raises; plain loads only, safe in a signal handler.
+const char *offload_fault_path(const void *addr);
 
 #endif

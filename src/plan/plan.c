@@ -65,6 +65,8 @@ int plan_check(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
         return err_set(err, ERR_USAGE, "--seq, --global-batch and --micro-batch must be positive, --tokens non-negative");
     if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->zero < 0 || l->zero > 3)
         return err_set(err, ERR_USAGE, "dp, tp and pp must be at least 1 and zero in 0..3");
+    if (l->offload == OFFLOAD_PARAMS && l->zero != 3)
+        return err_set(err, ERR_USAGE, "--offload params offloads the shard ZeRO-3 gathers from: it needs --zero 3");
     if ((int64_t)l->dp * l->tp * l->pp != c->devices)
         return err_set(err, ERR_USAGE, "dp·tp·pp = %lld but there are %lld devices",
                        (long long)l->dp * l->tp * l->pp, (long long)c->devices);
@@ -226,6 +228,10 @@ static void model_states(const Layout *l, const PlanJob *j, const DeviceParams *
     }
     r->model_states = r->weights + r->grads + r->optim;
     r->disk = r->io_read = r->io_written = busy->disk;
+    if (l->offload == OFFLOAD_PARAMS) {   // the shard's file is read at every gather: each micro-batch's forward and backward
+        double pfile = layout_params_file_bytes(l) * psi / busy->params_shards;
+        r->io_read += pfile * (2.0 * (double)r->micro_batches - 1);
+    }
 }
 
 // Micro-batches per step, and how many (interleaved: micro-batch chunks)

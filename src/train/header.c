@@ -150,6 +150,11 @@ void trainer_print_header(Trainer *t) {
                "of %d buffers (read ahead, written behind) at each update\n",
                mem_fmt(offload_disk_bytes(off), b, sizeof b), offload_dir(off), tc->offload_keep ? " (kept)" : "",
                layout_offloads_masters(l) ? " and fp32 masters" : "", OFFLOAD_RING);
+        if (l->offload == OFFLOAD_PARAMS)
+            printf("           and the owned parameter shard ZeRO-3 gathers from (%s), mapped from %s: each segment's "
+                   "piece read %d segment%s ahead, checked before its gather and handed back once gathered\n",
+                   l->precision == PREC_FP32 ? "fp32" : prec_name(l->precision), OFFLOAD_PARAMS_FILE, tc->offload_prefetch,
+                   tc->offload_prefetch == 1 ? "" : "s");
     }
     report_memory(t->rep);
     if (t->ck) printf("resumed:   %s at step %d\n", ckpt_dir(t->ck), t->done);

@@ -105,6 +105,11 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
 
     double pp_w0 = pipe_waited(t->pipe);
     uint64_t pp_b0 = pipe_bytes_sent(t->pipe);
+    // the offload's I/O of the whole step (--offload params reads the
+    // parameters' file in the passes too)
+    const Offload *off = dp_offload(t->dp);
+    uint64_t io_r0 = off ? offload_bytes_read(off) : 0, io_w0 = off ? offload_bytes_written(off) : 0;
+    double io_s0 = off ? offload_waited(off) : 0;
 
     // data → micro-batches through the pipeline schedule (one stage: one
     // after another), gradients accumulating; every stage reads the same
@@ -125,7 +130,10 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     if (pipe_step(t->pipe, t->dp, t->inp, t->tgt, B, T, dscale, &loss_sum, err)) return -1;
     // gradient sync: the owned gradients are final; then the tied
     // embedding's, summed between the first and the last stage
-    if (dp_finish(t->dp, err) || stage_tp_status(st, err)) return -1;
+    int frc = dp_finish(t->dp, err);
+    // a read of the parameters' file that failed is one rank's: all stop here
+    if (off) frc = trainer_agree(t, frc, "its offload's I/O", err);
+    if (frc || stage_tp_status(st, err)) return -1;
     if (pipe_tied_sum(t->pipe, t->dp, err)) return -1;
     uint64_t grad_sent = trainer_comm_totals(t->lay->dpg, NULL) - t->sent_mark;
     t->sent_mark += grad_sent;
@@ -166,12 +174,9 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     float clip = (float)tc->clip;
     float gscale = (float)(((clip > 0 && norm > clip) ? clip / norm : 1.0) / scale);
     float lr = lr_at(&tc->lr, step);
-    const Offload *off = dp_offload(t->dp);
-    uint64_t io_r0 = off ? offload_bytes_read(off) : 0, io_w0 = off ? offload_bytes_written(off) : 0;
-    double io_s0 = off ? offload_waited(off) : 0;
     int rc = skipped ? dp_skip(t->dp, err) : dp_update(t->dp, &t->opt, lr, &tc->adamw, gscale, err);
     // an I/O failure is one rank's: every rank stops at the same step
-    if (off) rc = trainer_agree(t, rc, "its optimizer offload's I/O", err);
+    if (off) rc = trainer_agree(t, rc, "its offload's I/O", err);
     if (rc) return -1;
 
     double dt = timer_now() - t0;
@@ -454,6 +459,7 @@ static int open_offload(Trainer *t, Err *err) {
         flag = "TMPDIR";
         if (!base || !base[0]) { base = "/tmp"; flag = "the temporary directory"; }
     }
+    dp_set_prefetch(t->dp, tc->offload_prefetch);
     return dp_offload_open(t->dp, base, flag, t->lay->rank, tc->offload_unit, tc->offload_keep, err);
 }
 

@@ -63,6 +63,7 @@ typedef struct TrainConfig {
     const char *offload_dir;   // --offload-dir: where the optimizer offload's files go (NULL: --ckpt-dir, else $TMPDIR
                                // or /tmp); layout.offload says whether there is one
     int offload_keep;          // --offload-keep: the offload's files stay after the run
+    int offload_prefetch;      // --offload-prefetch: segments of the parameters' file read ahead of a gather (--offload params)
     size_t offload_unit;       // test hook (TESSERA_TEST_OFFLOAD_UNIT): the offload's largest unit in floats (0: its own)
     ScalerConfig scaler;       // fp16's dynamic loss scale (optim/scaler)
     int loss_scale_given;      // --loss-scale was given (a resumed run keeps its checkpoint's scale and says so)
