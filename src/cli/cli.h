@@ -22,6 +22,9 @@ int cmd_comm_bench(int argc, char **argv);
 // over bytes of files under dir, timed over passes after warmup ones. 0, or
 // -1 with e.
 int disk_bench(const char *dir, size_t bytes, int passes, int warmup, Err *e);
+// The bandwidth of disk_bench's passes, without printing: *gbps (GB/s read
+// and written together), *files the files' bytes. 0, or -1 with e.
+int disk_probe(const char *dir, size_t bytes, int passes, int warmup, double *gbps, size_t *files, Err *e);
 int cmd_plan(int argc, char **argv);
 // train's ranks through comm_run (world of them, each rank_main(arg));
 // with max > 0, a run whose ranks failed (not a usage error) starts again

@@ -13,7 +13,7 @@
 
 enum { UNIT = 1 << 23 };   // floats per unit: parallel/dp's largest
 
-int disk_bench(const char *dir, size_t bytes, int passes, int warmup, Err *e) {
+int disk_probe(const char *dir, size_t bytes, int passes, int warmup, double *gbps, size_t *files, Err *e) {
     static const char *const names[3] = {"bench_a", "bench_b", "bench_c"};
     size_t per = bytes / 3 / sizeof(float), nu = (per + UNIT - 1) / UNIT;
     size_t *off = calloc(nu + 1, sizeof *off), *n = calloc(nu + 1, sizeof *n);
@@ -42,11 +42,8 @@ int disk_bench(const char *dir, size_t bytes, int passes, int warmup, Err *e) {
         if (it >= 0) t += timer_now() - t0;
     }
     double moved = 2.0 * (double)offload_disk_bytes(o) * passes;   // read and written
-    char b1[32];
-    printf("# disk-bench: %s, %s of offload files (3 files, units of %d floats), %d passes (page cache included)\n", dir,
-           mem_fmt(offload_disk_bytes(o), b1, sizeof b1), UNIT, passes);
-    printf("disk: %.3f GB/s read and written together (%.3f s per pass) -> tessera plan --disk-gbps %.3g\n",
-           t > 0 ? moved / t * 1e-9 : 0.0, t / passes, t > 0 ? moved / t * 1e-9 : 0.0);
+    *gbps = t > 0 ? moved / t * 1e-9 : 0.0;
+    *files = offload_disk_bytes(o);
     rc = 0;
 out:
     offload_close(o);
@@ -54,4 +51,16 @@ out:
     free(n);
     free(zeros);
     return rc;
+}
+
+int disk_bench(const char *dir, size_t bytes, int passes, int warmup, Err *e) {
+    double gbps;
+    size_t files;
+    if (disk_probe(dir, bytes, passes, warmup, &gbps, &files, e)) return -1;
+    char b1[32];
+    printf("# disk-bench: %s, %s of offload files (3 files, units of %d floats), %d passes (page cache included)\n", dir,
+           mem_fmt(files, b1, sizeof b1), UNIT, passes);
+    printf("disk: %.3f GB/s read and written together (%.3f s per pass) -> tessera plan --disk-gbps %.3g\n", gbps,
+           gbps > 0 ? 2.0 * (double)files * 1e-9 / gbps : 0.0, gbps);
+    return 0;
 }

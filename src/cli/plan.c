@@ -13,6 +13,10 @@
 #include "model/arch.h"
 #include "plan/plan.h"
 
+// Where --disk-gbps's figure came from, for the offload's line
+// (disk_default).
+static char disk_src[320];
+
 static const double GiB = 1073741824.0;
 
 static const char *sched_name[] = {"1f1b", "gpipe"}, *rec_name[] = {"none", "selective", "full"};
@@ -60,11 +64,11 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
     printf("           total %.2f GiB per device of %.0f GiB: %s\n", r->total / GiB, c->mem_gb, r->fits ? "fits" : "DOES NOT FIT");
     if (l->offload)
         printf("offload    %s: %.3f GiB on disk per device (the AdamW moments%s%s), its ring of buffers in the optimizer's\n"
-               "           figure; per step %.4g GB read and %.4g GB written, %.4g s at %.3g GB/s (--disk-gbps)\n",
+               "           figure; per step %.4g GB read and %.4g GB written, %.4g s exposed at %.3g GB/s (%s)\n",
                l->offload == OFFLOAD_PARAMS ? "params" : "optimizer", r->disk / GiB,
                layout_offloads_masters(l) ? " and the fp32 masters" : "",
                l->offload == OFFLOAD_PARAMS ? ", and the owned parameter shard, read at each gather" : "", r->io_read / 1e9,
-               r->io_written / 1e9, r->t_io, c->disk_gbps);
+               r->io_written / 1e9, r->t_io, c->disk_gbps, disk_src);
     if (explain) {
         int mixed = l->precision != PREC_FP32;
         printf("  = states: (%s) × Ψ=%s%s\n", mixed ? "2 weights + 2 gradients + 12 fp32 master/m/v" : "4 + 4 + 8 (m, v)", pd,
@@ -90,7 +94,9 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
     printf("step       compute %.4g s, pipeline bubble %.4g s, tensor-parallel comm %.4g s, pipeline comm %.4g s,\n"
            "           data-parallel comm %.4g s (%.4g exposed after overlap with backward) -> step %.4g s\n",
            r->t_compute, r->t_bubble, r->t_tp, r->t_pp, r->t_dp, r->t_dp_exposed, r->t_step);
-    if (l->offload) printf("           (the step includes the offload's disk I/O, %.4g s)\n", r->t_io);
+    if (l->offload)
+        printf("           (the step includes the offload's disk I/O not hidden, %.4g s: the optimizer's files around the update,\n"
+               "           and the parameters' reads at the gathers beyond the compute they are read ahead of)\n", r->t_io);
     printf("comm       per device per step: dp %.4g GB, tp %.4g GB, pp %.4g GB\n", r->bytes_dp / 1e9, r->bytes_tp / 1e9, r->bytes_pp / 1e9);
     if (c->devices > c->per_node) {   // which groups the network carries
         char in[48] = "", out[48] = "";
@@ -152,8 +158,10 @@ static void json_layout(const PlanModel *m, const PlanCluster *c, const Layout *
         jb_key(&b, "offload_bytes"); jb_num(&b, r->disk);
         jb_key(&b, "io_read_bytes"); jb_num(&b, r->io_read);
         jb_key(&b, "io_written_bytes"); jb_num(&b, r->io_written);
+        jb_key(&b, "io_gather_bytes"); jb_num(&b, r->io_gather);
         jb_key(&b, "io_seconds"); jb_num(&b, r->t_io);
         jb_key(&b, "disk_gbps"); jb_num(&b, c->disk_gbps);
+        jb_key(&b, "disk_gbps_source"); jb_str(&b, disk_src);
     }
     jb_key(&b, "device_bytes"); jb_num(&b, c->mem_gb * GiB);
     jb_key(&b, "fits"); jb_bool(&b, r->fits);
@@ -248,6 +256,32 @@ static void local_cluster(PlanArgs *a, Precision prec) {
     }
 }
 
+// --disk-gbps not given: under --local the offload's own passes over 48 MB
+// of files where train would put them ($TMPDIR, else /tmp; comm-bench
+// --disk's measure, page cache included: a few tens of ms), else the
+// constant 2 GB/s (an NVMe SSD's order) of a cluster not in hand.
+static void disk_default(PlanArgs *a) {
+    if (a->disk_gbps > 0) {
+        snprintf(disk_src, sizeof disk_src, "--disk-gbps");
+        return;
+    }
+    a->disk_gbps = 2;
+    snprintf(disk_src, sizeof disk_src, "the default for a cluster not in hand; --local measures this machine's");
+    if (!a->local) return;
+    const char *dir = getenv("TMPDIR");
+    if (!dir || !dir[0]) dir = "/tmp";
+    double gbps = 0;
+    size_t files = 0;
+    Err e;
+    if (disk_probe(dir, 48u << 20, 2, 1, &gbps, &files, &e) == 0 && gbps > 0) {
+        a->disk_gbps = gbps;
+        snprintf(disk_src, sizeof disk_src, "measured here: the offload's passes over %zu MB in %.200s, page cache included",
+                 files >> 20, dir);
+    } else {
+        snprintf(disk_src, sizeof disk_src, "the default: %.200s could not be measured", dir);
+    }
+}
+
 // plan's flag table: fills *a from the defaults, --config and the command
 // line, or prints the usage (*help). *cfg holds --config's JSON, which
 // a's strings may point into (json_free it after the last use). 0, or -1
@@ -256,7 +290,7 @@ static int plan_flags(PlanArgs *a, int argc, char **argv, int *help, Json **cfg,
     *a = (PlanArgs){.model = "gpt2-124m", .schedule = "1f1b", .recompute = "none", .precision = "bf16", .reduce = "fp32",
                     .attention = "fused", .devices = 8, .per_node = 8, .gbatch = 512, .mbatch = 1, .mem = 80, .tflops = 312,
                     .mfu = 0.5, .bw_intra = 300, .bw_inter = 25, .alpha = 5, .zero = -1, .top = 5, .vstages = 1,
-                    .disk_gbps = 2};
+                    .disk_gbps = 0};   // 0: not given (plan_setup picks the default)
     Flag f[] = {
         {"model", FLAG_STR, &a->model, 0, 0, "PRESET", "model (default gpt2-124m); see the list above", 0, NULL},
         {"config", FLAG_STR, &a->config, 0, 0, "FILE.json", "flags as a JSON object; \"model\" may be a preset or {arch, n_layer, n_head, d_model, d_ff, max_seq, vocab; llama: n_kv_head, rope_theta, norm_eps} (as tessera train's)", 0, NULL},
@@ -293,7 +327,7 @@ static int plan_flags(PlanArgs *a, int argc, char **argv, int *help, Json **cfg,
         {"reduce-dtype", FLAG_STR, &a->reduce, 0, 0, "T", "gradient reduction dtype under bf16/fp16: fp32 (default) or bf16", 0, NULL},
         {"sp", FLAG_BOOL, &a->sp, 0, 0, "", "sequence parallelism (default false)", 0, NULL},
         {"offload", FLAG_STR, &a->offload, 0, 0, "optimizer|params", "the optimizer state on disk, as tessera train --offload optimizer keeps it, or (params, with --zero 3) that and the owned parameter shard ZeRO-3 gathers from: resident memory, bytes on disk, bytes read and written per step and their time at --disk-gbps (without it, a search that finds no layout that fits tries again with the optimizer offloaded, then the parameters too)", 0, NULL},
-        {"disk-gbps", FLAG_FLOAT, &a->disk_gbps, 1e-6, 1e6, "GB/s", "bandwidth of the disk under --offload (default 2, an NVMe SSD's order; tessera comm-bench --disk measures this machine's)", 0, NULL},
+        {"disk-gbps", FLAG_FLOAT, &a->disk_gbps, 1e-6, 1e6, "GB/s", "bandwidth of the disk under --offload (default: with --local, measured here by the offload's own passes over 48 MB in $TMPDIR or /tmp, as tessera comm-bench --disk measures; else 2, an NVMe SSD's order)", 0, NULL},
         {"attention", FLAG_STR, &a->attention, 0, 0, "A", "fused (default, no s² activations) or naive", 0, NULL},
         {"ckpt-async", FLAG_BOOL, &a->ckpt_async, 0, 0, "", "count tessera train --ckpt-async's staging copy of the checkpoint pieces a device writes (its parameters and AdamW moments in fp32)", 0, NULL},
         {"json", FLAG_BOOL, &a->json, 0, 0, "", "one JSON object instead of text", 0, NULL},
@@ -365,6 +399,7 @@ static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *
         pick(a->attention, (const char *[]){"naive", "fused"}, 2, "attention", &att_, e))
         return -1;
     if (a->local) local_cluster(a, (Precision)p_);
+    disk_default(a);
     *c = (PlanCluster){a->devices, a->per_node, a->mem, a->tflops, a->mfu, a->bw_intra, a->bw_inter, a->alpha, a->disk_gbps};
     if (plan_check_inputs(m, c, j, e)) return -1;
     l->schedule = s_;

@@ -102,10 +102,12 @@ typedef struct PlanResult {
                                            // bandwidth); tensor-parallel groups stay inside a node
     double tp_messages;             // tensor-parallel collectives per step, each a step of latency per peer
     double tokens_per_s, mfu, days, device_hours, megatron_days;
-    // the optimizer offload (layout.offload): bytes of its files per device,
-    // read and written once each per step, and the time they take at the
-    // disk's bandwidth (the update waits for them: not hidden behind compute)
-    double disk, io_read, io_written, t_io;
+    // the offload (layout.offload): bytes of its files per device, read and
+    // written per step (the optimizer's once each; the parameters' file,
+    // --offload params, at every gather), and the time of them not hidden
+    // at the disk's bandwidth
+    double disk, io_read, io_written, t_io;   // t_io: the I/O's exposed seconds (see plan_eval)
+    double io_gather;                          // of io_read, the parameters' reads at the gathers (--offload params)
     int fits;
 } PlanResult;
 
