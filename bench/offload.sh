@@ -49,8 +49,9 @@ if [ -z "$need" ] || [ -z "$free" ] || awk -v n="$need" -v f="$free" 'BEGIN { ex
   echo "  $b_model: skipped, its offload files need $(awk -v n="${need:-0}" 'BEGIN { printf "%.1f", n / 1e9 }') GB and $DIR has" \
     "$(awk -v f="${free:-0}" 'BEGIN { printf "%.1f", f / 1e9 }') GB free (set OFFLOAD_DIR)"
 else
-  offrow --model "$b_model" --batch "$b_b" --seq "$b_t" --precision bf16 --recompute full --zero 3 --offload params --offload-dir "$DIR" &&
-    printf '  %-11s B=%d T=%-4d bf16, --zero 3 --offload params --recompute full: %.1f s/step, peak resident %.2f GB (RSS; tagged %.2f GB; goal <= 12), I/O wait %.1f s, %.2f GB read and %.2f GB written per step, loss %s\n' \
+  # (--lr 3e-5: at B=1 the default 6e-4's first warmup steps move a 1.5B model's loss up)
+  offrow --model "$b_model" --batch "$b_b" --seq "$b_t" --precision bf16 --recompute full --zero 3 --offload params --offload-dir "$DIR" --lr 3e-5 &&
+    printf '  %-11s B=%d T=%-4d bf16, --zero 3 --offload params --recompute full --lr 3e-5: %.1f s/step, peak resident %.2f GB (RSS; tagged %.2f GB; goal <= 12), I/O wait %.1f s, %.2f GB read and %.2f GB written per step, loss %s\n' \
       "$b_model" "$b_b" "$b_t" "$(awk -v m="$OR_MS" 'BEGIN { print m / 1000 }')" "$(awk -v r="${OR_RSS:-0}" 'BEGIN { print r * 1024 / 1e9 }')" \
       "$(awk -v p="${OR_PEAK:-0}" 'BEGIN { print p / 1e9 }')" "$(awk -v w="${OR_WAIT:-0}" 'BEGIN { print w / 1000 }')" \
       "$(awk -v x="${OR_READ:-0}" 'BEGIN { print x / 1e9 }')" "$(awk -v x="${OR_WRITE:-0}" 'BEGIN { print x / 1e9 }')" "$OR_LOSS"
