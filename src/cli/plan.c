@@ -95,8 +95,9 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
            "           data-parallel comm %.4g s (%.4g exposed after overlap with backward) -> step %.4g s\n",
            r->t_compute, r->t_bubble, r->t_tp, r->t_pp, r->t_dp, r->t_dp_exposed, r->t_step);
     if (l->offload)
-        printf("           (the step includes the offload's disk I/O not hidden, %.4g s: the optimizer's files around the update,\n"
-               "           and the parameters' reads at the gathers beyond the compute they are read ahead of)\n", r->t_io);
+        printf("           (the step includes the offload's disk I/O not hidden, %.4g s: the reads during forward and backward\n"
+               "           (the optimizer ring's first units, the parameters' gathers) beyond the compute's time, and the rest\n"
+               "           of the optimizer's files, read and written around the update, whole)\n", r->t_io);
     printf("comm       per device per step: dp %.4g GB, tp %.4g GB, pp %.4g GB\n", r->bytes_dp / 1e9, r->bytes_tp / 1e9, r->bytes_pp / 1e9);
     if (c->devices > c->per_node) {   // which groups the network carries
         char in[48] = "", out[48] = "";
@@ -326,8 +327,8 @@ static int plan_flags(PlanArgs *a, int argc, char **argv, int *help, Json **cfg,
         {"precision", FLAG_STR, &a->precision, 0, 0, "P", "fp32, bf16 (default) or fp16", 0, NULL},
         {"reduce-dtype", FLAG_STR, &a->reduce, 0, 0, "T", "gradient reduction dtype under bf16/fp16: fp32 (default) or bf16", 0, NULL},
         {"sp", FLAG_BOOL, &a->sp, 0, 0, "", "sequence parallelism (default false)", 0, NULL},
-        {"offload", FLAG_STR, &a->offload, 0, 0, "optimizer|params", "the optimizer state on disk, as tessera train --offload optimizer keeps it, or (params, with --zero 3) that and the owned parameter shard ZeRO-3 gathers from: resident memory, bytes on disk, bytes read and written per step and their time at --disk-gbps (without it, a search that finds no layout that fits tries again with the optimizer offloaded, then the parameters too)", 0, NULL},
-        {"disk-gbps", FLAG_FLOAT, &a->disk_gbps, 1e-6, 1e6, "GB/s", "bandwidth of the disk under --offload (default: with --local, measured here by the offload's own passes over 48 MB in $TMPDIR or /tmp, as tessera comm-bench --disk measures; else 2, an NVMe SSD's order)", 0, NULL},
+        {"offload", FLAG_STR, &a->offload, 0, 0, "optimizer|params", "the optimizer state on disk, as tessera train --offload optimizer keeps it, or (params, with --zero 3) that and the owned parameter shard ZeRO-3 gathers from: resident memory, bytes on disk, bytes read and written per step and their time at --disk-gbps not hidden (the reads during forward and backward, the optimizer ring's first units and the parameters' gathers, hidden up to the compute's time; the rest counted whole) (without it, a search that finds no layout that fits tries again with the optimizer offloaded, then the parameters too)", 0, NULL},
+        {"disk-gbps", FLAG_FLOAT, &a->disk_gbps, 1e-6, 1e6, "GB/s", "bandwidth of the disk under --offload (default: with --local, measured here by the offload's own passes over 48 MB in $TMPDIR or /tmp read and written through the page cache as the offload does (no fsync), as tessera comm-bench --disk measures; else 2, an NVMe SSD's order)", 0, NULL},
         {"attention", FLAG_STR, &a->attention, 0, 0, "A", "fused (default, no s² activations) or naive", 0, NULL},
         {"ckpt-async", FLAG_BOOL, &a->ckpt_async, 0, 0, "", "count tessera train --ckpt-async's staging copy of the checkpoint pieces a device writes (its parameters and AdamW moments in fp32)", 0, NULL},
         {"json", FLAG_BOOL, &a->json, 0, 0, "", "one JSON object instead of text", 0, NULL},

@@ -367,14 +367,20 @@ void plan_eval(const PlanModel *m, const PlanCluster *c, const PlanJob *j, const
     double alpha = c->alpha_us * 1e-6;   // latency per message
     r->t_tp = r->bytes_tp / (c->bw_intra * 1e9) + r->tp_messages * alpha;
     pp_comm(m, c, j, l, r);
-    // The I/O's exposed time: the optimizer's files are read and written
-    // around the update, whose arithmetic is a small fraction of their
-    // time (only the ring's first units are read ahead during the passes),
-    // so all of it counts; the parameters' reads at the gathers are read
-    // ahead of the segments that compute, hidden up to the compute's time.
+    // The I/O's exposed time. Reads during the forward and backward are
+    // hidden up to the compute's time: the ring's first units of the
+    // optimizer's files (offload_prefetch starts the next pass's reader
+    // then; at most the ring, r->optim) and the parameters' reads at the
+    // gathers, read ahead of the segments that compute. The rest of the
+    // optimizer's reads and all its writes run around the update, whose
+    // arithmetic is a small fraction of their time (the planner has no
+    // update time to hide them behind), so all of it counts.
     double bw = c->disk_gbps * 1e9;
-    r->t_io = r->disk > 0 ? (r->io_read - r->io_gather + r->io_written) / bw : 0;
-    if (r->io_gather > 0 && r->io_gather / bw > r->t_compute) r->t_io += r->io_gather / bw - r->t_compute;
+    double opt_read = r->io_read - r->io_gather;
+    double ahead = r->disk > 0 ? (r->optim < opt_read ? r->optim : opt_read) : 0;
+    double hidden_reads = (ahead + r->io_gather) / bw;
+    r->t_io = r->disk > 0 ? (opt_read - ahead + r->io_written) / bw : 0;
+    if (hidden_reads > r->t_compute) r->t_io += hidden_reads - r->t_compute;
     r->t_step = r->t_compute + r->t_bubble + r->t_dp_exposed + r->t_tp + r->t_pp + r->t_io;
 
     double tokens_step = (double)j->global_batch * j->seq, N = (double)r->params;

@@ -18,7 +18,8 @@
 //   is tessera's own, in every precision: the moments (and, under 16 bits
 //   below ZeRO-3, the fp32 masters) are on disk, the ring of buffers they
 //   stream through in memory; the step adds reading and writing the files
-//   once each at the disk's bandwidth.
+//   once each at the disk's bandwidth, less the ring's first units read
+//   during forward and backward (hidden up to the compute's time).
 // - FLOPs per token: 6N + 12·L·h·s (PaLM, appendix B; model/arch's
 //   arch_flops_token, the trainer's MFU count: N leaves out an untied token
 //   embedding, only looked up); hardware FLOPs add recomputation (full:

@@ -177,5 +177,23 @@ grep -q "with --offload optimizer (none without it)" "$TMP/p2.out" &&
   ok "tessera plan: the search falls back to the offload when nothing fits; --offload shows bytes on disk, read and written and their time" ||
   bad "plan offload" "$(tail -2 "$TMP/p2.out")"
 
+# ---- the planner's I/O rule on a fixed input: the reads during forward and backward (the ring's
+# first units of the optimizer's files, at most optim_bytes) hidden up to the compute's time, the
+# rest read and all written exposed ----
+for g in 4 0.001; do
+  j=$("$BIN" plan --model gpt2-1558m --dp 1 --devices 1 --device-mem 24 --seq 1024 --global-batch 1 --recompute full \
+      --offload optimizer --disk-gbps $g --json)
+  jf() { echo "$j" | grep -o "\"$1\":[0-9.e+-]*" | cut -d: -f2; }
+  want=$(awk -v r="$(jf io_read_bytes)" -v w="$(jf io_written_bytes)" -v o="$(jf optim_bytes)" -v t="$(jf compute_seconds)" -v g=$g \
+    'BEGIN { bw = g * 1e9; a = o < r ? o : r; h = a / bw; x = (r - a + w) / bw + (h > t ? h - t : 0); printf "%.9e", x }')
+  got=$(awk -v x="$(jf io_seconds)" 'BEGIN { printf "%.9e", x }')
+  [ "$got" = "$want" ] && echo "$j" | grep -q '"disk_gbps_source":"--disk-gbps"' ||
+    { bad "plan's I/O rule at $g GB/s" "io_seconds $got, want $want"; continue; }
+  ok "plan at --disk-gbps $g: io_seconds $got = the reads past the ring's, the writes, and the ring's reads beyond the compute"
+done
+"$BIN" plan --model gpt2-tiny --vocab 256 --devices 1 --dp 1 --tp 1 --pp 1 --seq 64 --global-batch 2 --offload optimizer --json |
+  grep -q '"disk_gbps":2,"disk_gbps_source":"the default for a cluster not in hand' &&
+  ok "plan without --local or --disk-gbps: the stated 2 GB/s, named as the default" || bad "plan's non-local disk default" ""
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
