@@ -435,17 +435,25 @@ static int check_room(const Trainer *t, Err *err) {
     int local = l->world && !strcmp(comm_backend(l->world), "local") ? comm_size(l->world) : 1;
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (!(have > 0 && bytes * local > have)) return 0;
-    // would the optimizer state on disk make it fit?
-    Layout off = *l;
-    off.offload = OFFLOAD_OPTIMIZER;
-    LayoutMemory om;
-    int fits_off = !l->offload && layout_memory(&off, &t->mc, l->pp_rank, tc->batch, tc->seq, tc->accum, &om, err) == 0 &&
-                   om.total * local <= have;
+    // would the optimizer state on disk make it fit, or that and the
+    // parameters (ZeRO-3)?
+    const char *hint = "try more ranks or memory";
+    for (int w = OFFLOAD_OPTIMIZER; w <= OFFLOAD_PARAMS; w++) {
+        Layout off = *l;
+        off.offload = (OffloadWhat)w;
+        if (w == OFFLOAD_PARAMS) off.zero = 3;
+        LayoutMemory om;
+        if (w > (int)l->offload && layout_memory(&off, &t->mc, l->pp_rank, tc->batch, tc->seq, tc->accum, &om, err) == 0 &&
+            om.total * local <= have) {
+            hint = w == OFFLOAD_OPTIMIZER ? "--offload optimizer would fit it" : "--zero 3 --offload params would fit it";
+            break;
+        }
+    }
     return err_set(err, ERR_USAGE, "%s needs %.1f GiB per rank (parameters, gradients, AdamW moments%s, activations%s)%s; "
                    "this machine has %.1f GiB (%s; tessera plan --model %s shows layouts that fit)", t->mc.name,
                    bytes / 1073741824.0, l->offload ? " on disk" : "",
                    mem.ckpt > 0 ? ", --ckpt-async's staging copy" : "", local > 1 ? " on each of the ranks here" : "",
-                   have / 1073741824.0, fits_off ? "--offload optimizer would fit it" : "try more ranks or memory", t->mc.name);
+                   have / 1073741824.0, hint, t->mc.name);
 }
 
 // The optimizer offload's files: under --offload-dir, else --ckpt-dir

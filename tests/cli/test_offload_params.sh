@@ -27,6 +27,18 @@ done
 [ $same_bad -eq 0 ] && ok "--offload params gives the same checkpoint bytes on 10 layouts (1 process, dp=2 ZeRO-3, tp=2, pp=2; fp32, bf16; gpt2, llama)" ||
   bad "--offload params changes the checkpoint"
 
+# ---- the read-ahead's depth changes nothing; a spike rollback refills the shard's file ----
+"$BIN" $B --zero 3 --precision bf16 --offload params --offload-prefetch 0 --ckpt-dir "$TMP/p0" >/dev/null 2>&1 &&
+  "$BIN" $B --zero 3 --precision bf16 --offload params --offload-prefetch 8 --ckpt-dir "$TMP/p8" >/dev/null 2>&1 &&
+  same_bits "$TMP/r_gpt2_bf16" "$TMP/p0" && same_bits "$TMP/r_gpt2_bf16" "$TMP/p8" &&
+  ok "--offload-prefetch 0 and 8 give the same bits" || bad "--offload-prefetch changes the checkpoint"
+S="train --data $DATA --tokenizer byte --seed 3 --batch 2 --log-every 1 --spike-guard 6 --steps 20 --ckpt-every 12 --precision bf16 --zero 3"
+TESSERA_TEST_SPIKE=15:2 "$BIN" $S --spike-rollback 2 --offload params --ckpt-dir "$TMP/rb" >"$TMP/rb.out" 2>&1
+TESSERA_TEST_SKIP=12:4 "$BIN" $S --ckpt-dir "$TMP/sk" >/dev/null 2>&1
+[ "$(grep -c "^spikes: .*back to the checkpoint of step 12" "$TMP/rb.out")" = 1 ] && same_bits "$TMP/rb" "$TMP/sk" &&
+  ok "bf16 --spike-rollback with the parameter offload: back to step 12 (the shard's file refilled), then the bits of the run that skipped those batches" ||
+  bad "spike rollback with the parameter offload" "$(tail -1 "$TMP/rb.out")"
+
 # ---- resume across the offload, both ways ----
 "$BIN" $B --zero 3 --precision bf16 --exit-after 2 --offload params --ckpt-dir "$TMP/x1" >/dev/null 2>&1
 "$BIN" $B --zero 3 --precision bf16 --resume --ckpt-dir "$TMP/x1" >"$TMP/x1.out" 2>&1
