@@ -65,7 +65,7 @@ static void print_layout(const PlanModel *m, const PlanCluster *c, const PlanJob
     if (l->offload)
         printf("offload    %s: %.3f GiB on disk per device (the AdamW moments%s%s), its ring of buffers in the optimizer's\n"
                "           figure; per step %.4g GB read and %.4g GB written, %.4g s exposed at %.3g GB/s (%s)\n",
-               l->offload == OFFLOAD_PARAMS ? "params" : "optimizer", r->disk / GiB,
+               layout_offload_name(l->offload), r->disk / GiB,
                layout_offloads_masters(l) ? " and the fp32 masters" : "",
                l->offload == OFFLOAD_PARAMS ? ", and the owned parameter shard, read at each gather" : "", r->io_read / 1e9,
                r->io_written / 1e9, r->t_io, c->disk_gbps, disk_src);
@@ -145,7 +145,7 @@ static void json_layout(const PlanModel *m, const PlanCluster *c, const Layout *
     jb_key(&b, "virtual_stages"); jb_int(&b, l->vstages > 1 ? l->vstages : 1);
     jb_key(&b, "recompute"); jb_str(&b, rec_name[l->recompute]); jb_key(&b, "precision"); jb_str(&b, prec_name(l->precision));
     jb_key(&b, "sp"); jb_bool(&b, l->sp);
-    jb_key(&b, "offload"); jb_str(&b, l->offload == OFFLOAD_PARAMS ? "params" : l->offload ? "optimizer" : "none");
+    jb_key(&b, "offload"); jb_str(&b, layout_offload_name(l->offload));
     jb_obj_end(&b);
     jb_key(&b, "weights_bytes"); jb_num(&b, r->weights);
     jb_key(&b, "grads_bytes"); jb_num(&b, r->grads);
@@ -411,9 +411,9 @@ static int plan_setup(PlanArgs *a, const PlanModel *m, PlanJob *j, PlanCluster *
     l->sp = a->sp;
     l->vstages = a->vstages;
     l->ckpt_async = a->ckpt_async;
-    if (a->offload && strcmp(a->offload, "optimizer") && strcmp(a->offload, "params"))
+    l->offload = OFFLOAD_NONE;
+    if (a->offload && layout_offload_parse(a->offload, &l->offload))
         return err_set(e, ERR_USAGE, "--offload: expected optimizer or params, got '%s'", a->offload);
-    l->offload = !a->offload ? OFFLOAD_NONE : !strcmp(a->offload, "params") ? OFFLOAD_PARAMS : OFFLOAD_OPTIMIZER;
     return 0;
 }
 
@@ -485,7 +485,9 @@ again:
             PlanResult tr = res[b]; res[b] = res[b - 1]; res[b - 1] = tr;
         }
     if (a->json) { json_layout(m, c, &cand[0], &res[0]); return 0; }
-    char pbuf[32];
+    char pbuf[32], tried[64] = "", given[48];
+    if (tried_offload) snprintf(tried, sizeof tried, " with --offload %s (none without it)", layout_offload_name(base.offload));
+    snprintf(given, sizeof given, " (--offload %s)", layout_offload_name(base.offload));
     commas(plan_params(m), pbuf, sizeof pbuf);
     printf("%s (%s parameters) on %lld devices (%lld per node, %.3g GiB, %.3g TFLOP/s at MFU %.2f), %s, seq %lld, global batch %lld, micro-batch %lld\n",
            m->name, pbuf, (long long)c->devices, (long long)c->per_node, c->mem_gb, c->tflops, c->mfu, prec_name(l->precision),
@@ -497,9 +499,7 @@ again:
                cand[k].zero, rec_name[cand[k].recompute], res[k].total / GiB, res[k].t_step, res[k].tokens_per_s,
                100 * res[k].mfu);
     printf("%d layouts fit%s; %d valid ones need more memory than the device has; %d break a rule. Details: --dp/--tp/--pp, --why-not.\n",
-           n, tried_offload == OFFLOAD_PARAMS ? " with --offload params (none without it)"
-              : tried_offload ? " with --offload optimizer (none without it)"
-              : base.offload ? (base.offload == OFFLOAD_PARAMS ? " (--offload params)" : " (--offload optimizer)") : "",
+           n, tried_offload ? tried : base.offload ? given : "",
            rejected_mem, rejected_rule);
     if (j->tokens > 0) printf("best layout trains %.4g tokens in %.4g days (%.4g device-hours)\n", j->tokens, res[0].days, res[0].device_hours);
     return 0;

@@ -459,9 +459,9 @@ static int train_config(TrainArgs *a, int **layers, Err *e) {
     else if (strcmp(a->recompute, "none"))
         return err_set(e, ERR_USAGE, "--recompute: expected none, selective or full, got '%s'", a->recompute);
     if (precision_flags(tc, a->precision, a->reduce, &a->sc, e)) return -1;
-    if (a->offload && strcmp(a->offload, "optimizer") && strcmp(a->offload, "params"))
+    tc->layout.offload = OFFLOAD_NONE;
+    if (a->offload && layout_offload_parse(a->offload, &tc->layout.offload))
         return err_set(e, ERR_USAGE, "--offload: expected optimizer or params, got '%s'", a->offload);
-    tc->layout.offload = !a->offload ? OFFLOAD_NONE : !strcmp(a->offload, "params") ? OFFLOAD_PARAMS : OFFLOAD_OPTIMIZER;
     if (tc->layout.offload == OFFLOAD_PARAMS && tc->layout.zero != 3)
         return err_set(e, ERR_USAGE, "--offload params: the parameters are offloaded as ZeRO-3 gathers them: add --zero 3 (it runs on one rank too)");
     if (tc->offload_prefetch >= 0 && tc->layout.offload != OFFLOAD_PARAMS)

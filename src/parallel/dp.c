@@ -365,8 +365,10 @@ void dp_free(Dp *d) {
     embsync_free(d->es);
     offload_close(d->off);   // a mapped shard (--offload params) with it
     if (d->st->hooks.ctx == d) stage_set_hooks(d->st, NULL);
-    if (!d->poff) mem_free(d->pshard);
-    if (!d->poff) mem_free(d->hshard);
+    if (!d->poff) {   // else the offload's mapping, gone with it
+        mem_free(d->pshard);
+        mem_free(d->hshard);
+    }
     mem_free(d->gshard);
     free(d->b);
     free(d->sk);

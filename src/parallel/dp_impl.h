@@ -99,7 +99,8 @@ int dp_fill_offloaded(Dp *d, int kind, DpFill fill, void *ctx, Err *err);
 // get their CRC and go back too.
 int dp_pfile_open(Dp *d, Err *err);
 int dp_pfile_fetch(Dp *d, int k, Err *err);
-// Unit u's values against their CRC (and the file its full length).
+// Unit u's values against their CRC (the file's length checked first by
+// the caller: offload_params_intact).
 int dp_pfile_check_unit(Dp *d, int u, Err *err);
 void dp_pfile_drop(Dp *d, int k);
 void dp_pfile_unit_written(Dp *d, int u);

@@ -71,7 +71,7 @@ int dp_update_offloaded(Dp *d, AdamW *opt, float lr, const AdamWConfig *o, float
         int k = d->useg[u];
         if (!rc && offload_unit(d->off, u, b, err)) rc = -1;
         // fp32's masters are the parameters' file: checked before they are updated
-        if (!rc && d->poff && !d->masters && dp_pfile_check_unit(d, u, err)) rc = -1;
+        if (!rc && d->poff && !d->masters && (offload_params_intact(d->off, err) || dp_pfile_check_unit(d, u, err))) rc = -1;
         if (!rc) {
             size_t in = d->uoff[u] - d->soff[k], lo = piece_lo(d, k) + in, n = d->un[u];   // in: its place in the piece
             float *params = d->masters ? b[OFF_MASTER] : d->zero >= 3 ? d->pshard + d->uoff[u] : d->st->params + lo;

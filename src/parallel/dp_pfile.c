@@ -61,7 +61,7 @@ int dp_pfile_fetch(Dp *d, int k, Err *err) {
         advise(d, d->soff[j], d->sk[j], MADV_WILLNEED);
     }
     double t0 = timer_now(), p0 = prof_begin();
-    int rc = 0;
+    int rc = offload_params_intact(d->off, err);   // a file cut short would fault (SIGBUS) where its pages are gone
     for (int u = d->ufirst[k]; u < d->ufirst[k + 1] && !rc; u++) rc = dp_pfile_check_unit(d, u, err);
     double dt = timer_now() - t0;
     prof_end(p0, PROF_IO, 0, 0);
@@ -70,8 +70,6 @@ int dp_pfile_fetch(Dp *d, int k, Err *err) {
 }
 
 int dp_pfile_check_unit(Dp *d, int u, Err *err) {
-    // a file cut short would fault (SIGBUS) where its pages are gone
-    if (offload_params_intact(d->off, err)) return -1;
     if (crc32c(0, base(d) + d->uoff[u] * elem(d), d->un[u] * elem(d)) != d->pcrc[u])
         return err_set(err, ERR_RUN, "%s: parameters [%zu, %zu) differ from what was written (the file changed underneath)",
                        offload_params_path(d->off), d->uoff[u], d->uoff[u] + d->un[u]);

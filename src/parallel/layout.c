@@ -1,5 +1,7 @@
 #include "parallel/layout.h"
 
+#include <string.h>
+
 #include <stdlib.h>
 
 #include "model/arch.h"
@@ -85,6 +87,19 @@ unsigned layout_stage_flags(const Layout *l) {
 
 int layout_offloads_masters(const Layout *l) {
     return l->offload != OFFLOAD_NONE && l->precision != PREC_FP32;
+}
+
+int layout_offload_parse(const char *s, OffloadWhat *w) {
+    for (int k = OFFLOAD_OPTIMIZER; k <= OFFLOAD_PARAMS; k++)
+        if (!strcmp(s, layout_offload_name((OffloadWhat)k))) {
+            *w = (OffloadWhat)k;
+            return 0;
+        }
+    return -1;
+}
+
+const char *layout_offload_name(OffloadWhat w) {
+    return w == OFFLOAD_PARAMS ? "params" : w == OFFLOAD_OPTIMIZER ? "optimizer" : "none";
 }
 
 int layout_params_file_bytes(const Layout *l) {

@@ -121,6 +121,10 @@ int layout_offloads_masters(const Layout *l);
 // The bytes per parameter of the owned shard's file under OFFLOAD_PARAMS
 // (2 under bf16/fp16, 4 under fp32; 0 without it).
 int layout_params_file_bytes(const Layout *l);
+// --offload's words: "optimizer" or "params" (0), else -1; and the name of
+// w ("none", "optimizer", "params").
+int layout_offload_parse(const char *s, OffloadWhat *w);
+const char *layout_offload_name(OffloadWhat w);
 // Micro-batch chunks whose activations stage `stage` holds at once under
 // the schedule with M micro-batches per step (forwarded, not yet
 // backwarded): M under GPipe; under 1F1B its warm-up forwards and one more

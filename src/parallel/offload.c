@@ -278,13 +278,6 @@ static void host_tag(char *buf, size_t cap) {
     buf[n] = 0;
 }
 
-// Removes what a killed process left under base: the directories
-// offload-rRRRRR-HOST-pPID.XXXXXX of this host whose PID runs no more (a
-// SIGKILL skips the removal at exit; --max-restarts would pile them up),
-// with the files of these names in them. Nothing else is touched: other
-// hosts' directories, live processes' (by PID, and by the flock each owner
-// holds on its directory while it runs), a directory holding anything more
-// (rmdir fails), and never a symbolic link (O_NOFOLLOW).
 // Whether process pid runs: it exists and is not a zombie (a killed
 // process its parent has not reaped yet holds no files and no locks).
 static int pid_runs(long pid) {
@@ -300,6 +293,13 @@ static int pid_runs(long pid) {
     return !(rp && rp[1] == ' ' && rp[2] == 'Z');
 }
 
+// Removes what a killed process left under base: the directories
+// offload-rRRRRR-HOST-pPID.XXXXXX of this host whose PID runs no more (a
+// SIGKILL skips the removal at exit; --max-restarts would pile them up),
+// with the files of these names in them. Nothing else is touched: other
+// hosts' directories, live processes' (by PID, and by the flock each owner
+// holds on its directory while it runs), a directory holding anything more
+// (rmdir fails), and never a symbolic link (O_NOFOLLOW).
 static void remove_stale(const char *base, const char *host, int kinds, const char *const *names) {
     DIR *d = opendir(base);
     if (!d) return;

@@ -87,11 +87,11 @@ void offload_unmap(Offload *o);
 // written, and the seconds the caller waited on them (offload_unit,
 // offload_pass_end).
 uint64_t offload_bytes_read(const Offload *o);
+uint64_t offload_bytes_written(const Offload *o);
+double offload_waited(const Offload *o);
 // Adds to those totals what the caller read, wrote and waited for
 // outside the passes (the parameters' file).
 void offload_count(Offload *o, uint64_t read, uint64_t written, double waited);
-uint64_t offload_bytes_written(const Offload *o);
-double offload_waited(const Offload *o);
 
 // ---- the parameters' file (--offload params) ----
 // A file of `bytes` in the offload's directory (OFFLOAD_PARAMS_FILE, made
