@@ -108,8 +108,13 @@ for how in changed truncated; do
   pid=$!
   for i in $(seq 100); do grep -q "^step     2/" "$TMP/u.out" && break; sleep 0.1; done
   f=$(ls "$TMP"/u_$how/offload-r00000-*/params.bin)
-  if [ $how = changed ]; then head -c 65536 /dev/urandom | dd of="$f" bs=65536 seek=1 conv=notrunc 2>/dev/null; else truncate -s 0 "$f"; fi
-  for i in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  # zeros over 64 KiB of weights, again until the run stops: one that lands while the update rewrites those
+  # weights is taken into them (zeros train on), the next is found at a gather
+  for i in $(seq 100); do
+    [ $how = changed ] && [ $((i % 3)) = 1 ] && dd if=/dev/zero of="$f" bs=65536 seek=1 count=1 conv=notrunc 2>/dev/null
+    [ $how = truncated ] && [ $i = 1 ] && truncate -s 0 "$f"
+    kill -0 $pid 2>/dev/null || break; sleep 0.1
+  done
   kill -9 $pid 2>/dev/null; wait $pid; rc=$?
   # (the rank's line, then --zero 3's launcher says all ranks stopped)
   [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/u.err")" -le 2 ] && head -1 "$TMP/u.err" | grep -q "params.bin: .*\(changed\|cut short\) underneath" &&
