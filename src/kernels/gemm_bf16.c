@@ -73,9 +73,12 @@ static void tiles3(int mr, const TileH *t) { switch (mr) { T(3, 8) T(3, 7) T(3, 
 static void tiles4(int mr, const TileH *t) { switch (mr) { T(4, 6) T(4, 5) T(4, 4) T(4, 3) T(4, 2) T(4, 1) } }
 #undef T
 
+// The blocking, measured at the step's shapes (2 threads, Zen 5): against
+// 1024 pairs and 512 KiB, these are 1-25% faster at every shape, most where
+// the reduction is long (the weight gradients: 1024 pairs).
 enum {
-    BF16_KPMAX = 1024,        // the longest reduction block (pairs): a tile's panel of B at most 256 KiB
-    BF16_BLOCK = 512 << 10,   // bytes of packed B a column block holds: half a core's L2
+    BF16_KPMAX = 512,         // the longest reduction block (pairs): a tile's panel of B at most 128 KiB
+    BF16_BLOCK = 384 << 10,   // bytes of packed B a column block holds, about: under half a core's L2
 };
 
 // The tile order: column blocks of B that fit BF16_BLOCK outermost, then
@@ -89,6 +92,28 @@ static void tile_at(long x, int rt, int ct, int cpb, int *ri, int *ci) {
     long r = x - b * full;
     *ri = (int)(r / w);
     *ci = b * cpb + (int)(r % w);
+}
+
+// One reduction block's tiles, tile order as tile_at, the share [lo, hi) of them.
+typedef struct Block {
+    const uint16_t *A, *Bp;
+    float *C;
+    const float *bias;
+    int R, NC, lda, ldb, ldc, p0, kp, load, rt, ct, cpb, MR, NR;
+    TileFn fn;
+} Block;
+
+static void block_share(const Block *b, long lo, long hi) {
+    for (long x = lo; x < hi; x++) {
+        int ri, ci;
+        tile_at(x, b->rt, b->ct, b->cpb, &ri, &ci);
+        int i = ri * b->MR, j = ci * b->NR;
+        TileH t = {.A = b->A + (size_t)i * b->lda + 2 * (size_t)b->p0, .B = b->Bp + 2 * ((size_t)b->p0 * b->ldb + j),
+                   .C = b->C + (size_t)i * b->ldc + j, .bias = b->bias ? b->bias + j : NULL, .lda = b->lda,
+                   .ldb = b->ldb, .ldc = b->ldc, .kp = b->kp, .nr = b->NC - j < b->NR ? b->NC - j : b->NR,
+                   .load = b->load};
+        b->fn(b->R - i < b->MR ? b->R - i : b->MR, &t);
+    }
 }
 
 static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C,
@@ -116,25 +141,29 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
     int cpb = (int)(BF16_BLOCK / ((size_t)KPC * NR * 4));   // column tiles per block
     if (cpb < 1) cpb = 1;
     if (cpb > ct) cpb = ct;
+    // Blocks of equal width, their count rounded: a last block of a few tiles
+    // would read all of A once more for little of B (the head's weight
+    // gradient: 12 column tiles, 10 to a block, takes them in one).
+    int nb = (ct + cpb / 2) / cpb;   // at least 1: cpb <= ct
+    cpb = (ct + nb - 1) / nb;
     long tiles = (long)rt * ct;
     int nt = omp_in_parallel() ? 1 : kernels_threads();
     if ((double)R * NC * KP < 2e6) nt = 1;   // a small product is not worth waking threads
     if (nt > tiles) nt = (int)tiles;
-    for (int p0 = 0; p0 < KP; p0 += KPC) {
-        int kp = KP - p0 < KPC ? KP - p0 : KPC, load = accumulate || p0 > 0;
-        #pragma omp parallel num_threads(nt) if (nt > 1)
+    Block b = {.A = A, .Bp = Bp, .C = C, .bias = bias, .R = R, .NC = NC, .lda = lda, .ldb = ldb, .ldc = ldc,
+               .rt = rt, .ct = ct, .cpb = cpb, .MR = MR, .NR = NR, .fn = fn};
+    for (b.p0 = 0; b.p0 < KP; b.p0 += KPC) {
+        b.kp = KP - b.p0 < KPC ? KP - b.p0 : KPC, b.load = accumulate || b.p0 > 0;
+        // One thread runs the tiles itself: a region of one thread costs microseconds of OpenMP's
+        // setup, thousands of times a step where attention calls small products from its threads.
+        if (nt == 1) {
+            block_share(&b, 0, tiles);
+            continue;
+        }
+        #pragma omp parallel num_threads(nt)
         {
             int th = omp_get_thread_num(), n = omp_get_num_threads();
-            long lo = tiles * th / n, hi = tiles * (th + 1) / n;   // a contiguous share of the tiles
-            for (long x = lo; x < hi; x++) {
-                int ri, ci;
-                tile_at(x, rt, ct, cpb, &ri, &ci);
-                int i = ri * MR, j = ci * NR;
-                TileH t = {.A = A + (size_t)i * lda + 2 * (size_t)p0, .B = Bp + 2 * ((size_t)p0 * ldb + j),
-                           .C = C + (size_t)i * ldc + j, .bias = bias ? bias + j : NULL, .lda = lda, .ldb = ldb,
-                           .ldc = ldc, .kp = kp, .nr = NC - j < NR ? NC - j : NR, .load = load};
-                fn(R - i < MR ? R - i : MR, &t);
-            }
+            block_share(&b, tiles * th / n, tiles * (th + 1) / n);   // a contiguous share of the tiles
         }
     }
 }
@@ -151,19 +180,45 @@ void gemm_bf16_bias(int R, int NC, int KP, const uint16_t *A, int lda, const uin
 
 static int pack_threads(double elems) { return omp_in_parallel() || elems < 65536 ? 1 : kernels_threads(); }
 
+// A packer's operands; its passes run over [lo, hi) of its rows or blocks.
+typedef struct Pack {
+    uint16_t *dst;
+    const void *src;
+    int ldd, lds, R, K, NC;
+} Pack;
+typedef void (*PackFn)(const Pack *pk, int lo, int hi);
+
+// fn over [0, n) in contiguous shares on nt threads; at one thread called
+// directly, not through OpenMP (gemm_run says why).
+static void pack_split(int nt, int n, PackFn fn, const Pack *pk) {
+    if (nt <= 1) {
+        fn(pk, 0, n);
+        return;
+    }
+    #pragma omp parallel num_threads(nt)
+    {
+        int th = omp_get_thread_num(), m = omp_get_num_threads();
+        fn(pk, (int)((long)n * th / m), (int)((long)n * (th + 1) / m));
+    }
+}
+
 // 16 floats to 16 bf16, nearest even.
 static inline __m256i cvt16(const float *s) { return (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s)); }
 
-void bf16_pack_rows(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
-    int nt = pack_threads((double)R * K), K16 = K & ~15;
-    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int r = 0; r < R; r++) {
-        uint16_t *d = dst + (size_t)r * ldd;
-        const float *s = src + (size_t)r * lds;
+static void rows_pass(const Pack *pk, int lo, int hi) {
+    int K = pk->K, K16 = K & ~15;
+    for (int r = lo; r < hi; r++) {
+        uint16_t *d = pk->dst + (size_t)r * pk->ldd;
+        const float *s = (const float *)pk->src + (size_t)r * pk->lds;
         for (int k = 0; k < K16; k += 16) _mm256_storeu_si256((__m256i *)(d + k), cvt16(s + k));
         for (int k = K16; k < K; k++) d[k] = f32_to_bf16(s[k]);
         if (K & 1) d[K] = 0;
     }
+}
+
+void bf16_pack_rows(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
+    Pack pk = {.dst = dst, .src = src, .ldd = ldd, .lds = lds, .R = R, .K = K};
+    pack_split(pack_threads((double)R * K), R, rows_pass, &pk);
 }
 
 // r[0..16) = the 16×16 matrix of 32-bit elements in r transposed: pairs of
@@ -190,20 +245,26 @@ static inline void transpose16(__m512i r[16]) {
     }
 }
 
-void bf16_pack_rows_t(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
-    // 16×16 blocks: 16 rows of src (16 k) transposed in registers, then each converted into a row of dst (16 r).
-    int nt = pack_threads((double)R * K), R16 = R & ~15, K16 = K & ~15;
-    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int r0 = 0; r0 < R16; r0 += 16) {
+// 16×16 blocks: 16 rows of src (16 k) transposed in registers, then each converted into a row of dst (16 r).
+static void rows_t_pass(const Pack *pk, int lo, int hi) {
+    const float *src = pk->src;
+    int lds = pk->lds, ldd = pk->ldd, K16 = pk->K & ~15;
+    for (int r0 = 16 * lo; r0 < 16 * hi; r0 += 16) {
         for (int k0 = 0; k0 < K16; k0 += 16) {
             __m512i v[16];
             for (int k = 0; k < 16; k++) v[k] = _mm512_castps_si512(_mm512_loadu_ps(src + (size_t)(k0 + k) * lds + r0));
             transpose16(v);
             for (int r = 0; r < 16; r++)
-                _mm256_storeu_si256((__m256i *)(dst + (size_t)(r0 + r) * ldd + k0),
+                _mm256_storeu_si256((__m256i *)(pk->dst + (size_t)(r0 + r) * ldd + k0),
                                     (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(v[r])));
         }
     }
+}
+
+void bf16_pack_rows_t(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
+    int R16 = R & ~15, K16 = K & ~15;
+    Pack pk = {.dst = dst, .src = src, .ldd = ldd, .lds = lds, .R = R, .K = K};
+    pack_split(pack_threads((double)R * K), R16 / 16, rows_t_pass, &pk);
     for (int r = 0; r < R; r++) {   // the edges: the last K % 16 columns of every row, the last R % 16 rows
         uint16_t *d = dst + (size_t)r * ldd;
         for (int k = r < R16 ? K16 : 0; k < K; k++) d[k] = f32_to_bf16(src[(size_t)k * lds + r]);
@@ -211,15 +272,14 @@ void bf16_pack_rows_t(uint16_t *dst, int ldd, const float *src, int lds, int R, 
     }
 }
 
-void bf16_pack_pairs(uint16_t *dst, const float *src, int lds, int K, int NC) {
-    int KP = (K + 1) / 2, nt = pack_threads((double)NC * K), N16 = NC & ~15;
+static void pairs_pass(const Pack *pk, int lo, int hi) {
+    int K = pk->K, NC = pk->NC, N16 = NC & ~15;
     // element 2j of a pair vector is row 2p's column j, element 2j+1 row 2p+1's
     __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
                                    20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int p = 0; p < KP; p++) {
-        const float *e = src + (size_t)(2 * p) * lds, *o = 2 * p + 1 < K ? e + lds : NULL;
-        uint16_t *d = dst + (size_t)p * NC * 2;
+    for (int p = lo; p < hi; p++) {
+        const float *e = (const float *)pk->src + (size_t)(2 * p) * pk->lds, *o = 2 * p + 1 < K ? e + pk->lds : NULL;
+        uint16_t *d = pk->dst + (size_t)p * NC * 2;
         for (int n = 0; n < N16; n += 16) {
             __m512 ve = _mm512_loadu_ps(e + n), vo = o ? _mm512_loadu_ps(o + n) : _mm512_setzero_ps();
             __m512i both = (__m512i)_mm512_cvtne2ps_pbh(vo, ve);   // lanes 0-15 row 2p, 16-31 row 2p+1
@@ -232,22 +292,32 @@ void bf16_pack_pairs(uint16_t *dst, const float *src, int lds, int K, int NC) {
     }
 }
 
-void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC) {
-    // 16×16 blocks of pairs: 16 rows of src (16 n, 32 k each) converted into 16 pairs each, transposed in
-    // registers, then written as 16 rows of dst (16 p).
-    int KP = (K + 1) / 2, K32 = K & ~31, N16 = NC & ~15, nt = pack_threads((double)NC * K);
-    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int n0 = 0; n0 < N16; n0 += 16) {
+void bf16_pack_pairs(uint16_t *dst, const float *src, int lds, int K, int NC) {
+    Pack pk = {.dst = dst, .src = src, .lds = lds, .K = K, .NC = NC};
+    pack_split(pack_threads((double)NC * K), (K + 1) / 2, pairs_pass, &pk);
+}
+
+// 16×16 blocks of pairs: 16 rows of src (16 n, 32 k each) converted into 16 pairs each, transposed in
+// registers, then written as 16 rows of dst (16 p).
+static void pairs_t_pass(const Pack *pk, int lo, int hi) {
+    int K32 = pk->K & ~31, NC = pk->NC;
+    for (int n0 = 16 * lo; n0 < 16 * hi; n0 += 16) {
         for (int k0 = 0; k0 < K32; k0 += 32) {
             __m512i v[16];
             for (int n = 0; n < 16; n++) {
-                const float *s = src + (size_t)(n0 + n) * lds + k0;
+                const float *s = (const float *)pk->src + (size_t)(n0 + n) * pk->lds + k0;
                 v[n] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 16), _mm512_loadu_ps(s));   // pairs (k, k+1)
             }
             transpose16(v);
-            for (int p = 0; p < 16; p++) _mm512_storeu_si512(dst + 2 * ((size_t)(k0 / 2 + p) * NC + n0), v[p]);
+            for (int p = 0; p < 16; p++) _mm512_storeu_si512(pk->dst + 2 * ((size_t)(k0 / 2 + p) * NC + n0), v[p]);
         }
     }
+}
+
+void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC) {
+    int KP = (K + 1) / 2, K32 = K & ~31, N16 = NC & ~15;
+    Pack pk = {.dst = dst, .src = src, .lds = lds, .K = K, .NC = NC};
+    pack_split(pack_threads((double)NC * K), N16 / 16, pairs_t_pass, &pk);
     for (int n = 0; n < NC; n++)   // the edges: pairs past K32 for every column, every pair of the last NC % 16
         for (int p = n < N16 ? K32 / 2 : 0; p < KP; p++) {
             const float *s = src + (size_t)n * lds;
@@ -257,16 +327,16 @@ void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC) 
         }
 }
 
-void bf16_pairs16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
-    int KP = (K + 1) / 2, nt = pack_threads((double)NC * K), N32 = NC & ~31;
+static void pairs16_pass(const Pack *pk, int p0, int p1) {
+    int K = pk->K, NC = pk->NC, N32 = NC & ~31;
     // element 2j of the first vector is row 2p's column j, 2j+1 row 2p+1's; the second vector columns 16-31
     __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
                                   36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int p = 0; p < KP; p++) {
-        const uint16_t *e = src + (size_t)(2 * p) * lds, *o = 2 * p + 1 < K ? e + lds : NULL;
-        uint16_t *d = dst + (size_t)p * NC * 2;
+    for (int p = p0; p < p1; p++) {
+        const uint16_t *e = (const uint16_t *)pk->src + (size_t)(2 * p) * pk->lds;
+        const uint16_t *o = 2 * p + 1 < K ? e + pk->lds : NULL;
+        uint16_t *d = pk->dst + (size_t)p * NC * 2;
         for (int n = 0; n < N32; n += 32) {
             __m512i ve = _mm512_loadu_si512(e + n), vo = o ? _mm512_loadu_si512(o + n) : _mm512_setzero_si512();
             _mm512_storeu_si512(d + 2 * n, _mm512_permutex2var_epi16(ve, lo, vo));
@@ -279,18 +349,29 @@ void bf16_pairs16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
     }
 }
 
-void bf16_pairs_t16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
-    // 16×16 blocks of pairs: 16 rows of src (16 n, 16 pairs each) transposed in registers as 32-bit elements.
-    int KP = (K + 1) / 2, K32 = K & ~31, N16 = NC & ~15, nt = pack_threads((double)NC * K);
-    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int n0 = 0; n0 < N16; n0 += 16) {
+void bf16_pairs16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
+    Pack pk = {.dst = dst, .src = src, .lds = lds, .K = K, .NC = NC};
+    pack_split(pack_threads((double)NC * K), (K + 1) / 2, pairs16_pass, &pk);
+}
+
+// 16×16 blocks of pairs: 16 rows of src (16 n, 16 pairs each) transposed in registers as 32-bit elements.
+static void pairs_t16_pass(const Pack *pk, int lo, int hi) {
+    int K32 = pk->K & ~31, NC = pk->NC;
+    for (int n0 = 16 * lo; n0 < 16 * hi; n0 += 16) {
         for (int k0 = 0; k0 < K32; k0 += 32) {
             __m512i v[16];
-            for (int n = 0; n < 16; n++) v[n] = _mm512_loadu_si512(src + (size_t)(n0 + n) * lds + k0);
+            for (int n = 0; n < 16; n++)
+                v[n] = _mm512_loadu_si512((const uint16_t *)pk->src + (size_t)(n0 + n) * pk->lds + k0);
             transpose16(v);
-            for (int p = 0; p < 16; p++) _mm512_storeu_si512(dst + 2 * ((size_t)(k0 / 2 + p) * NC + n0), v[p]);
+            for (int p = 0; p < 16; p++) _mm512_storeu_si512(pk->dst + 2 * ((size_t)(k0 / 2 + p) * NC + n0), v[p]);
         }
     }
+}
+
+void bf16_pairs_t16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
+    int KP = (K + 1) / 2, K32 = K & ~31, N16 = NC & ~15;
+    Pack pk = {.dst = dst, .src = src, .lds = lds, .K = K, .NC = NC};
+    pack_split(pack_threads((double)NC * K), N16 / 16, pairs_t16_pass, &pk);
     for (int n = 0; n < NC; n++)   // the edges, as bf16_pack_pairs_t
         for (int p = n < N16 ? K32 / 2 : 0; p < KP; p++) {
             const uint16_t *s = src + (size_t)n * lds;

@@ -108,7 +108,7 @@ static void test_gemm_bf16(void) {
     check_gemm(30, 70, 0, 0);     // an empty reduction: C = 0
     check_gemm(30, 70, 0, 1);     // ... or unchanged
     check_gemm(9, 1100, 601, 1);  // column blocks of B (six 64-column tiles each), odd K
-    check_gemm(9, 300, 4101, 1);  // the reduction in three blocks of 684 pairs, the last shorter, odd K
+    check_gemm(9, 300, 4101, 1);  // the reduction in five blocks of 411 pairs, the last shorter, odd K
     check_gemm(70, 64, 5001, 0);  // a narrow B, a long whole reduction
     check_gemm(300, 260, 96, 1);  // more rows than columns: row tiles outer
     // threads: tiles split differently, the same sums
