@@ -73,12 +73,19 @@ int main(int argc, char **argv) {
             tgt[k] = (int)rng_below(1, 2, (uint64_t)(i + 1) * B * T + k, V);
         }
         double t0 = timer_now();
-        memset(st.grads, 0, st.table.total * sizeof(float));
+        // the trainer's step on one process: the first backward writes the gradients (no zeroing
+        // pass), and the update writes the 16-bit copy the passes read (bf16/fp16) as it goes
+        stage_grads_begin(&st);
         stage_forward(&st, 0, tok, tgt, B, T, 1.0f / (B * T));
         stage_backward(&st, 0, tok, B, T);
         double norm = sqrt(sum_squares(st.grads, st.table.total));
-        adamw_step(&opt, &st.table, st.params, st.grads, lr, &oc, norm > 1 ? (float)(1 / norm) : 1.0f);
-        stage_params_changed(&st);   // (bf16/fp16: the 16-bit copy is made again)
+        Precision prec16 = PREC_FP32;
+        uint16_t *p16 = stage_params16(&st, &prec16);
+        OptPiece piece = {0, st.table.total, st.params, st.grads, 0, p16, prec16, NULL, NULL};
+        adamw_begin_step(&opt);
+        adamw_update_pieces(&opt, &st.table, &piece, 1, lr, &oc, norm > 1 ? (float)(1 / norm) : 1.0f);
+        if (p16) stage_params16_current(&st);
+        else stage_params_changed(&st);
         if (i >= 0) t[i] = timer_now() - t0;
         if (i >= 0 && ceiling == 0) {
             ceil_at[i] = kernels_sgemm_gflops(2048, 2);
