@@ -184,6 +184,8 @@ enum { FORM_FWD, FORM_DINP };
 // its first use while the weight is held and reused by later calls.
 typedef struct Held {
     const float *w;    // the held weight, NULL when none
+    const float *last; // the weight the forms were packed from, and its version (0: none)
+    uint64_t version;
     int OC, C;         // its shape when packed
     void *buf[2];      // a form's bf16 pairs, by FORM_*, or NULL
     size_t bytes[2];   // their allocated bytes
@@ -191,9 +193,11 @@ typedef struct Held {
 } Held;
 static _Thread_local Held g_held;
 
-void matmul_hold(const float *weight) {
-    g_held.w = weight;
-    g_held.have[FORM_FWD] = g_held.have[FORM_DINP] = 0;
+void matmul_hold(const float *weight, uint64_t version) {
+    if (!version || weight != g_held.last || version != g_held.version)
+        g_held.have[FORM_FWD] = g_held.have[FORM_DINP] = 0;
+    g_held.w = g_held.last = weight;
+    g_held.version = version;
 }
 
 void matmul_release(void) { g_held.w = NULL; }

@@ -23,10 +23,13 @@ const char *kernels_blas_info(void);
 int matmul_set_bf16(int on);
 int matmul_bf16(void);
 
-// Between matmul_hold(weight) and matmul_release(), calls that pass this
-// weight (unchanged meanwhile) pack it for the bf16 products once, not once
-// a call: the output head, run in chunks of rows, holds its weight.
-void matmul_hold(const float *weight);
+// Between matmul_hold(weight, version) and matmul_release(), calls that pass
+// this weight (unchanged meanwhile) pack it for the bf16 products once, not
+// once a call: the output head, run in chunks of rows, holds its weight.
+// A nonzero version names the weight's values: a later hold of the same
+// weight and version reuses the forms already packed (the head of every
+// micro-batch of a step, packed once a step). 0: packed anew at each hold.
+void matmul_hold(const float *weight, uint64_t version);
 void matmul_release(void);
 
 // A weight of n floats at w whose bf16 values are at src16: until

@@ -2,6 +2,7 @@
 // the passes read (made from the fp32 parameters, segment by segment, or
 // written by the optimizer) and the 16-bit store of the blocks'
 // activations (model/stage.h's precision flags).
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,8 +73,19 @@ const float *stage16_params(Stage *s, int seg, const float *src) {
 
 unsigned stage_prec_flag(Precision p) { return p == PREC_BF16 ? STAGE_BF16 : p == PREC_FP16 ? STAGE_FP16 : 0; }
 
+// Versions of the 16-bit copies, one sequence for every stage of the process.
+static _Atomic uint64_t g_versions;
+
+static void new_version(StageActs *a) { a->w16_version = atomic_fetch_add(&g_versions, 1) + 1; }
+
 void stage_params_changed(Stage *s) {
-    if (s->acts && s->acts->w16) memset(s->acts->w16_stale, 1, (size_t)s->table.nseg);
+    if (!s->acts || !s->acts->w16) return;
+    memset(s->acts->w16_stale, 1, (size_t)s->table.nseg);
+    new_version(s->acts);
+}
+
+uint64_t stage16_version(const Stage *s) {
+    return s->acts && s->acts->w16 && matmul_bf16() ? s->acts->w16_version : 0;
 }
 
 uint16_t *stage_params16(Stage *s, Precision *prec) {
@@ -83,7 +95,9 @@ uint16_t *stage_params16(Stage *s, Precision *prec) {
 }
 
 void stage_params16_current(Stage *s) {
-    if (s->acts && s->acts->w16) memset(s->acts->w16_stale, 0, (size_t)s->table.nseg);
+    if (!s->acts || !s->acts->w16) return;
+    memset(s->acts->w16_stale, 0, (size_t)s->table.nseg);
+    new_version(s->acts);
 }
 
 // The fp32 buffers are each the size of their part's largest segment.

@@ -61,7 +61,7 @@ double stage_head_forward(Stage *s, Slot *sl, const LocalDims *d, int first, con
     // The chunks are as even as the logits buffer allows (2048 rows in 7
     // chunks of 293 or fewer, not 6 of 333 and a GEMM of 50 rows).
     int nchunk = (N + a->head_rows - 1) / a->head_rows, per = (N + nchunk - 1) / nchunk;
-    matmul_hold(head);   // every chunk multiplies by the same weight
+    matmul_hold(head, stage16_version(s));   // every chunk, every micro-batch of a step: the same weight
     for (int r0 = 0; r0 < N; r0 += per) {
         int nr = N - r0 < per ? N - r0 : per;
         linear_forward(a->logits, lnf + (size_t)r0 * C, head, NULL, nr, C, Vl);

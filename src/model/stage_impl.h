@@ -47,6 +47,8 @@ struct StageActs {
                                             // step (stage_grads_begin), so their first backward writes them
     uint16_t *w16;                          // bf16/fp16: the 16-bit copy of the weights (table.total), or NULL
     unsigned char *w16_stale;               // per segment: the copy is older than the parameters
+    uint64_t w16_version;                   // names the copy's values: a new number, unique across stages,
+                                            // each time the parameters or the copy change
     float *wbuf[PART_COUNT];                // bf16/fp16: one segment of each part's weights as the passes read them
     void *wbuf_block;
     int cl;                                 // of them in each chunk (chunk v: blocks v·cl .. v·cl + cl − 1)
@@ -105,6 +107,10 @@ BlockRun stage_run(Stage *s, const LocalDims *d, Slot *sl, int j, float *const *
 // Under bf16/fp16 the 16-bit weights of segment seg, whose fp32 values are
 // at src, in fp32 for the kernels (or bound for the linear layers).
 const float *stage16_params(Stage *s, int seg, const float *src);
+// The version the head holds its weight under (matmul_hold): the 16-bit
+// copy's where the passes read the weights from it on the bf16 units, else
+// 0 (gathered weights: packed again at every hold).
+uint64_t stage16_version(const Stage *s);
 // bf16/fp16: the 16-bit copy of the stage's own weights (own: it holds
 // them) and the fp32 buffers the passes read them through. 0, or -1 with err.
 int stage16_alloc(Stage *s, int own, Err *err);

@@ -208,28 +208,46 @@ static void test_linear_bf16(void) {
 }
 
 // matmul_hold: a held weight's packed forms serve chunks of rows with the
-// same bits as unheld calls, and a new hold after the weight changed packs
-// it again.
+// same bits as unheld calls; a new hold after the weight changed packs it
+// again (version 0, or a new version); a hold of the same weight and
+// version reuses the forms (the values under it are taken as unchanged).
+static void held_chunks(float *y, float *d, const float *x, const float *w, const float *dy, int N, int C, int OC,
+                        uint64_t version) {
+    matmul_hold(w, version);
+    for (int r0 = 0; r0 < N; r0 += 33) {   // chunks of rows, as the head runs
+        int nr = N - r0 < 33 ? N - r0 : 33;
+        linear_forward(y + (size_t)r0 * OC, x + (size_t)r0 * C, w, NULL, nr, C, OC);
+        linear_backward(d + (size_t)r0 * C, NULL, NULL, dy + (size_t)r0 * OC, x + (size_t)r0 * C, w, nr, C, OC, 0);
+    }
+    matmul_release();
+}
+
 static void test_hold(void) {
-    int N = 70, C = 41, OC = 130, h = 33;
+    int N = 70, C = 41, OC = 130;
     float *x = randn((size_t)N * C, 1), *w = randn((size_t)OC * C, 1), *dy = randn((size_t)N * OC, 1);
     float *y1 = calloc((size_t)N * OC, sizeof *y1), *y2 = calloc((size_t)N * OC, sizeof *y2);
     float *d1 = calloc((size_t)N * C, sizeof *d1), *d2 = calloc((size_t)N * C, sizeof *d2);
+    size_t ny = (size_t)N * OC * sizeof *y1, nd = (size_t)N * C * sizeof *d1;
     int prev = matmul_set_bf16(1);
-    for (int round = 0; round < 2; round++) {
+    for (int round = 0; round < 4; round++) {   // versions 0, 0, 7, 8
+        uint64_t v = round < 2 ? 0 : 5 + (uint64_t)round;
         linear_forward(y1, x, w, NULL, N, C, OC);
         linear_backward(d1, NULL, NULL, dy, x, w, N, C, OC, 0);
-        matmul_hold(w);
-        for (int r0 = 0; r0 < N; r0 += h) {   // chunks of rows, as the head runs
-            int nr = N - r0 < h ? N - r0 : h;
-            linear_forward(y2 + (size_t)r0 * OC, x + (size_t)r0 * C, w, NULL, nr, C, OC);
-            linear_backward(d2 + (size_t)r0 * C, NULL, NULL, dy + (size_t)r0 * OC, x + (size_t)r0 * C, w, nr, C, OC, 0);
+        for (int hold = 0; hold < 2; hold++) {   // two micro-batches' holds
+            memset(y2, 0, ny), memset(d2, 0, nd);
+            held_chunks(y2, d2, x, w, dy, N, C, OC, v);
+            EXPECT(!memcmp(y1, y2, ny) && !memcmp(d1, d2, nd),
+                   "held weight, version %llu, hold %d: chunks differ from whole calls", (unsigned long long)v, hold);
         }
-        matmul_release();
-        EXPECT(!memcmp(y1, y2, (size_t)N * OC * sizeof *y1) && !memcmp(d1, d2, (size_t)N * C * sizeof *d1),
-               "held weight, round %d: chunks differ from whole calls", round);
         for (size_t i = 0; i < (size_t)OC * C; i++) w[i] *= -0.5f;   // the next round: new values, same pointer
     }
+    // the last version again over changed values: the forms of the old values are reused
+    held_chunks(y2, d2, x, w, dy, N, C, OC, 8);
+    EXPECT(!memcmp(y1, y2, ny) && !memcmp(d1, d2, nd), "a hold of the same version packs the weight again");
+    held_chunks(y2, d2, x, w, dy, N, C, OC, 0);
+    linear_forward(y1, x, w, NULL, N, C, OC);
+    linear_backward(d1, NULL, NULL, dy, x, w, N, C, OC, 0);
+    EXPECT(!memcmp(y1, y2, ny) && !memcmp(d1, d2, nd), "version 0 after a versioned hold: not packed again");
     matmul_set_bf16(prev);
     free(x); free(w); free(dy); free(y1); free(y2); free(d1); free(d2);
 }
@@ -275,7 +293,7 @@ static void test_bound(void) {
             y[b] = calloc((size_t)N * OC, sizeof **y), dx[b] = calloc((size_t)N * C, sizeof **dx);
             const float *wb = b ? nan : w;
             if (b) matmul_bind16(7, nan, w16, (size_t)OC * C);
-            if (b && N > 20) matmul_hold(nan);
+            if (b && N > 20) matmul_hold(nan, 0);
             linear_forward(y[b], x, wb, bias, N, C, OC);
             linear_backward(dx[b], NULL, NULL, dy, x, wb, N, C, OC, 0);
             matmul_release();
