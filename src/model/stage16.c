@@ -12,6 +12,21 @@
 #include "kernels/matmul.h"
 #include "model/stage_impl.h"
 
+// Whether the part's buffer already holds segment seg as the 16-bit copy's
+// current values (bound: its linear weights bound, not widened); and the
+// record that it does, once filled. A tied head fetches the embeddings again
+// after the lookup, and every micro-batch fetches them: widened once a step.
+static int wbuf_holds(const StageActs *a, int part, int seg, int bound) {
+    return a->wbuf_seg[part] == seg && a->wbuf_version[part] == a->w16_version && a->wbuf_bound[part] == bound &&
+           !a->w16_stale[seg];
+}
+
+static void wbuf_filled(StageActs *a, int part, int seg, int bound) {
+    a->wbuf_seg[part] = seg;
+    a->wbuf_version[part] = a->w16_version;
+    a->wbuf_bound[part] = bound;
+}
+
 // Under bf16 on the bf16 units, the linear layers' weights of the stage's
 // own segment: the 16-bit copy made again where it is older than the
 // parameters, and bound for the linear layers to read in place of the
@@ -21,7 +36,7 @@
 static void seg_params_bound(Stage *s, int seg, const float *src, float *dst) {
     StageActs *a = s->acts;
     const ParamSeg *g = &s->table.seg[seg];
-    int stale = a->w16_stale[seg];
+    int stale = a->w16_stale[seg], have = wbuf_holds(a, g->part, seg, 1);
     size_t run = 0, end = 0;   // the run of linear weights being gathered: flat [run, end)
     matmul_unbind16(1 + g->part);
     for (int i = g->first; i <= g->first + g->n; i++) {
@@ -39,11 +54,12 @@ static void seg_params_bound(Stage *s, int seg, const float *src, float *dst) {
             end = t->offset + t->numel;
         } else if (stale) {
             half_pack_widen(a->prec, a->w16 + t->offset, dst + o, src + o, t->numel);
-        } else {
+        } else if (!have) {
             half_unpack(a->prec, dst + o, a->w16 + t->offset, t->numel);
         }
     }
     a->w16_stale[seg] = 0;
+    wbuf_filled(a, g->part, seg, 1);
 }
 
 // Under bf16/fp16 the 16-bit weights, in fp32 for the kernels: the stage's
@@ -64,10 +80,13 @@ const float *stage16_params(Stage *s, int seg, const float *src) {
         half_pack_widen(a->prec, a->w16 + g->lo, dst, src, n);
         a->w16_stale[seg] = 0;
     } else if (a->w16) {
-        half_unpack(a->prec, dst, a->w16 + g->lo, n);
+        if (!wbuf_holds(a, g->part, seg, 0)) half_unpack(a->prec, dst, a->w16 + g->lo, n);
     } else {
         half_round(a->prec, dst, src, n);
+        a->wbuf_seg[g->part] = -1;   // gathered weights: no version names them
+        return dst;
     }
+    wbuf_filled(a, g->part, seg, 0);
     return dst;
 }
 
@@ -122,7 +141,10 @@ int stage16_alloc(Stage *s, int own, Err *err) {
         return err_set(err, ERR_RUN, "out of memory allocating the 16-bit weights (%s)",
                        mem_fmt(s->table.total * sizeof(uint16_t) + bytes, b, sizeof b));
     }
-    for (int p = 0; p < PART_COUNT; p++) a->wbuf[p] = (float *)((char *)a->wbuf_block + off[p]);
+    for (int p = 0; p < PART_COUNT; p++) {
+        a->wbuf[p] = (float *)((char *)a->wbuf_block + off[p]);
+        a->wbuf_seg[p] = -1;
+    }
     stage_params_changed(s);
     return 0;
 }

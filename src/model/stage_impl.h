@@ -50,6 +50,9 @@ struct StageActs {
     uint64_t w16_version;                   // names the copy's values: a new number, unique across stages,
                                             // each time the parameters or the copy change
     float *wbuf[PART_COUNT];                // bf16/fp16: one segment of each part's weights as the passes read them
+    int wbuf_seg[PART_COUNT];               // the segment a part's buffer holds (-1: none), from the copy of
+    uint64_t wbuf_version[PART_COUNT];      // this version, with its linear weights bound (1) or in floats (0):
+    int wbuf_bound[PART_COUNT];             // a fetch of the same again has nothing to widen
     void *wbuf_block;
     int cl;                                 // of them in each chunk (chunk v: blocks v·cl .. v·cl + cl − 1)
     size_t (*blk_off)[ARCH_MAX_TENSORS];    // flat-buffer offset of each block tensor
