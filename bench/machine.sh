@@ -73,16 +73,19 @@ echo
 
 # The products' share and their speed against the peak: --profile at B=8 T=256, and the tp=2 and pp=2 per-rank shapes.
 echo "GEMMs against the peak of their arithmetic (tessera train --profile, steps 2-4; OPENBLAS_CORETYPE as set):"
-prof() {   # label, then flags
-  local label=$1 log; shift
+prof() {   # label, ranks to show (each rank's profile in order), then flags
+  local label=$1 ranks=$2 log r=0; shift 2
   log=$(mktemp)
   ./tessera train --model gpt2-124m --data "$TEXT" --steps 4 "$@" --profile >"$log" 2>&1
-  printf '  %-44s %s\n' "$label" "$(grep -m1 '^  all GEMMs' "$log" | sed 's/^ *//')"
+  grep '^  all GEMMs' "$log" | head -"$ranks" | while read -r line; do
+    printf '  %-44s %s\n' "${label//RANK/$r}" "$line"
+    r=$((r + 1))
+  done
   rm -f "$log"
 }
 for p in fp32 bf16; do
-  prof "$p B=8 T=256, $THREADS threads" --batch 8 --seq 256 --threads "$THREADS" --precision $p
-  prof "$p tp=2 B=4 T=64 (rank 0, 1 thread)" --batch 4 --seq 64 --nproc 2 --tp 2 --precision $p
-  prof "$p pp=2 B=1 T=64 x8 (stage 0, 1 thread)" --batch 1 --seq 64 --nproc 2 --pp 2 --micro-batches 8 --precision $p
+  prof "$p B=8 T=256, $THREADS threads" 1 --batch 8 --seq 256 --threads "$THREADS" --precision $p
+  prof "$p tp=2 B=4 T=64 (rank RANK, 1 thread)" 1 --batch 4 --seq 64 --nproc 2 --tp 2 --precision $p
+  prof "$p pp=2 B=1 T=64 x8 (stage RANK, 1 thread)" 2 --batch 1 --seq 64 --nproc 2 --pp 2 --micro-batches 8 --precision $p
 done
 echo "  goals: fp32 GEMMs >= 85% of the fp32 peak; bf16 GEMMs >= 65% of the bf16 peak"
