@@ -184,7 +184,7 @@ static int pack_threads(double elems) { return omp_in_parallel() || elems < 6553
 typedef struct Pack {
     uint16_t *dst;
     const void *src;
-    int ldd, lds, R, K, NC;
+    int ldd, lds, K, NC;
 } Pack;
 typedef void (*PackFn)(const Pack *pk, int lo, int hi);
 
@@ -217,7 +217,7 @@ static void rows_pass(const Pack *pk, int lo, int hi) {
 }
 
 void bf16_pack_rows(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
-    Pack pk = {.dst = dst, .src = src, .ldd = ldd, .lds = lds, .R = R, .K = K};
+    Pack pk = {.dst = dst, .src = src, .ldd = ldd, .lds = lds, .K = K};
     pack_split(pack_threads((double)R * K), R, rows_pass, &pk);
 }
 
@@ -263,7 +263,7 @@ static void rows_t_pass(const Pack *pk, int lo, int hi) {
 
 void bf16_pack_rows_t(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
     int R16 = R & ~15, K16 = K & ~15;
-    Pack pk = {.dst = dst, .src = src, .ldd = ldd, .lds = lds, .R = R, .K = K};
+    Pack pk = {.dst = dst, .src = src, .ldd = ldd, .lds = lds, .K = K};
     pack_split(pack_threads((double)R * K), R16 / 16, rows_t_pass, &pk);
     for (int r = 0; r < R; r++) {   // the edges: the last K % 16 columns of every row, the last R % 16 rows
         uint16_t *d = dst + (size_t)r * ldd;
