@@ -1,5 +1,6 @@
 // tessera — train GPT-2 and LLaMA-style language models in C.
 #include <signal.h>
+#include <stdatomic.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,6 +48,11 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
         raise(SIGBUS);
         return;
     }
+    // Threads that fault on the same file at once (the update's, a gather's)
+    // leave the line to the first, which ends the process.
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&said))
+        for (;;) pause();
     ssize_t w = write(2, pre, sizeof pre - 1);
     w = write(2, path, strlen(path));
     w = write(2, post, sizeof post - 1);
