@@ -1,12 +1,14 @@
 #include "kernels/attention.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <omp.h>
 #include <string.h>
 
+#include "core/alloc.h"
+#include "core/check.h"
 #include "core/prof.h"
+#include "kernels/gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/vmath_impl.h"
 
@@ -69,30 +71,68 @@ void attention_ds_rows(float *dP, const float *P, const float *o, const float *d
     }
 }
 
+// The transposed key and value heads and a transposed block of one thread
+// (kernels/gemm multiplies row-major operands as they lie: k^T is the
+// vector operand of the scores, dS^T and P^T the broadcast operands of the
+// key and value gradients), kept on the calling thread and grown on demand.
+static _Thread_local void *g_buf;
+static _Thread_local size_t g_bytes;
+
+static size_t thread_floats(int T, int HS) { return ((size_t)2 * HS * T + (size_t)T * ATT_BQ + 15) & ~(size_t)15; }
+
+static float *thread_scratch(int T, int HS, int threads) {
+    size_t bytes = (size_t)threads * thread_floats(T, HS) * sizeof(float);
+    if (bytes > g_bytes) {
+        mem_free(g_buf);
+        g_buf = mem_alloc(MEM_WORKSPACE, bytes);
+        g_bytes = g_buf ? bytes : 0;
+    }
+    return g_buf;
+}
+
 void attention_forward(float *out, float *lse, const float *qkv, const int *start, float *scratch, int B, int T,
                        int NH, int NKV, int HS) {
     if (matmul_bf16() && !attention_forward_bf16(out, lse, qkv, start, scratch, B, T, NH, NKV, HS)) return;
+    float *buf = thread_scratch(T, HS, omp_get_max_threads());
+    CHECKF(buf, "out of memory for attention's scratch (T %d, head size %d)", T, HS);
     double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, g = h / group, lo[ATT_BQ];
-        float *S = scratch + (size_t)omp_get_thread_num() * 2 * ATT_BQ * T;
+        int b = bh / NH, h = bh % NH, g = h / group, th = omp_get_thread_num(), lo[ATT_BQ];
+        float *S = scratch + (size_t)th * 2 * ATT_BQ * T, *kt = buf + (size_t)th * thread_floats(T, HS);
         const float *row = qkv + (size_t)b * T * ld, *q = row + h * HS, *k = row + C + g * HS, *v = k + NKV * HS;
         const int *st = start ? start + (size_t)b * T : NULL;
         float *o = out + (size_t)b * T * C + h * HS;
         float *l = lse + ((size_t)b * NH + h) * T;
+        transpose_add(kt, T, k, ld, NULL, T, HS);   // k^T (HS, T)
         for (int q0 = 0; q0 < T; q0 += ATT_BQ) {
             int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, k0 = attention_block_keys(st, q0, nq, 1, lo), nk = q0 + nq - k0;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale,
-                        q + (size_t)q0 * ld, ld, k + (size_t)k0 * ld, ld, 0.0f, S, nk);
-            attention_softmax_rows(S, nq, nk, q0 - k0, st ? lo : NULL, 1.0f, l + q0, NULL);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, 1.0f, S, nk, v + (size_t)k0 * ld, ld,
-                        0.0f, o + (size_t)q0 * C, C);
+            gemm_nn(nq, nk, HS, q + (size_t)q0 * ld, ld, kt + k0, T, S, nk, 0);
+            attention_softmax_rows(S, nq, nk, q0 - k0, st ? lo : NULL, scale, l + q0, NULL);
+            gemm_nn(nq, HS, nk, S, nk, v + (size_t)k0 * ld, ld, o + (size_t)q0 * C, C, 0);
         }
     }
     prof_end(t0, PROF_ATTENTION, 4.0 * NH * attention_pairs(start, B, T) * HS, 0);
+}
+
+// One block of nq queries from q0 of one query head: dq written, dk and dv
+// added to. kt, vt: the key/value head transposed (HS, T); at: scratch for
+// a transposed block (nk, nq).
+static void backward_block(float *P, float *dP, float *at, const float *kt, const float *vt, const float *k,
+                           const float *q, float *dq, int ld, const float *o, const float *dO, int C, float *dk,
+                           float *dv, const float *l, int T, int HS, float scale, const int *st, int q0, int nq) {
+    int lo[ATT_BQ], k0 = attention_block_keys(st, q0, nq, 1, lo), nk = q0 + nq - k0;
+    gemm_nn(nq, nk, HS, q + (size_t)q0 * ld, ld, kt + k0, T, P, nk, 0);
+    attention_softmax_rows(P, nq, nk, q0 - k0, st ? lo : NULL, scale, NULL, l + q0);
+    gemm_nn(nq, nk, HS, dO + (size_t)q0 * C, C, vt + k0, T, dP, nk, 0);
+    attention_ds_rows(dP, P, o + (size_t)q0 * C, dO + (size_t)q0 * C, C, nq, nk, HS, scale);   // dS, scaled
+    gemm_nn(nq, HS, nk, dP, nk, k + (size_t)k0 * ld, ld, dq + (size_t)q0 * ld, ld, 0);       // dq = dS · k
+    transpose_add(at, nq, dP, nk, NULL, nq, nk);
+    gemm_nn(nk, HS, nq, at, nq, q + (size_t)q0 * ld, ld, dk + (size_t)k0 * ld, ld, 1);       // dk += dS^T · q
+    transpose_add(at, nq, P, nk, NULL, nq, nk);
+    gemm_nn(nk, HS, nq, at, nq, dO + (size_t)q0 * C, C, dv + (size_t)k0 * ld, ld, 1);        // dv += P^T · dO
 }
 
 // One thread per (batch, key/value head): its query heads one after
@@ -100,45 +140,33 @@ void attention_forward(float *out, float *lse, const float *qkv, const int *star
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const int *start, const float *out,
                         const float *lse, float *scratch, int B, int T, int NH, int NKV, int HS) {
     if (matmul_bf16() && !attention_backward_bf16(dqkv, dout, qkv, start, out, lse, scratch, B, T, NH, NKV, HS)) return;
+    float *buf = thread_scratch(T, HS, omp_get_max_threads());
+    CHECKF(buf, "out of memory for attention's scratch (T %d, head size %d)", T, HS);
     double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for schedule(dynamic, 1)
     for (int bg = 0; bg < B * NKV; bg++) {
-        int b = bg / NKV, g = bg % NKV, lo[ATT_BQ];
-        float *P = scratch + (size_t)omp_get_thread_num() * 2 * ATT_BQ * T;
-        float *dP = P + (size_t)ATT_BQ * T;
+        int b = bg / NKV, g = bg % NKV, th = omp_get_thread_num();
+        float *P = scratch + (size_t)th * 2 * ATT_BQ * T, *dP = P + (size_t)ATT_BQ * T;
+        float *kt = buf + (size_t)th * thread_floats(T, HS), *vt = kt + (size_t)HS * T, *at = vt + (size_t)HS * T;
         size_t row = (size_t)b * T * ld, kv = row + C + (size_t)g * HS;
         const float *k = qkv + kv, *v = k + NKV * HS;
         const int *st = start ? start + (size_t)b * T : NULL;
         float *dk = dqkv + kv, *dv = dk + NKV * HS;
+        transpose_add(kt, T, k, ld, NULL, T, HS);
+        transpose_add(vt, T, v, ld, NULL, T, HS);
         for (int t = 0; t < T; t++) {
             memset(dk + (size_t)t * ld, 0, HS * sizeof(float));
             memset(dv + (size_t)t * ld, 0, HS * sizeof(float));
         }
         for (int h = g * group; h < (g + 1) * group; h++) {
-            const float *q = qkv + row + h * HS;
+            const float *q = qkv + row + h * HS, *o = out + (size_t)b * T * C + h * HS;
+            const float *dO = dout + (size_t)b * T * C + h * HS, *l = lse + ((size_t)b * NH + h) * T;
             float *dq = dqkv + row + h * HS;
-            const float *o = out + (size_t)b * T * C + h * HS;
-            const float *dO = dout + (size_t)b * T * C + h * HS;
-            const float *l = lse + ((size_t)b * NH + h) * T;
-            for (int q0 = 0; q0 < T; q0 += ATT_BQ) {
-                int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, k0 = attention_block_keys(st, q0, nq, 1, lo);
-                int nk = q0 + nq - k0;
-                const float *kb = k + (size_t)k0 * ld, *vb = v + (size_t)k0 * ld;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale,
-                            q + (size_t)q0 * ld, ld, kb, ld, 0.0f, P, nk);
-                attention_softmax_rows(P, nq, nk, q0 - k0, st ? lo : NULL, 1.0f, NULL, l + q0);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, 1.0f,
-                            dO + (size_t)q0 * C, C, vb, ld, 0.0f, dP, nk);
-                attention_ds_rows(dP, P, o + (size_t)q0 * C, dO + (size_t)q0 * C, C, nq, nk, HS, 1.0f);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, scale, dP, nk, kb, ld,
-                            0.0f, dq + (size_t)q0 * ld, ld);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, scale, dP, nk,
-                            q + (size_t)q0 * ld, ld, 1.0f, dk + (size_t)k0 * ld, ld);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, 1.0f, P, nk,
-                            dO + (size_t)q0 * C, C, 1.0f, dv + (size_t)k0 * ld, ld);
-            }
+            for (int q0 = 0; q0 < T; q0 += ATT_BQ)
+                backward_block(P, dP, at, kt, vt, k, q, dq, ld, o, dO, C, dk, dv, l, T, HS, scale, st, q0,
+                               T - q0 < ATT_BQ ? T - q0 : ATT_BQ);
         }
     }
     prof_end(t0, PROF_ATTENTION, 8.0 * NH * attention_pairs(start, B, T) * HS, 0);

@@ -8,7 +8,10 @@
 // (B,T,NH·HS).
 // Each (batch, head) is processed in blocks of ATT_BQ query rows: the block's
 // scores against the keys it may see (at most ATT_BQ × T floats of per-thread
-// scratch) are computed with SGEMM, softmaxed, and multiplied into the values.
+// scratch) are computed with kernels/gemm (each thread transposes its head's
+// keys and values once into scratch of its own, and a block's score
+// gradients and probabilities for the key and value gradients), softmaxed,
+// and multiplied into the values.
 // Only the log-sum-exp of each row (B,NH,T) is kept for the backward pass,
 // which recomputes the probabilities — no T×T matrix is ever stored.
 //

@@ -81,6 +81,40 @@ static void tiles4(int mr, const Tile *t) { switch (mr) { T(4, 6) T(4, 5) T(4, 4
 
 enum { GEMM_KC = 256 };   // reduction block when B is wide: 256 rows of a panel of B, reused by every row tile
 
+// One reduction block [p0, p0 + kc) of a product: its tiles, the order they
+// are walked in and the tile function of their width.
+typedef struct Block {
+    const float *A, *B;
+    float *C;
+    int R, NC, lda, ldb, ldc, p0, kc, load, MR, NR, rt, ct, rows_outer;
+    TileFn fn;
+} Block;
+
+// Tiles [lo, hi) of a block: one thread's contiguous share.
+static void block_tiles(const Block *b, long lo, long hi) {
+    const int MR = b->MR, NR = b->NR, ct = b->ct, rt = b->rt, p0 = b->p0, kc = b->kc;
+    const int lda = b->lda, ldb = b->ldb, ldc = b->ldc, R = b->R, NC = b->NC;
+    for (long x = lo; x < hi; x++) {
+        int i = (int)(b->rows_outer ? x / ct : x % rt) * MR, j = (int)(b->rows_outer ? x % ct : x / rt) * NR;
+        Tile t = {.A = b->A + (size_t)i * lda + p0, .B = b->B + (size_t)p0 * ldb + j, .C = b->C + (size_t)i * ldc + j,
+                  .lda = lda, .ldb = ldb, .ldc = ldc, .kc = kc, .nr = NC - j < NR ? NC - j : NR, .load = b->load};
+        // Columns outer: the row tiles of a panel fetch, one cache line per k, the next panel
+        // of B (NV lines in each of kc rows ldb apart, a pattern the hardware prefetcher
+        // follows poorly), the first tile the first kc lines, the second the next kc, ...
+        if (!b->rows_outer && j + NR < NC) t.pf = b->B + (size_t)p0 * ldb + j + NR, t.pfl = i / MR * kc;
+        // Rows outer: the last panel of a row tile fetches the next row tile of A, a line per k.
+        if (b->rows_outer && j + NR >= NC && i + MR < R) t.pa = b->A + (size_t)(i + MR) * lda + p0;
+        // With C read back (an accumulation, or a later block of the reduction), the tile
+        // fetches the lines of this thread's next tile of C, MR rows ldc apart.
+        if (b->load && x + 1 < hi) {
+            int i2 = (int)(b->rows_outer ? (x + 1) / ct : (x + 1) % rt) * MR;
+            int j2 = (int)(b->rows_outer ? (x + 1) % ct : (x + 1) / rt) * NR;
+            t.pc = b->C + (size_t)i2 * ldc + j2;
+        }
+        b->fn(R - i < MR ? R - i : MR, &t);
+    }
+}
+
 void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
              int accumulate) {
     if (R <= 0 || NC <= 0) return;
@@ -96,43 +130,28 @@ void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int 
         int w = (NC + 16 * v - 1) / (16 * v) * 16 * v - NC;
         if (w < waste) waste = w, nv = v;
     }
-    int NR = 16 * nv, MR = nv == 2 ? 12 : nv == 3 ? 8 : 6;
-    TileFn fn = nv == 2 ? tiles2 : nv == 3 ? tiles3 : tiles4;
+    Block b = {.A = A, .B = B, .C = C, .R = R, .NC = NC, .lda = lda, .ldb = ldb, .ldc = ldc, .NR = 16 * nv,
+               .MR = nv == 2 ? 12 : nv == 3 ? 8 : 6, .fn = nv == 2 ? tiles2 : nv == 3 ? tiles3 : tiles4};
     // A B of at most 1 MiB stays in L2 whole: no reduction blocks, each tile of C written once.
     int KC = (double)K * NC <= 262144 ? K : GEMM_KC;
-    int rt = (R + MR - 1) / MR, ct = (NC + NR - 1) / NR;
-    long tiles = (long)rt * ct;
+    b.rt = (R + b.MR - 1) / b.MR, b.ct = (NC + b.NR - 1) / b.NR;
+    long tiles = (long)b.rt * b.ct;
     // The operand read from memory is walked once: row tiles outer when A is the larger
     // (each A tile stays in L1 across the columns), column panels outer when B is.
-    int rows_outer = (double)R * K >= (double)K * NC;
+    b.rows_outer = (double)R * K >= (double)K * NC;
     int nt = omp_in_parallel() ? 1 : kernels_threads();
     if ((double)R * NC * K < 4e6) nt = 1;   // a small product is not worth waking threads
     if (nt > tiles) nt = (int)tiles;
-    for (int p0 = 0; p0 < K; p0 += KC) {
-        int kc = K - p0 < KC ? K - p0 : KC, load = accumulate || p0 > 0;
-        #pragma omp parallel num_threads(nt) if (nt > 1)
+    for (b.p0 = 0; b.p0 < K; b.p0 += KC) {
+        b.kc = K - b.p0 < KC ? K - b.p0 : KC, b.load = accumulate || b.p0 > 0;
+        if (nt == 1) {   // not even an inactive parallel region: a team's setup costs microseconds a call
+            block_tiles(&b, 0, tiles);
+            continue;
+        }
+        #pragma omp parallel num_threads(nt)
         {
             int th = omp_get_thread_num(), n = omp_get_num_threads();
-            long lo = tiles * th / n, hi = tiles * (th + 1) / n;   // a contiguous share of the tiles
-            for (long x = lo; x < hi; x++) {
-                int i = (int)(rows_outer ? x / ct : x % rt) * MR, j = (int)(rows_outer ? x % ct : x / rt) * NR;
-                Tile t = {.A = A + (size_t)i * lda + p0, .B = B + (size_t)p0 * ldb + j, .C = C + (size_t)i * ldc + j,
-                          .lda = lda, .ldb = ldb, .ldc = ldc, .kc = kc, .nr = NC - j < NR ? NC - j : NR, .load = load};
-                // Columns outer: the row tiles of a panel fetch, one cache line per k, the next panel
-                // of B (NV lines in each of kc rows ldb apart, a pattern the hardware prefetcher
-                // follows poorly), the first tile the first kc lines, the second the next kc, ...
-                if (!rows_outer && j + NR < NC) t.pf = B + (size_t)p0 * ldb + j + NR, t.pfl = i / MR * kc;
-                // Rows outer: the last panel of a row tile fetches the next row tile of A, a line per k.
-                if (rows_outer && j + NR >= NC && i + MR < R) t.pa = A + (size_t)(i + MR) * lda + p0;
-                // With C read back (an accumulation, or a later block of the reduction), the tile
-                // fetches the lines of this thread's next tile of C, MR rows ldc apart.
-                if (load && x + 1 < hi) {
-                    int i2 = (int)(rows_outer ? (x + 1) / ct : (x + 1) % rt) * MR;
-                    int j2 = (int)(rows_outer ? (x + 1) % ct : (x + 1) / rt) * NR;
-                    t.pc = C + (size_t)i2 * ldc + j2;
-                }
-                fn(R - i < MR ? R - i : MR, &t);
-            }
+            block_tiles(&b, tiles * th / n, tiles * (th + 1) / n);   // a contiguous share of the tiles
         }
     }
 }
@@ -160,17 +179,30 @@ static inline void transpose8(float *dst, int ldd, const float *src, int lds, __
     _mm256_storeu_ps(dst + 7 * ldd, _mm256_add_ps(_mm256_permute2f128_ps(u3, u7, 0x31), b));
 }
 
-void transpose_add(float *dst, int ldd, const float *src, int lds, const float *bias, int R, int C) {
-    int R8 = R & ~7, C8 = C & ~7;
-    int nt = omp_in_parallel() || (double)R * C < 65536 ? 1 : kernels_threads();
+// Columns [c0, c1) of src (multiples of 16, within its first C8), its first R8 rows.
+static void transpose_cols(float *dst, int ldd, const float *src, int lds, const float *bias, int R8, int C8, int c0,
+                           int c1) {
     // 8×8 blocks, columns of src outer, 16 at a time (a cache line of each src row), and its
     // rows inner: each of dst's 16 rows is written front to back.
-    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int c = 0; c < C8; c += 16) {
+    for (int c = c0; c < c1; c += 16) {
         for (int r = 0; r < R8; r += 8) {
             __m256 b = bias ? _mm256_loadu_ps(bias + r) : _mm256_setzero_ps();
             transpose8(dst + (size_t)c * ldd + r, ldd, src + (size_t)r * lds + c, lds, b);
             if (c + 8 < C8) transpose8(dst + (size_t)(c + 8) * ldd + r, ldd, src + (size_t)r * lds + c + 8, lds, b);
+        }
+    }
+}
+
+void transpose_add(float *dst, int ldd, const float *src, int lds, const float *bias, int R, int C) {
+    int R8 = R & ~7, C8 = C & ~7, n16 = (C8 + 15) / 16;
+    int nt = omp_in_parallel() || (double)R * C < 65536 ? 1 : kernels_threads();
+    if (nt == 1) {
+        transpose_cols(dst, ldd, src, lds, bias, R8, C8, 0, 16 * n16);
+    } else {
+        #pragma omp parallel num_threads(nt)
+        {
+            int th = omp_get_thread_num(), n = omp_get_num_threads();
+            transpose_cols(dst, ldd, src, lds, bias, R8, C8, 16 * (n16 * th / n), 16 * (n16 * (th + 1) / n));
         }
     }
     for (int r = 0; r < R; r++)   // the edges: the last C % 8 columns, and the last R % 8 rows

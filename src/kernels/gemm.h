@@ -1,6 +1,8 @@
 // kernels/gemm — tessera's own SGEMM for the skinny products of small
 // batches: 64–256 rows against a whole weight, the shapes pipeline
-// micro-batches and tensor-parallel halves create.
+// micro-batches and tensor-parallel halves create; and, since it reads
+// both operands in place, the input gradients at every row count and
+// attention's small per-head products (kernels/matmul says which).
 //
 // OpenBLAS packs both operands on every call. At 64 rows a weight is packed
 // for only 128 FLOPs per element, and packing costs a quarter to a third of
@@ -21,7 +23,8 @@
 int gemm_own(void);
 
 // C (R,NC) = A (R,K) · B (K,NC), + C when accumulate. Threads split the
-// tiles of C (kernels_threads(), or one inside a parallel region).
+// tiles of C (kernels_threads(), or one inside a parallel region, where
+// it runs without entering OpenMP at all).
 void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
              int accumulate);
 

@@ -53,20 +53,29 @@ static int blas_512(void) {
     return known;
 }
 
-// The own kernel: at most OWN_MAX_ROWS rows, or every product of two rows
-// or more when the BLAS runs narrower vectors than the own kernel.
-static int own_rows(int N) { return gemm_own() && N > 1 && (N <= OWN_MAX_ROWS || !blas_512()); }
-
-// The fp32 products oneDNN runs (kernels/dnnl): those of more rows than the
-// own kernel takes, when the BLAS runs narrower vectors than the CPU has.
-// There oneDNN's cache-blocked brgemm reaches 75-90% of the fp32 peak where
-// the own register tiles reach 53-73% (bench_dnnl, 2048 rows at gpt2-124m's
-// shapes); OpenBLAS's AVX-512 kernels, where they run, are as fast as it.
-// At 256 rows and fewer the own kernel is as fast, and packs nothing.
+// Which path runs an fp32 product of N rows (input width C, output width
+// OC), chosen per product by what the CPU and the linked BLAS run, from
+// bench/bench_dnnl and the step's shapes measured side by side (gpt2-124m,
+// 2 threads, Zen 5):
+// - the own kernel up to OWN_MAX_ROWS rows, where it packs nothing;
+// - the own kernel for every input gradient: it reads both operands in
+//   place and reached 80–88% of the fp32 peak at 2048 rows, where oneDNN
+//   reached 73–90% and OpenBLAS's AVX-512 kernels 79–83%; at the head's
+//   (293 rows, a reduction over 50,304) 80–83%, against 58% and 70–73%;
+// - the linked BLAS when it runs 512-bit kernels (OpenBLAS's reach 78–85%
+//   on the forward and weight gradient);
+// - otherwise oneDNN, whose cache-blocked brgemm reaches 75–90% there
+//   where OpenBLAS's Haswell kernels reach half of that; but the own kernel
+//   for a weight gradient whose output is narrower than its input (C > OC)
+//   or eight times taller (the head), where it is 7–10% ahead of oneDNN.
+enum { PATH_BLAS, PATH_OWN, PATH_DNNL };
 enum { PROD_FWD = 1, PROD_DINP = 2, PROD_DWEIGHT = 4 };
-static int dnnl_for(int product, int N) {
-    (void)product;   // the same rule for the three products, measured so
-    return N > OWN_MAX_ROWS && !blas_512() && dnnl_own();
+static int fp32_path(int product, int N, int C, int OC) {
+    if (!gemm_own() || N < 2) return PATH_BLAS;
+    if (N <= OWN_MAX_ROWS || product == PROD_DINP) return PATH_OWN;
+    if (blas_512()) return PATH_BLAS;
+    if (!dnnl_own() || (product == PROD_DWEIGHT && (C > OC || OC >= 8 * C))) return PATH_OWN;
+    return PATH_DNNL;
 }
 
 // The BLAS and, where oneDNN runs some of the fp32 products, oneDNN.
@@ -79,9 +88,10 @@ const char *kernels_blas_info(void) {
 #else
     snprintf(buf, sizeof buf, "CBLAS");
 #endif
-    if (dnnl_for(PROD_FWD, OWN_MAX_ROWS + 1)) {
+    if (fp32_path(PROD_FWD, OWN_MAX_ROWS + 1, 1, 1) == PATH_DNNL) {
         size_t n = strlen(buf);
-        snprintf(buf + n, sizeof buf - n, "; %s for fp32 products of more than %d rows", dnnl_info(), OWN_MAX_ROWS);
+        snprintf(buf + n, sizeof buf - n, "; %s for fp32 forward and weight-gradient products of more than %d rows",
+                 dnnl_info(), OWN_MAX_ROWS);
     }
     return buf;
 }
@@ -326,7 +336,8 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
     }
     weight = weight_fp32(weight, (size_t)OC * C);
     CHECKF(weight, "out of memory widening a 16-bit weight (%d×%d)", OC, C);
-    float *s = own_rows(N) && !dnnl_for(PROD_FWD, N) ? scratch((size_t)N * C + (size_t)N * OWN_OC_BLOCK) : NULL;
+    int path = fp32_path(PROD_FWD, N, C, OC);
+    float *s = path == PATH_OWN ? scratch((size_t)N * C + (size_t)N * OWN_OC_BLOCK) : NULL;
     if (s) {
         // out^T (OC,N) = weight (OC,C) · inp^T (C,N), by blocks of output channels:
         // the weight is read once, in place, as the broadcast operand, and each
@@ -346,7 +357,7 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = bias[o];
     }
-    if (dnnl_for(PROD_FWD, N) && !dnnl_gemm_f32(N, OC, C, inp, C, 1, weight, 1, C, out, OC, bias != NULL)) {
+    if (path == PATH_DNNL && !dnnl_gemm_f32(N, OC, C, inp, C, 1, weight, 1, C, out, OC, bias != NULL)) {
         prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);
         return;
     }
@@ -377,8 +388,7 @@ void colsum_add(float *colsum, const float *a, int N, int M) {
 
 // dinp (N,C) (+)= dout (N,OC) · weight (OC,C) in fp32.
 static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N, int C, int OC, int accumulate) {
-    if (dnnl_for(PROD_DINP, N) && !dnnl_gemm_f32(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, accumulate)) return;
-    if (own_rows(N))   // both operands read in place: the weight is the vector operand
+    if (fp32_path(PROD_DINP, N, C, OC) == PATH_OWN)   // both operands read in place: the weight is the vector operand
         gemm_nn(N, C, OC, dout, OC, weight, C, dinp, C, accumulate);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
@@ -387,8 +397,9 @@ static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N
 
 // dweight (OC,C) (+)= dout^T (OC,N) · inp (N,C) in fp32.
 static void dweight_fp32(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate) {
-    if (dnnl_for(PROD_DWEIGHT, N) && !dnnl_gemm_f32(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, accumulate)) return;
-    float *s = own_rows(N) ? scratch((size_t)N * OWN_OC_BLOCK) : NULL;
+    int path = fp32_path(PROD_DWEIGHT, N, C, OC);
+    if (path == PATH_DNNL && !dnnl_gemm_f32(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, accumulate)) return;
+    float *s = path != PATH_BLAS ? scratch((size_t)N * OWN_OC_BLOCK) : NULL;
     if (!s) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, accumulate ? 1.0f : 0.0f,
                     dweight, C);
