@@ -4,14 +4,17 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
+#include <sys/mman.h>
 
 #include "core/check.h"
 
-// Each block is preceded by a 64-byte header holding its tag and size, so
-// mem_free needs only the pointer.
+// Each block is preceded by a 64-byte header holding its tag, its size and
+// what calloc returned, so mem_free needs only the pointer. Blocks come
+// zeroed from calloc, which takes large ones straight from the kernel's
+// zeroed pages without writing them: a gpt2-124m run's 3 GB are not
+// written twice before its first step.
 enum { HDR = 64, HDR_MAGIC = 0x7e55e7a1 };
-typedef struct { uint32_t magic; uint32_t tag; size_t bytes; } Header;
+typedef struct { uint32_t magic; uint32_t tag; size_t bytes; void *raw; } Header;
 
 static _Atomic size_t cur[MEM_NTAGS], peak[MEM_NTAGS];
 static _Atomic size_t cur_total, peak_total;
@@ -23,22 +26,37 @@ static void raise_peak(_Atomic size_t *pk, size_t v) {
     while (v > old && !atomic_compare_exchange_weak(pk, &old, v)) {}
 }
 
+// A block of 8 MiB or more asks for transparent huge pages (where the kernel
+// gives them on request, as Debian's does): 2 MiB pages, 512 times fewer
+// page faults on first touch and TLB misses as the kernels stream it.
+static void huge_pages(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+    if (n < ((size_t)8 << 20)) return;
+    uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, hi = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    madvise((void *)lo, hi - lo, MADV_HUGEPAGE);   // advice: a refusal leaves 4 KiB pages
+#else
+    (void)p, (void)n;
+#endif
+}
+
 void *mem_alloc(MemTag tag, size_t bytes) {
     CHECK(tag >= 0 && tag < MEM_NTAGS);
     long fc = atomic_load(&fail_countdown);
     if (fc > 0 && atomic_fetch_sub(&fail_countdown, 1) == 1) return NULL;
     if (bytes > SIZE_MAX - 2 * HDR) return NULL;
     size_t total = HDR + ((bytes + 63) & ~(size_t)63);
-    char *raw = aligned_alloc(64, total);
+    char *raw = calloc(1, total + 63);
     if (!raw) return NULL;
-    memset(raw, 0, total);
-    Header *h = (Header *)raw;
+    huge_pages(raw, total + 63);
+    char *base = (char *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);   // 64-byte aligned
+    Header *h = (Header *)base;
     h->magic = HDR_MAGIC;
+    h->raw = raw;
     h->tag = (uint32_t)tag;
     h->bytes = bytes;
     raise_peak(&peak[tag], atomic_fetch_add(&cur[tag], bytes) + bytes);
     raise_peak(&peak_total, atomic_fetch_add(&cur_total, bytes) + bytes);
-    return raw + HDR;
+    return base + HDR;
 }
 
 void mem_free(void *p) {
@@ -48,7 +66,7 @@ void mem_free(void *p) {
     h->magic = 0;
     atomic_fetch_sub(&cur[h->tag], h->bytes);
     atomic_fetch_sub(&cur_total, h->bytes);
-    free(h);
+    free(h->raw);
 }
 
 void mem_offload_add(long long delta) { atomic_fetch_add(&offload_bytes, delta); }
