@@ -69,6 +69,15 @@ void mem_free(void *p) {
     free(h->raw);
 }
 
+void *mem_grow(void **buf, size_t *have, MemTag tag, size_t bytes) {
+    if (bytes > *have) {
+        mem_free(*buf);
+        *buf = mem_alloc(tag, bytes);
+        *have = *buf ? bytes : 0;
+    }
+    return *buf;
+}
+
 void mem_offload_add(long long delta) { atomic_fetch_add(&offload_bytes, delta); }
 size_t mem_offload(void) { return (size_t)atomic_load(&offload_bytes); }
 

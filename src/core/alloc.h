@@ -23,6 +23,10 @@ typedef enum MemTag {
 void *mem_alloc(MemTag tag, size_t bytes);
 // Frees a block from mem_alloc (NULL is a no-op) and updates its tag's count.
 void mem_free(void *p);
+// A workspace kept across calls: *buf (of *have bytes) replaced by a block
+// of `bytes` under tag when it is smaller (its contents are not kept);
+// returns *buf, NULL when it cannot be had.
+void *mem_grow(void **buf, size_t *have, MemTag tag, size_t bytes);
 
 size_t mem_current(MemTag tag);      // bytes live now under tag
 size_t mem_peak(MemTag tag);         // high-water mark under tag

@@ -81,13 +81,7 @@ static _Thread_local size_t g_bytes;
 static size_t thread_floats(int T, int HS) { return ((size_t)2 * HS * T + (size_t)T * ATT_BQ + 15) & ~(size_t)15; }
 
 static float *thread_scratch(int T, int HS, int threads) {
-    size_t bytes = (size_t)threads * thread_floats(T, HS) * sizeof(float);
-    if (bytes > g_bytes) {
-        mem_free(g_buf);
-        g_buf = mem_alloc(MEM_WORKSPACE, bytes);
-        g_bytes = g_buf ? bytes : 0;
-    }
-    return g_buf;
+    return mem_grow(&g_buf, &g_bytes, MEM_WORKSPACE, (size_t)threads * thread_floats(T, HS) * sizeof(float));
 }
 
 void attention_forward(float *out, float *lse, const float *qkv, const int *start, float *scratch, int B, int T,

@@ -37,13 +37,7 @@ static _Thread_local void *g_buf;
 static _Thread_local size_t g_bytes;
 
 static uint16_t *thread_scratch(int T, int HS, int threads) {
-    size_t bytes = (size_t)threads * thread_values(T, HS) * sizeof(uint16_t);
-    if (bytes > g_bytes) {
-        mem_free(g_buf);
-        g_buf = mem_alloc(MEM_WORKSPACE, bytes);
-        g_bytes = g_buf ? bytes : 0;
-    }
-    return g_buf;
+    return mem_grow(&g_buf, &g_bytes, MEM_WORKSPACE, (size_t)threads * thread_values(T, HS) * sizeof(uint16_t));
 }
 
 // S (nq, nk) = scale · q (nq,HS) · k^T, then the causal softmax rows

@@ -96,22 +96,13 @@ const char *kernels_blas_info(void) {
     return buf;
 }
 
-// *buf grown to hold `bytes` (a workspace kept across calls: its old
-// contents are not kept); NULL when it cannot be had.
-static void *grow(void **buf, size_t *have, size_t bytes) {
-    if (bytes > *have) {
-        mem_free(*buf);
-        *buf = mem_alloc(MEM_WORKSPACE, bytes);
-        *have = *buf ? bytes : 0;
-    }
-    return *buf;
-}
-
 // Per-thread scratch for the transposed operands, grown on demand and kept.
 static _Thread_local void *g_scratch;
 static _Thread_local size_t g_scratch_bytes;
 
-static float *scratch(size_t floats) { return grow(&g_scratch, &g_scratch_bytes, floats * sizeof(float)); }
+static float *scratch(size_t floats) {
+    return mem_grow(&g_scratch, &g_scratch_bytes, MEM_WORKSPACE, floats * sizeof(float));
+}
 
 // ---- products on the bf16 units ----
 
@@ -131,7 +122,9 @@ int matmul_bf16(void) { return g_bf16; }
 static _Thread_local void *g_scratch16;
 static _Thread_local size_t g_scratch16_bytes;
 
-static uint16_t *scratch16(size_t n) { return grow(&g_scratch16, &g_scratch16_bytes, n * sizeof(uint16_t)); }
+static uint16_t *scratch16(size_t n) {
+    return mem_grow(&g_scratch16, &g_scratch16_bytes, MEM_WORKSPACE, n * sizeof(uint16_t));
+}
 
 static int pairs(int K) { return (K + 1) / 2; }
 
@@ -180,7 +173,7 @@ static _Thread_local size_t g_wide_bytes;
 static const float *weight_fp32(const float *w, size_t n) {
     const uint16_t *h = bound16(w, n);
     if (!h) return w;
-    float *d = grow(&g_wide, &g_wide_bytes, n * sizeof(float));
+    float *d = mem_grow(&g_wide, &g_wide_bytes, MEM_WORKSPACE, n * sizeof(float));
     if (d) half_unpack(PREC_BF16, d, h, n);
     return d;
 }
@@ -220,7 +213,8 @@ static const uint16_t *weight_form(const float *weight, int C, int OC, int form,
     if (held && (g_held.OC != OC || g_held.C != C)) g_held.have[FORM_FWD] = g_held.have[FORM_DINP] = 0;
     if (held && g_held.have[form]) return g_held.buf[form];
     size_t n = form == FORM_FWD ? (size_t)pairs(C) * OC * 2 : (size_t)pairs(OC) * C * 2;
-    uint16_t *h = held ? grow(&g_held.buf[form], &g_held.bytes[form], n * sizeof(uint16_t)) : NULL, *d = h ? h : dst;
+    uint16_t *h = held ? mem_grow(&g_held.buf[form], &g_held.bytes[form], MEM_WORKSPACE, n * sizeof(uint16_t)) : NULL;
+    uint16_t *d = h ? h : dst;
     const uint16_t *w16 = bound16(weight, (size_t)OC * C);
     if (form == FORM_FWD && w16) bf16_pairs_t16(d, w16, C, C, OC);
     else if (form == FORM_FWD) bf16_pack_pairs_t(d, weight, C, C, OC);
