@@ -23,6 +23,7 @@ static inline __mmask16 lane_mask(int n) {
 typedef struct TileH {
     const uint16_t *A, *B;
     float *C;
+    const float *next;   // with load: the sums a later tile loads, fetched into cache meanwhile (NULL: none)
     const float *bias;   // with load 0: the sums start from these nr values, every row alike (NULL: from 0)
     int lda, ldb, ldc, kp, nr, load;
 } TileH;
@@ -40,6 +41,9 @@ typedef struct TileH {
                 t->load   ? _mm512_maskz_loadu_ps(m[v], C + (size_t)i * ldc + 16 * v)                         \
                 : t->bias ? _mm512_maskz_loadu_ps(m[v], t->bias + 16 * v)                                      \
                           : _mm512_setzero_ps();                                                               \
+        if (t->next) _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                     \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                               \
+                _mm_prefetch((const char *)(t->next + (size_t)i * ldc + 16 * v), _MM_HINT_T0);                 \
         for (int p = 0; p < kp; p++) {                                                                         \
             const uint16_t *b = B + (size_t)p * ldb2;                                                          \
             __m512bh y[NV];                                                                                    \
@@ -112,6 +116,9 @@ static void block_share(const Block *b, long lo, long hi) {
                    .C = b->C + (size_t)i * b->ldc + j, .bias = b->bias ? b->bias + j : NULL, .lda = b->lda,
                    .ldb = b->ldb, .ldc = b->ldc, .kp = b->kp, .nr = b->NC - j < b->NR ? b->NC - j : b->NR,
                    .load = b->load};
+        // Loaded sums come from memory when C is large (a weight gradient accumulated over micro-batches):
+        // the tile below, a block's width of tiles later, is fetched while this one multiplies.
+        if (b->load && i + 2 * b->MR <= b->R) t.next = t.C + (size_t)b->MR * b->ldc;
         b->fn(b->R - i < b->MR ? b->R - i : b->MR, &t);
     }
 }
