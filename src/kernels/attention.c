@@ -114,19 +114,29 @@ void attention_forward(float *out, float *lse, const float *qkv, const int *star
 // One block of nq queries from q0 of one query head: dq written, dk and dv
 // added to. kt, vt: the key/value head transposed (HS, T); at: scratch for
 // a transposed block (nk, nq).
+// d (nk, HS) += a (nk, nq) · b (nq, HS) on rows [0, had), d := the product on
+// the rest: the key rows a head's diagonal block reaches first are written,
+// no zeroing pass before (the same bits: the sums start from 0 either way).
+static void kv_rows(float *d, int ldd, const float *a, int nq, const float *b, int ldb, int nk, int had, int HS) {
+    gemm_nn(had, HS, nq, a, nq, b, ldb, d, ldd, 1);
+    gemm_nn(nk - had, HS, nq, a + (size_t)had * nq, nq, b, ldb, d + (size_t)had * ldd, ldd, 0);
+}
+
 static void backward_block(float *P, float *dP, float *at, const float *kt, const float *vt, const float *k,
                            const float *q, float *dq, int ld, const float *o, const float *dO, int C, float *dk,
-                           float *dv, const float *l, int T, int HS, float scale, const int *st, int q0, int nq) {
+                           float *dv, const float *l, int T, int HS, float scale, const int *st, int q0, int nq,
+                           int first) {
     int lo[ATT_BQ], k0 = attention_block_keys(st, q0, nq, 1, lo), nk = q0 + nq - k0;
+    int had = first ? q0 - k0 : nk;   // key rows [k0, k0 + had) hold earlier blocks' sums, the rest none yet
     gemm_nn(nq, nk, HS, q + (size_t)q0 * ld, ld, kt + k0, T, P, nk, 0);
     attention_softmax_rows(P, nq, nk, q0 - k0, st ? lo : NULL, scale, NULL, l + q0);
     gemm_nn(nq, nk, HS, dO + (size_t)q0 * C, C, vt + k0, T, dP, nk, 0);
     attention_ds_rows(dP, P, o + (size_t)q0 * C, dO + (size_t)q0 * C, C, nq, nk, HS, scale);   // dS, scaled
     gemm_nn(nq, HS, nk, dP, nk, k + (size_t)k0 * ld, ld, dq + (size_t)q0 * ld, ld, 0);       // dq = dS · k
     transpose_add(at, nq, dP, nk, NULL, nq, nk);
-    gemm_nn(nk, HS, nq, at, nq, q + (size_t)q0 * ld, ld, dk + (size_t)k0 * ld, ld, 1);       // dk += dS^T · q
+    kv_rows(dk + (size_t)k0 * ld, ld, at, nq, q + (size_t)q0 * ld, ld, nk, had, HS);          // dk += dS^T · q
     transpose_add(at, nq, P, nk, NULL, nq, nk);
-    gemm_nn(nk, HS, nq, at, nq, dO + (size_t)q0 * C, C, dv + (size_t)k0 * ld, ld, 1);        // dv += P^T · dO
+    kv_rows(dv + (size_t)k0 * ld, ld, at, nq, dO + (size_t)q0 * C, C, nk, had, HS);           // dv += P^T · dO
 }
 
 // One thread per (batch, key/value head): its query heads one after
@@ -150,17 +160,13 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
         float *dk = dqkv + kv, *dv = dk + NKV * HS;
         transpose_add(kt, T, k, ld, NULL, T, HS);
         transpose_add(vt, T, v, ld, NULL, T, HS);
-        for (int t = 0; t < T; t++) {
-            memset(dk + (size_t)t * ld, 0, HS * sizeof(float));
-            memset(dv + (size_t)t * ld, 0, HS * sizeof(float));
-        }
         for (int h = g * group; h < (g + 1) * group; h++) {
             const float *q = qkv + row + h * HS, *o = out + (size_t)b * T * C + h * HS;
             const float *dO = dout + (size_t)b * T * C + h * HS, *l = lse + ((size_t)b * NH + h) * T;
             float *dq = dqkv + row + h * HS;
             for (int q0 = 0; q0 < T; q0 += ATT_BQ)
                 backward_block(P, dP, at, kt, vt, k, q, dq, ld, o, dO, C, dk, dv, l, T, HS, scale, st, q0,
-                               T - q0 < ATT_BQ ? T - q0 : ATT_BQ);
+                               T - q0 < ATT_BQ ? T - q0 : ATT_BQ, h == g * group);
         }
     }
     prof_end(t0, PROF_ATTENTION, 8.0 * NH * attention_pairs(start, B, T) * HS, 0);

@@ -111,12 +111,23 @@ static Forms forms_of(uint16_t *base, int T, int HS) {
     return f;
 }
 
+// d (nk, HS) += at (nk, 2·kp(nq)) · bq (kp(nq), HS, 2) on rows [0, had), d := the
+// product on the rest: the key rows a head's diagonal block reaches first are
+// written, no zeroing pass before (the same bits: the sums start from 0 either way).
+static void kv_rows(float *d, int ldd, const uint16_t *at, int nq, const uint16_t *bq, int nk, int had, int HS) {
+    int a = 2 * kp(nq);
+    gemm_bf16(had, HS, kp(nq), at, a, bq, HS, d, ldd, 1);
+    gemm_bf16(nk - had, HS, kp(nq), at + (size_t)had * a, a, bq, HS, d + (size_t)had * ldd, ldd, 0);
+}
+
 // One block of nq queries from q0 of query head h: dq written, dk and dv
-// added to; st the row's document starts or NULL.
+// added to (the group's first head writes the block's own key rows); st the
+// row's document starts or NULL.
 static void backward_block(const Forms *f, float *P, float *dP, const float *q, float *dq, int ld, const float *o,
                            const float *dO, int C, float *dk, float *dv, const float *l, int T, int HS, float scale,
-                           const int *st, int q0, int nq) {
+                           const int *st, int q0, int nq, int first) {
     int lo[ATT_BQ], k0 = attention_block_keys(st, q0, nq, 2, lo), nk = q0 + nq - k0;
+    int had = first ? q0 - k0 : nk;   // key rows [k0, k0 + had) hold earlier blocks' sums, the rest none yet
     scores(P, f->aq, q + (size_t)q0 * ld, ld, f->kt + 2 * (size_t)k0, T, nq, nk, HS, scale, q0 - k0, st ? lo : NULL,
            NULL, l + q0);
     bf16_pack_rows(f->ado, 2 * kp(HS), dO + (size_t)q0 * C, C, nq, HS);
@@ -129,11 +140,11 @@ static void backward_block(const Forms *f, float *P, float *dP, const float *q, 
     // dk += dS^T · q
     bf16_pack_rows_t(f->at, 2 * kp(nq), dP, nk, nk, nq);
     bf16_pack_pairs(f->bq, q + (size_t)q0 * ld, ld, nq, HS);
-    gemm_bf16(nk, HS, kp(nq), f->at, 2 * kp(nq), f->bq, HS, dk + (size_t)k0 * ld, ld, 1);
+    kv_rows(dk + (size_t)k0 * ld, ld, f->at, nq, f->bq, nk, had, HS);
     // dv += P^T · dO
     bf16_pack_rows_t(f->at, 2 * kp(nq), P, nk, nk, nq);
     bf16_pack_pairs(f->bq, dO + (size_t)q0 * C, C, nq, HS);
-    gemm_bf16(nk, HS, kp(nq), f->at, 2 * kp(nq), f->bq, HS, dv + (size_t)k0 * ld, ld, 1);
+    kv_rows(dv + (size_t)k0 * ld, ld, f->at, nq, f->bq, nk, had, HS);
 }
 
 int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const int *start, const float *out,
@@ -157,17 +168,13 @@ int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, co
         bf16_pack_pairs_t(f.kt, k, ld, HS, T);
         bf16_pack_pairs_t(f.vt, v, ld, HS, T);
         bf16_pack_pairs(f.kpr, k, ld, T, HS);
-        for (int t = 0; t < T; t++) {
-            memset(dk + (size_t)t * ld, 0, HS * sizeof(float));
-            memset(dv + (size_t)t * ld, 0, HS * sizeof(float));
-        }
         for (int h = g * group; h < (g + 1) * group; h++) {
             const float *q = qkv + row + h * HS, *o = out + (size_t)b * T * C + h * HS;
             const float *dO = dout + (size_t)b * T * C + h * HS, *l = lse + ((size_t)b * NH + h) * T;
             float *dq = dqkv + row + h * HS;
             for (int q0 = 0; q0 < T; q0 += ATT_BQ)
                 backward_block(&f, P, dP, q, dq, ld, o, dO, C, dk, dv, l, T, HS, scale, st, q0,
-                               T - q0 < ATT_BQ ? T - q0 : ATT_BQ);
+                               T - q0 < ATT_BQ ? T - q0 : ATT_BQ, h == g * group);
         }
     }
     prof_end(t0, PROF_ATTENTION, 8.0 * NH * attention_pairs(start, B, T) * HS, 0);
