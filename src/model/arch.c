@@ -93,7 +93,13 @@ void arch_norm_grads_done(const BlockRun *r, float *partial, int k, const int *w
 
 void arch_stored(const Arch *ar, const BlockRun *r, int j) {
     if (r->prec == PREC_FP32 || (ar->act_keep32 >> j & 1u)) return;
-    half_round(r->prec, r->act[j], r->act[j], ar->act_floats(r->d, j));
+    size_t n = ar->act_floats(r->d, j);
+    if (r->act16 && r->act16[j]) {
+        half_pack_widen(r->prec, r->act16[j], r->act[j], r->act[j], n);
+        *r->act16_done |= 1u << j;
+    } else {
+        half_round(r->prec, r->act[j], r->act[j], n);
+    }
 }
 
 void arch_attention(const BlockRun *r, float *out, float *lse, const float *qkv, float *scratch, int NH, int NKV,

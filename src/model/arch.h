@@ -105,6 +105,11 @@ typedef struct BlockRun {
     float *tmp;          // (N,C) scratch; the final norm's backward reads d(output), partial over TP, from it
     float *dres;         // (Ns,C) backward: in, d(output); out, d(input) (the final norm adds into it)
     Precision prec;      // what the saved activations are stored in (arch_stored)
+    // The micro-batch's 16-bit store of each activation (NULL entries: kept
+    // in fp32 or shared), given in its first forward only (NULL otherwise),
+    // and the bits of those arch_stored has written into it.
+    uint16_t *const *act16;
+    unsigned *act16_done;
     KvCache *kv;         // incremental decoding (B = 1, positions kv->pos on), or NULL
     int layer;           // with kv: the block's layer
     // Document masking (model/doc), or NULL: for each of the N rows its
@@ -240,7 +245,9 @@ void arch_norm_grads_done(const BlockRun *r, float *partial, int k, const int *w
 // reads it): under bf16/fp16, unless the arch keeps it in fp32, its values
 // are rounded in place to what the 16-bit store will hold, so that the
 // forward goes on with, and the backward reads, the same values (and
-// recomputation gives the same bits).
+// recomputation gives the same bits). In the first forward the same pass
+// writes the activation's 16-bit store (act16), which the stage then need
+// not pack.
 void arch_stored(const Arch *ar, const BlockRun *r, int j);
 
 // A block forward's attention: out (N,NH·HS) and lse from qkv (N,(NH +

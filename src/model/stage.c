@@ -464,9 +464,12 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
         r.kv = a->kv;
         r.layer = sl->chunk * a->cl + j;
         r.aux_loss = &a->aux;
+        unsigned done = 0;
+        r.act16 = sl->blk16 + j * ar->nact;
+        r.act16_done = &done;
         trace_layer(global_layer(s, sl, j));
         ar->block_forward(&r);
-        stage16_move(a, sl, j, &d, 1);
+        stage16_move(a, sl, j, &d, 1, done);
         stage_seg_params_done(s, bseg[j]);
     }
     trace_layer(-1);
@@ -511,7 +514,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         BlockRun r = stage_run(s, &d, sl, j, block_acts(a, sl, j, 1, buf), w, g);
         trace_layer(global_layer(s, sl, j));
         if (a->recompute == STAGE_RECOMPUTE_FULL) a->arch->block_forward(&r);   // the same bits as the first time
-        else stage16_move(a, sl, j, &d, 0);
+        else stage16_move(a, sl, j, &d, 0, 0);
         if (a->recompute == STAGE_RECOMPUTE_SELECTIVE) a->arch->core_forward(&r);
         a->arch->block_backward(&r);
         stage16_round_grad(a, sl, &d);

@@ -155,10 +155,10 @@ void stage16_free(StageActs *a) {
     free(a->w16_stale);
 }
 
-void stage16_move(StageActs *a, Slot *sl, int j, const LocalDims *d, int out) {
+void stage16_move(StageActs *a, Slot *sl, int j, const LocalDims *d, int out, unsigned done) {
     uint16_t **h = sl->blk16 + j * a->arch->nact;
     for (int i = 0; i < a->arch->nact; i++) {
-        if (!h[i]) continue;
+        if (!h[i] || (out && (done >> i & 1u))) continue;
         if (out) half_pack(a->prec, h[i], a->rc[i], a->arch->act_floats(d, i));
         else half_unpack(a->prec, a->rc[i], h[i], a->arch->act_floats(d, i));
     }
