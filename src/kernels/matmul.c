@@ -165,6 +165,28 @@ static const uint16_t *bound16(const float *w, size_t n) {
     return NULL;
 }
 
+// ---- 16-bit inputs the passes bind ----
+
+enum { INPUTS_MAX = 16 };
+static _Thread_local Bound g_inputs[INPUTS_MAX];
+static _Thread_local int g_ninputs;
+
+void matmul_bind_input16(const float *x, const uint16_t *x16, size_t n) {
+    CHECKF(g_ninputs < INPUTS_MAX, "more than %d bound 16-bit inputs", INPUTS_MAX);
+    g_inputs[g_ninputs++] = (Bound){1, x, x16, n};
+}
+
+void matmul_unbind_inputs16(void) { g_ninputs = 0; }
+
+// The bf16 values of an input of n floats at x, or NULL when it is not bound.
+static const uint16_t *input16(const float *x, size_t n) {
+    for (int i = 0; i < g_ninputs; i++) {
+        const Bound *b = &g_inputs[i];
+        if (x >= b->w && x + n <= b->w + b->n) return b->src16 + (x - b->w);
+    }
+    return NULL;
+}
+
 // The fp32 values of a weight (OC,C) for the fp32 paths: in place, or a bound
 // one's widened into per-thread scratch. NULL when the scratch is not to be had.
 static _Thread_local void *g_wide;
@@ -207,20 +229,21 @@ void matmul_release(void) { g_held.w = NULL; }
 
 // A form of the weight, packed from its bf16 values where it is bound (no
 // rounding, half the bytes read), else from its floats: the held one,
-// packed once, or packed into dst.
+// packed once, or packed into dst (room the caller reserved when the weight
+// is not held). NULL when the held form's memory is not to be had.
 static const uint16_t *weight_form(const float *weight, int C, int OC, int form, uint16_t *dst) {
     int held = weight == g_held.w;
     if (held && (g_held.OC != OC || g_held.C != C)) g_held.have[FORM_FWD] = g_held.have[FORM_DINP] = 0;
     if (held && g_held.have[form]) return g_held.buf[form];
     size_t n = form == FORM_FWD ? (size_t)pairs(C) * OC * 2 : (size_t)pairs(OC) * C * 2;
-    uint16_t *h = held ? mem_grow(&g_held.buf[form], &g_held.bytes[form], MEM_WORKSPACE, n * sizeof(uint16_t)) : NULL;
-    uint16_t *d = h ? h : dst;
+    uint16_t *d = held ? mem_grow(&g_held.buf[form], &g_held.bytes[form], MEM_WORKSPACE, n * sizeof(uint16_t)) : dst;
+    if (!d) return NULL;
     const uint16_t *w16 = bound16(weight, (size_t)OC * C);
     if (form == FORM_FWD && w16) bf16_pairs_t16(d, w16, C, C, OC);
     else if (form == FORM_FWD) bf16_pack_pairs_t(d, weight, C, C, OC);
     else if (w16) bf16_pairs16(d, w16, C, OC, C);
     else bf16_pack_pairs(d, weight, C, OC, C);
-    if (h) g_held.have[form] = 1, g_held.OC = OC, g_held.C = C;
+    if (held) g_held.have[form] = 1, g_held.OC = OC, g_held.C = C;
     return d;
 }
 
@@ -230,13 +253,14 @@ static const uint16_t *weight_form(const float *weight, int C, int OC, int form,
 // read in place: no pass over it, where packing it would cost more than
 // transposing the output. Each sum runs as the untransposed product's
 // (from the bias, pairs in ascending order): the same bits.
-static int forward_bf16_t(float *out, const float *inp, const uint16_t *w16, const float *bias, int N, int C,
-                          int OC) {
+static int forward_bf16_t(float *out, const float *inp, const uint16_t *x16, const uint16_t *w16, const float *bias,
+                          int N, int C, int OC) {
     int kp = C / 2, ob = OC < OWN_OC_BLOCK ? OC : OWN_OC_BLOCK;
     uint16_t *b = scratch16((size_t)kp * N * 2);
     float *t = scratch((size_t)ob * N);
     if (!b || !t) return -1;
-    bf16_pack_pairs_t(b, inp, C, C, N);
+    if (x16) bf16_pairs_t16(b, x16, C, C, N);
+    else bf16_pack_pairs_t(b, inp, C, C, N);
     for (int o0 = 0; o0 < OC; o0 += ob) {
         int m = OC - o0 < ob ? OC - o0 : ob;
         if (bias) {
@@ -256,11 +280,15 @@ static int forward_bf16(float *out, const float *inp, const float *weight, const
     int kp = pairs(C);
     int held = weight == g_held.w;
     const uint16_t *w16 = held ? NULL : bound16(weight, (size_t)OC * C);
-    if (w16 && C % 2 == 0 && 2 * N < C) return forward_bf16_t(out, inp, w16, bias, N, C, OC);
-    uint16_t *a = scratch16((size_t)N * 2 * kp + (held ? 0 : (size_t)kp * OC * 2));
-    if (!a) return -1;
-    bf16_pack_rows(a, 2 * kp, inp, C, N, C);
-    const uint16_t *b = weight_form(weight, C, OC, FORM_FWD, a + (size_t)N * 2 * kp);
+    const uint16_t *x16 = C % 2 == 0 ? input16(inp, (size_t)N * C) : NULL;   // rows of 2·kp values already
+    if (w16 && C % 2 == 0 && 2 * N < C) return forward_bf16_t(out, inp, x16, w16, bias, N, C, OC);
+    size_t na = x16 ? 0 : (size_t)N * 2 * kp, nb = held ? 0 : (size_t)kp * OC * 2;
+    uint16_t *s = na + nb ? scratch16(na + nb) : NULL;
+    if (na + nb && !s) return -1;
+    const uint16_t *a = x16 ? x16 : s;
+    if (!x16) bf16_pack_rows(s, 2 * kp, inp, C, N, C);
+    const uint16_t *b = weight_form(weight, C, OC, FORM_FWD, held ? NULL : s + na);
+    if (!b) return -1;
     if (bias) gemm_bf16_bias(N, OC, kp, a, 2 * kp, b, OC, out, OC, bias);
     else gemm_bf16(N, OC, kp, a, 2 * kp, b, OC, out, OC, 0);
     return 0;
@@ -273,7 +301,8 @@ static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N,
     uint16_t *a = scratch16((size_t)N * 2 * kp + (held ? 0 : (size_t)kp * C * 2));
     if (!a) return -1;
     bf16_pack_rows(a, 2 * kp, dout, OC, N, OC);
-    const uint16_t *b = weight_form(weight, C, OC, FORM_DINP, a + (size_t)N * 2 * kp);
+    const uint16_t *b = weight_form(weight, C, OC, FORM_DINP, held ? NULL : a + (size_t)N * 2 * kp);
+    if (!b) return -1;
     gemm_bf16(N, C, kp, a, 2 * kp, b, C, dinp, C, accumulate);
     return 0;
 }

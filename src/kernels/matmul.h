@@ -42,6 +42,15 @@ void matmul_release(void);
 void matmul_bind16(int key, const float *w, const uint16_t *src16, size_t n);
 void matmul_unbind16(int key);
 
+// An input of n floats at x that already holds bf16 values, those values
+// also at x16 in the same layout (an activation its 16-bit store holds):
+// until matmul_unbind_inputs16(), a bf16 forward product whose input lies
+// in it reads x16 as its operand instead of packing the floats (the same
+// values, so the same bits). The caller must not change the floats while
+// bound. Calling thread only.
+void matmul_bind_input16(const float *x, const uint16_t *x16, size_t n);
+void matmul_unbind_inputs16(void);
+
 // A weight gradient not yet written this step: the next linear_backward
 // into dweight writes it (dout^T · inp, no addition) instead of adding to
 // it; later ones add. A stage marks its linear layers' gradients so at the

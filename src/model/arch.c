@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kernels/attention.h"
+#include "kernels/matmul.h"
 
 const Arch *const arch_registry[ARCH_COUNT] = {
     [ARCH_GPT2] = &arch_gpt2,
@@ -97,6 +98,8 @@ void arch_stored(const Arch *ar, const BlockRun *r, int j) {
     if (r->act16 && r->act16[j]) {
         half_pack_widen(r->prec, r->act16[j], r->act[j], r->act[j], n);
         *r->act16_done |= 1u << j;
+        // the products that read it in this forward take the bf16 values as they are
+        if (r->prec == PREC_BF16) matmul_bind_input16(r->act[j], r->act16[j], n);
     } else {
         half_round(r->prec, r->act[j], r->act[j], n);
     }

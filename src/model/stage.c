@@ -469,6 +469,7 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
         r.act16_done = &done;
         trace_layer(global_layer(s, sl, j));
         ar->block_forward(&r);
+        matmul_unbind_inputs16();   // the shared set's floats are the next block's from here
         stage16_move(a, sl, j, &d, 1, done);
         stage_seg_params_done(s, bseg[j]);
     }
