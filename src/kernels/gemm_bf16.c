@@ -26,6 +26,7 @@ typedef struct TileH {
     const float *next;   // with load: the sums a later tile loads, fetched into cache meanwhile (NULL: none)
     const float *bias;   // with load 0: the sums start from these nr values, every row alike (NULL: from 0)
     int lda, ldb, ldc, kp, nr, load;
+    int pfb;             // pairs ahead that B's rows are prefetched (0: none)
 } TileH;
 
 #define BF16_TILE(NV, MRMAX)                                                                                   \
@@ -33,6 +34,7 @@ typedef struct TileH {
         const uint16_t *A = t->A, *B = t->B;                                                                   \
         float *C = t->C;                                                                                       \
         const int lda = t->lda, ldb2 = 2 * t->ldb, ldc = t->ldc, kp = t->kp;                                   \
+        const size_t pfb = (size_t)t->pfb * ldb2; /* B's row pfb pairs ahead, fetched into L1 */               \
         __m512 c[MRMAX][NV];                                                                                   \
         __mmask16 m[NV];                                                                                       \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) m[v] = lane_mask(t->nr - 16 * v);                \
@@ -46,6 +48,8 @@ typedef struct TileH {
                 _mm_prefetch((const char *)(t->next + (size_t)i * ldc + 16 * v), _MM_HINT_T0);                 \
         for (int p = 0; p < kp; p++) {                                                                         \
             const uint16_t *b = B + (size_t)p * ldb2;                                                          \
+            if (pfb) _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                      \
+                _mm_prefetch((const char *)(b + pfb + 32 * v), _MM_HINT_T0);                                   \
             __m512bh y[NV];                                                                                    \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) y[v] =                                        \
                 (__m512bh)_mm512_maskz_loadu_epi32(m[v], b + 32 * v);                                          \
@@ -103,7 +107,7 @@ typedef struct Block {
     const uint16_t *A, *Bp;
     float *C;
     const float *bias;
-    int R, NC, lda, ldb, ldc, p0, kp, load, rt, ct, cpb, MR, NR;
+    int R, NC, lda, ldb, ldc, p0, kp, load, rt, ct, cpb, MR, NR, pfb;
     TileFn fn;
 } Block;
 
@@ -115,7 +119,7 @@ static void block_share(const Block *b, long lo, long hi) {
         TileH t = {.A = b->A + (size_t)i * b->lda + 2 * (size_t)b->p0, .B = b->Bp + 2 * ((size_t)b->p0 * b->ldb + j),
                    .C = b->C + (size_t)i * b->ldc + j, .bias = b->bias ? b->bias + j : NULL, .lda = b->lda,
                    .ldb = b->ldb, .ldc = b->ldc, .kp = b->kp, .nr = b->NC - j < b->NR ? b->NC - j : b->NR,
-                   .load = b->load};
+                   .load = b->load, .pfb = b->pfb};
         // Loaded sums come from memory when C is large (a weight gradient accumulated over micro-batches):
         // the tile below, a block's width of tiles later, is fetched while this one multiplies.
         if (b->load && i + 2 * b->MR <= b->R) t.next = t.C + (size_t)b->MR * b->ldc;
@@ -157,8 +161,12 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
     int nt = omp_in_parallel() ? 1 : kernels_threads();
     if ((double)R * NC * KP < 2e6) nt = 1;   // a small product is not worth waking threads
     if (nt > tiles) nt = (int)tiles;
+    // Few rows (a step of 256 tokens, a pipeline's micro-batch): each panel of B serves few row tiles
+    // and comes from memory or L2 as much as from L1, and fetching its rows 4 pairs ahead is 5-10%
+    // faster at 256 rows, 25-40% at 64. With many rows B stays in L2 and the fetches cost a little.
+    int pfb = R <= 512 && KP >= 128 ? 4 : 0;
     Block b = {.A = A, .Bp = Bp, .C = C, .bias = bias, .R = R, .NC = NC, .lda = lda, .ldb = ldb, .ldc = ldc,
-               .rt = rt, .ct = ct, .cpb = cpb, .MR = MR, .NR = NR, .fn = fn};
+               .rt = rt, .ct = ct, .cpb = cpb, .MR = MR, .NR = NR, .pfb = pfb, .fn = fn};
     for (b.p0 = 0; b.p0 < KP; b.p0 += KPC) {
         b.kp = KP - b.p0 < KPC ? KP - b.p0 : KPC, b.load = accumulate || b.p0 > 0;
         // One thread runs the tiles itself: a region of one thread costs microseconds of OpenMP's
