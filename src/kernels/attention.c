@@ -111,9 +111,6 @@ void attention_forward(float *out, float *lse, const float *qkv, const int *star
     prof_end(t0, PROF_ATTENTION, 4.0 * NH * attention_pairs(start, B, T) * HS, 0);
 }
 
-// One block of nq queries from q0 of one query head: dq written, dk and dv
-// added to. kt, vt: the key/value head transposed (HS, T); at: scratch for
-// a transposed block (nk, nq).
 // d (nk, HS) += a (nk, nq) · b (nq, HS) on rows [0, had), d := the product on
 // the rest: the key rows a head's diagonal block reaches first are written,
 // no zeroing pass before (the same bits: the sums start from 0 either way).
@@ -122,6 +119,10 @@ static void kv_rows(float *d, int ldd, const float *a, int nq, const float *b, i
     gemm_nn(nk - had, HS, nq, a + (size_t)had * nq, nq, b, ldb, d + (size_t)had * ldd, ldd, 0);
 }
 
+// One block of nq queries from q0 of one query head: dq written, dk and dv
+// added to (the group's first head writes the block's own key rows). kt, vt:
+// the key/value head transposed (HS, T); at: scratch for a transposed block
+// (nk, nq).
 static void backward_block(float *P, float *dP, float *at, const float *kt, const float *vt, const float *k,
                            const float *q, float *dq, int ld, const float *o, const float *dO, int C, float *dk,
                            float *dv, const float *l, int T, int HS, float scale, const int *st, int q0, int nq,

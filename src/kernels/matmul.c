@@ -130,8 +130,9 @@ static int pairs(int K) { return (K + 1) / 2; }
 
 // ---- 16-bit weights the passes bind ----
 
-// A weight whose bf16 values are at src16, addressed by the passes through
-// the fp32 pointer w, whose floats may not hold them (matmul_bind16).
+// n floats at w whose bf16 values are at src16: a weight the passes address
+// through w, whose floats may not hold them (matmul_bind16), or an input
+// whose floats do (matmul_bind_input16; key unused).
 typedef struct Bound {
     int key;               // the caller's key, 0 for a free entry
     const float *w;
