@@ -5,12 +5,28 @@
 #include <string.h>
 
 #include "core/half.h"
+#include "kernels/gemm_amx.h"
 #include "kernels/threads.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
 int gemm_bf16_own(void) { return 1; }
+
+static int g_unit = -1;   // -1: not chosen yet, AMX where usable
+
+Bf16Unit gemm_bf16_unit(void) {
+    if (g_unit < 0) g_unit = amx_usable() ? BF16_AMX : BF16_DOT;
+    return (Bf16Unit)g_unit;
+}
+
+int gemm_bf16_use(Bf16Unit u) {
+    if (u == BF16_AMX && !amx_usable()) return 0;
+    g_unit = u;
+    return 1;
+}
+
+const char *gemm_bf16_unit_name(void) { return gemm_bf16_unit() == BF16_AMX ? "AMX tiles (tdpbf16ps)" : "vdpbf16ps"; }
 
 static inline __mmask16 lane_mask(int n) {
     return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
@@ -161,6 +177,10 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
     int nt = omp_in_parallel() ? 1 : kernels_threads();
     if ((double)R * NC * KP < 2e6) nt = 1;   // a small product is not worth waking threads
     if (nt > tiles) nt = (int)tiles;
+    if (gemm_bf16_unit() == BF16_AMX) {
+        gemm_amx(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, bias, nt);
+        return;
+    }
     // Few rows (a step of 256 tokens, a pipeline's micro-batch): each panel of B serves few row tiles
     // and comes from memory or L2 as much as from L1, and fetching its rows 4 pairs ahead is 5-10%
     // faster at 256 rows, 25-40% at 64. With many rows B stays in L2 and the fetches cost a little.
@@ -401,6 +421,9 @@ void bf16_pairs_t16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) 
 #include "core/check.h"
 
 int gemm_bf16_own(void) { return 0; }
+Bf16Unit gemm_bf16_unit(void) { return BF16_DOT; }
+int gemm_bf16_use(Bf16Unit u) { return u == BF16_DOT; }
+const char *gemm_bf16_unit_name(void) { return "none"; }
 
 #define NOT_BUILT CHECKF(0, "the bf16 kernel is not built in (no AVX512_BF16): ask gemm_bf16_own() first")
 void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,

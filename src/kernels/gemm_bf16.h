@@ -25,6 +25,17 @@
 // 1 when the bf16 kernel is compiled in, 0 otherwise (nothing below may be called then).
 int gemm_bf16_own(void);
 
+// The unit gemm_bf16 multiplies on: the AMX tiles where the CPU and the OS
+// have them (kernels/gemm_amx.h), else vdpbf16ps on the vector units. Both
+// read the same operands; their sums differ in the last bits.
+typedef enum { BF16_DOT, BF16_AMX } Bf16Unit;
+Bf16Unit gemm_bf16_unit(void);
+// Chooses the unit for the calls that follow (tests run their cases on
+// each); returns 0 and changes nothing where the CPU lacks it.
+int gemm_bf16_use(Bf16Unit u);
+// "AMX tiles (tdpbf16ps)" or "vdpbf16ps": the unit in use.
+const char *gemm_bf16_unit_name(void);
+
 // C (R,NC) = A (R,2·KP) · Bp (KP,NC,2), + C when accumulate; lda in bf16
 // values, ldb in pairs, ldc in floats. Threads split the tiles of C.
 void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,

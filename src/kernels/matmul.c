@@ -109,10 +109,13 @@ static float *scratch(size_t floats) {
 // Set around a bf16 stage's passes (matmul_set_bf16); the passes call the
 // linear layers from one thread.
 static _Thread_local int g_bf16;
+static int g_units = 1;   // process-wide: bf16 stages may use the units at all
+
+void matmul_bf16_allow(int on) { g_units = on; }
 
 int matmul_set_bf16(int on) {
     int prev = g_bf16;
-    g_bf16 = on && gemm_bf16_own();
+    g_bf16 = on && g_units && gemm_bf16_own();
     return prev;
 }
 

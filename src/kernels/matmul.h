@@ -22,6 +22,10 @@ const char *kernels_blas_info(void);
 // elsewhere); it returns the previous setting, to restore after a pass.
 int matmul_set_bf16(int on);
 int matmul_bf16(void);
+// Process-wide, before the passes: 0 keeps every later matmul_set_bf16 a
+// no-op (the trainer's choice where the bf16 unit is slower than the fp32
+// FMAs: peak_bf16_pays()); 1, the default, allows it.
+void matmul_bf16_allow(int on);
 
 // Between matmul_hold(weight, version) and matmul_release(), calls that pass
 // this weight (unchanged meanwhile) pack it for the bf16 products once, not

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include "core/timer.h"
+#include "kernels/gemm_amx.h"
 #include "kernels/gemm_bf16.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -36,6 +37,7 @@ void peak_cpu(Peaks *p) {
     p->has_avx512 = p->has_fma && zmm && (b >> 16 & 1) && (b >> 30 & 1) && (b >> 31 & 1);
     __cpuid_count(7, 1, a, b, c, d);
     p->has_bf16 = p->has_avx512 && (a >> 5 & 1);
+    p->has_amx = p->has_bf16 && amx_usable();
 }
 
 __attribute__((target("avx2,fma"))) static float loop_fp32_256(long iters) {
@@ -64,6 +66,30 @@ __attribute__((target("avx512f,avx512bf16"))) static float loop_bf16(long iters)
         for (int i = 0; i < CHAINS; i++) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
     for (int i = 1; i < CHAINS; i++) acc[0] = _mm512_add_ps(acc[0], acc[i]);
     return _mm512_reduce_add_ps(acc[0]);
+}
+
+// Four independent 16×16 sums, each tdpbf16ps 16 pairs deep: the tile unit
+// takes one every 16 cycles or so, and four cover its latency.
+__attribute__((target("amx-tile,amx-bf16"))) static float loop_amx(long iters) {
+    amx_configure();
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (long it = 0; it < iters; it++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    float out[256];
+    _tile_stored(0, out, 64);
+    amx_release();
+    return out[0];
 }
 
 // Iterations per second of f on every thread at once, summed over the
@@ -117,6 +143,7 @@ void peak_probe(Peaks *p, int threads) {
     if (p->has_fma) p->fp32_256 = measure(loop_fp32_256, p->threads, CHAINS * 8 * 2);
     if (p->has_avx512) p->fp32_512 = measure(loop_fp32_512, p->threads, CHAINS * 16 * 2);
     if (p->has_bf16) p->bf16 = measure(loop_bf16, p->threads, CHAINS * 16 * 2 * 2);
+    if (p->has_amx) p->amx = measure(loop_amx, p->threads, 4.0 * 16 * 16 * 16 * 2 * 2);
 }
 #else
 void peak_cpu(Peaks *p) { *p = (Peaks){0}; }
@@ -128,17 +155,29 @@ void peak_probe(Peaks *p, int threads) {
 
 double peak_fp32(const Peaks *p) { return p->fp32_512 > p->fp32_256 ? p->fp32_512 : p->fp32_256; }
 
-static int on_bf16_units(const Peaks *p, Precision prec) {
-    return prec == PREC_BF16 && p->bf16 > 0 && gemm_bf16_own();
+int peak_bf16_pays(const Peaks *p) {
+    double unit = gemm_bf16_unit() == BF16_AMX ? p->amx : p->bf16;
+    return gemm_bf16_own() && unit > peak_fp32(p);
 }
 
-double peak_for(const Peaks *p, Precision prec) { return on_bf16_units(p, prec) ? p->bf16 : peak_fp32(p); }
+// 2: a bf16 run's products on the tiles, 1: on the dot product, 0: in fp32.
+static int bf16_unit(const Peaks *p, Precision prec) {
+    if (prec != PREC_BF16 || !peak_bf16_pays(p)) return 0;
+    return gemm_bf16_unit() == BF16_AMX ? 2 : 1;
+}
+
+double peak_for(const Peaks *p, Precision prec) {
+    int u = bf16_unit(p, prec);
+    return u == 2 ? p->amx : u == 1 ? p->bf16 : peak_fp32(p);
+}
 
 const char *peak_for_name(const Peaks *p, Precision prec) {
-    if (on_bf16_units(p, prec)) return "bf16 dot product (vdpbf16ps)";
+    int u = bf16_unit(p, prec);
+    if (u == 2) return "bf16 tiles (AMX tdpbf16ps)";
+    if (u == 1) return "bf16 dot product (vdpbf16ps)";
     return p->fp32_512 > p->fp32_256 ? "fp32 FMA, 512-bit" : p->fp32_256 > 0 ? "fp32 FMA, 256-bit" : "none measured";
 }
 
 const char *peak_isa(const Peaks *p) {
-    return p->has_bf16 ? "AVX-512 + AVX512_BF16" : p->has_avx512 ? "AVX-512" : p->has_fma ? "AVX2/FMA" : "SSE2";
+    return p->has_amx ? "AVX-512 + AVX512_BF16 + AMX-BF16" : p->has_bf16 ? "AVX-512 + AVX512_BF16" : p->has_avx512 ? "AVX-512" : p->has_fma ? "AVX2/FMA" : "SSE2";
 }

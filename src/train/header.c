@@ -113,20 +113,25 @@ void trainer_print_header(Trainer *t) {
            pk->threads, pk->threads == 1 ? "" : "s", pk->fp32_256);
     if (pk->fp32_512 > 0) printf(", %.0f (512-bit)", pk->fp32_512);
     if (pk->bf16 > 0) printf(", bf16 dot %.0f", pk->bf16);
+    if (pk->amx > 0) printf(", AMX bf16 tiles %.0f", pk->amx);
     printf(" GFLOP/s\n");
+    int units = l->precision == PREC_BF16 && peak_bf16_pays(pk);
+    char how[160] = "";
+    if (units) snprintf(how, sizeof how, "; bf16 products on %s", gemm_bf16_unit_name());
+    else if (l->precision == PREC_BF16 && gemm_bf16_own())
+        snprintf(how, sizeof how, "; bf16 products widened to fp32 (%s: %.0f GFLOP/s, under the FMAs' %.0f)",
+                 gemm_bf16_unit_name(), gemm_bf16_unit() == BF16_AMX ? pk->amx : pk->bf16, peak_fp32(pk));
     printf("compute:   %d thread%s, %s%s; %.3g GFLOP per token; MFU against %.1f GFLOP/s (%s)\n", kernels_threads(),
-           kernels_threads() == 1 ? "" : "s", kernels_blas_info(),
-           l->precision == PREC_BF16 && gemm_bf16_own() ? "; bf16 products on the bf16 units" : "",
-           t->flops_tok * 1e-9, t->peak, t->peak_src);
+           kernels_threads() == 1 ? "" : "s", kernels_blas_info(), how, t->flops_tok * 1e-9, t->peak, t->peak_src);
     if (l->precision != PREC_FP32)
         printf("precision: %s — the passes read a 16-bit copy of the fp32 weights (AdamW updates the fp32 masters) and "
                "store activations in 16 bits (norm statistics, softmax log-sum-exp and the residual stream in fp32); "
-               "%s; gradients fp32\n", prec_name(l->precision),
-               l->precision == PREC_BF16 && gemm_bf16_own()
-                   ? "the linear layers and attention multiply bf16 pairs on the bf16 units (vdpbf16ps) into fp32 "
-                     "sums, the rest computes in fp32"
-                   : l->precision == PREC_FP16 ? "every operation computes in fp32 (no fp16 arithmetic unit here)"
-                                                : "every operation computes in fp32");
+               "%s%s%s; gradients fp32\n", prec_name(l->precision),
+               units ? "the linear layers and attention multiply bf16 pairs on " : "",
+               units ? gemm_bf16_unit_name() : "",
+               units ? " into fp32 sums, the rest computes in fp32"
+               : l->precision == PREC_FP16 ? "every operation computes in fp32 (no fp16 arithmetic unit here)"
+                                            : "every operation computes in fp32");
     if (t->fp16)
         printf("scaler:    dynamic loss scale from %g: ×2 after %d steps without overflow, ×0.5 on overflow (hysteresis "
                "%d: the overflows before the first halving), the step skipped on every rank; the run stops below %g\n",

@@ -535,6 +535,7 @@ int trainer_open(Trainer **out, const TrainConfig *tc, const Layout *l, Err *err
     t->tokens_per_step = layout_tokens_per_step(l, tc->batch, tc->seq, tc->accum);
     t->flops_tok = arch_flops_token(&t->mc, tc->seq);
     peak_probe(&t->peaks, kernels_threads());
+    matmul_bf16_allow(peak_bf16_pays(&t->peaks));   // bf16 products where its unit outruns fp32
     t->peak = tc->peak_gflops;
     t->peak_src = "--peak-gflops";
     if (t->peak <= 0) {   // the peak of the arithmetic the run's products use

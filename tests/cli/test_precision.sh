@@ -43,11 +43,19 @@ awk -v m="$mx" 'BEGIN { exit !(m > 0 && m <= 1) }' && grep -q "^cpu: .*peaks of 
   grep -q "MFU against .* (fp32 FMA" "$TMP/long_fp32.out" && grep -q "MFU against .* (fp32 FMA" "$TMP/long_fp16.out" &&
   ok "the header names the ISA and the probed peaks, MFU is quoted against the fp32 FMA peak (fp32, fp16) and never reads above 100% (highest $mx)" ||
   bad "MFU: highest $mx" "$(grep -E '^(cpu|compute):' "$TMP/long_fp32.out")"
-if grep -q "bf16 products on the bf16 units" "$TMP/long_bf16.out"; then
-  grep -q "MFU against .* (bf16 dot product" "$TMP/long_bf16.out" && ok "bf16 on the bf16 units: MFU against the bf16 dot product's peak" ||
-    bad "bf16 MFU peak" "$(grep -E '^compute:' "$TMP/long_bf16.out")"
+# bf16's products on the unit that outruns the fp32 FMAs here, MFU against that unit's peak
+bcomp=$(grep -E '^compute:' "$TMP/long_bf16.out")
+case "$bcomp" in
+  *"bf16 products on AMX tiles"*) want="bf16 tiles (AMX" ;;
+  *"bf16 products on vdpbf16ps"*) want="bf16 dot product" ;;
+  *"bf16 products widened to fp32"*) want="fp32 FMA" ;;
+  *) want="" ;;
+esac
+if [ -n "$want" ]; then
+  echo "$bcomp" | grep -qF "MFU against" && echo "$bcomp" | grep -qF "($want" &&
+    ok "bf16 products on the unit chosen by the probes, MFU against its peak ($want)" || bad "bf16 MFU peak" "$bcomp"
 elif grep -q avx512_bf16 /proc/cpuinfo; then   # the default build is -march=native
-  bad "this CPU has avx512_bf16 but the bf16 run multiplies in fp32" "$(grep -E '^compute:' "$TMP/long_bf16.out")"
+  bad "this CPU has avx512_bf16 but the bf16 run names no unit for its products" "$bcomp"
 else
   grep -q "MFU against .* (fp32 FMA" "$TMP/long_bf16.out" && ok "bf16 without the bf16 units: MFU against the fp32 FMA peak" || bad "bf16 MFU peak"
 fi

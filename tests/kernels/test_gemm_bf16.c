@@ -131,11 +131,13 @@ static void test_gemm_bf16(void) {
 // Bit for bit: C = bias + A·B (gemm_bf16_bias) as the rows holding the bias
 // with the product added; and a reduction cut in two calls (the second
 // adding to the first's fp32 sums) as one call — so the kernel's own
-// reduction blocks change no bits.
+// reduction blocks change no bits. The tile unit adds 16 pairs at a time in
+// its own order, so there the cut falls between chunks of 16.
 static void test_gemm_bias(void) {
     int shapes[][3] = {{13, 37, 19}, {25, 100, 40}, {7, 1100, 601}, {9, 300, 4101}, {300, 260, 96}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int R = shapes[s][0], NC = shapes[s][1], K = shapes[s][2], kp = (K + 1) / 2, h = kp / 2;
+        if (gemm_bf16_unit() == BF16_AMX) h = h / 16 * 16;
         float *A = randn((size_t)R * K, 1), *B = randn((size_t)K * NC, 1), *bias = randn((size_t)NC, 1);
         float *c1 = calloc((size_t)R * NC, sizeof *c1), *c2 = calloc((size_t)R * NC, sizeof *c2);
         uint16_t *a = calloc((size_t)R * 2 * kp, sizeof *a), *b = calloc((size_t)2 * kp * NC, sizeof *b);
@@ -367,18 +369,26 @@ static void test_peak(void) {
     EXPECT(!p.has_avx512 || p.fp32_512 > 1, "fp32 512-bit peak %.1f", p.fp32_512);
     EXPECT(!p.has_bf16 || p.bf16 > 1, "bf16 peak %.1f", p.bf16);
     EXPECT(p.has_avx512 || p.fp32_512 == 0, "a 512-bit peak without AVX-512");
-    // a wider vector does no fewer FLOPs per instruction, and the bf16 dot does twice an FMA's:
-    // allow the noise of a shared machine
+    EXPECT(!p.has_amx || (p.has_bf16 && p.amx > 1), "AMX peak %.1f", p.amx);
+    EXPECT(p.has_amx || p.amx == 0, "an AMX peak without the tiles");
+    // a wider vector does no fewer FLOPs per instruction, and the tiles do many times an FMA's: allow the noise
+    // of a shared machine. vdpbf16ps is not ordered: twice the FMAs' rate on AMD's cores, half on Intel's.
     EXPECT(!p.has_avx512 || p.fp32_512 >= 0.8 * p.fp32_256, "fp32 512-bit %.1f below 256-bit %.1f", p.fp32_512,
            p.fp32_256);
-    EXPECT(!p.has_bf16 || p.bf16 >= 0.8 * p.fp32_512, "bf16 %.1f below fp32 %.1f", p.bf16, p.fp32_512);
+    EXPECT(!p.has_amx || p.amx >= 0.8 * peak_fp32(&p), "AMX %.1f below fp32 %.1f", p.amx, peak_fp32(&p));
     EXPECT(peak_fp32(&p) >= p.fp32_256 && peak_fp32(&p) >= p.fp32_512, "peak_fp32 is the widest");
     EXPECT(peak_for(&p, PREC_FP32) == peak_fp32(&p) && peak_for(&p, PREC_FP16) == peak_fp32(&p),
            "fp32 and fp16 quote the fp32 peak");
-    EXPECT(peak_for(&p, PREC_BF16) == (gemm_bf16_own() && p.has_bf16 ? p.bf16 : peak_fp32(&p)),
-           "bf16 quotes the bf16 peak exactly when its products run on it");
-    printf("     %s; 2 threads: fp32 256-bit %.0f, 512-bit %.0f, bf16 %.0f GFLOP/s\n", peak_isa(&p), p.fp32_256,
-           p.fp32_512, p.bf16);
+    // bf16 runs its products on the unit gemm_bf16 uses where that outruns the FMAs, else widened to fp32:
+    // its peak is never below fp32's
+    double unit = gemm_bf16_unit() == BF16_AMX ? p.amx : p.bf16;
+    EXPECT(peak_bf16_pays(&p) == (gemm_bf16_own() && unit > peak_fp32(&p)), "peak_bf16_pays");
+    EXPECT(peak_for(&p, PREC_BF16) == (peak_bf16_pays(&p) ? unit : peak_fp32(&p)),
+           "bf16 quotes its unit's peak exactly when its products run on it");
+    EXPECT(peak_for(&p, PREC_BF16) >= peak_fp32(&p), "bf16's peak %.1f below fp32's %.1f", peak_for(&p, PREC_BF16),
+           peak_fp32(&p));
+    printf("     %s; 2 threads: fp32 256-bit %.0f, 512-bit %.0f, bf16 dot %.0f, AMX %.0f GFLOP/s\n", peak_isa(&p),
+           p.fp32_256, p.fp32_512, p.bf16, p.amx);
 }
 
 static void test_no_kernel(void) {
@@ -394,12 +404,22 @@ int main(void) {
         return test_finish();
     }
     RUN(test_pack);
-    RUN(test_gemm_bf16);
-    RUN(test_gemm_bias);
-    RUN(test_linear_bf16);
-    RUN(test_hold);
     RUN(test_pack16);
-    RUN(test_bound);
-    RUN(test_attention_bf16);
+    // every product on each unit the CPU has: the vector units' vdpbf16ps, and AMX's tiles
+    Bf16Unit units[] = {BF16_DOT, BF16_AMX}, chosen = gemm_bf16_unit();
+    for (int u = 0; u < 2; u++) {
+        if (!gemm_bf16_use(units[u])) {
+            printf("     no AMX tiles here (CPU or OS): the products run on vdpbf16ps only\n");
+            continue;
+        }
+        printf("     products on %s\n", gemm_bf16_unit_name());
+        RUN(test_gemm_bf16);
+        RUN(test_gemm_bias);
+        RUN(test_linear_bf16);
+        RUN(test_hold);
+        RUN(test_bound);
+        RUN(test_attention_bf16);
+    }
+    gemm_bf16_use(chosen);
     return test_finish();
 }

@@ -1,0 +1,237 @@
+#include "kernels/gemm_amx.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define AMX_FN __attribute__((target("amx-tile,amx-bf16")))
+
+enum {
+    ARCH_REQ_XCOMP_PERM = 0x1023,   // Linux: ask for a dynamically enabled state component
+    XFEATURE_XTILEDATA = 18,        // the tiles' 8 KiB of data
+};
+
+static int g_usable = -1;   // -1 until asked: CPUID, then the kernel's permission
+
+int amx_usable(void) {
+    int u = __atomic_load_n(&g_usable, __ATOMIC_ACQUIRE);
+    if (u >= 0) return u;
+    unsigned a, b, c, d;
+    u = 0;
+    if (__get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        int tile = d >> 24 & 1, bf16 = d >> 22 & 1;
+        // Linux enables the tile data per process, on request; without it the first tile load faults.
+        u = tile && bf16 && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    }
+    __atomic_store_n(&g_usable, u, __ATOMIC_RELEASE);
+    return u;
+}
+
+// The tile configuration (palette 1): 8 tiles of 16 rows × 64 bytes: C
+// tiles 0-3 (16×16 fp32), A tiles 4-5 (16 rows × 16 pairs), B tiles 6-7
+// (16 pairs × 16 column pairs). Every tile is whole; edges go through
+// zero-padded copies.
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} TileCfg;
+
+// A constant in memory: GCC does not count _tile_loadconfig as reading its
+// operand, and would drop the stores of a configuration built on the stack.
+static const TileCfg g_cfg = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+AMX_FN void amx_configure(void) { _tile_loadconfig(&g_cfg); }
+
+AMX_FN void amx_release(void) { _tile_release(); }
+
+// One reduction block's supertiles of C (32 rows × 32 columns: 2 × 2 tiles),
+// the tile order of gemm_bf16 (column blocks of B outermost, then row
+// supertiles, then the block's column supertiles).
+typedef struct Job {
+    const uint16_t *A, *Bp;
+    float *C;
+    const float *bias;
+    int R, NC, lda, ldb, ldc, p0, kp, load, rt, ct, cpb;
+} Job;
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+// C tile (ra rows, cb columns of fp32 at c, ldc apart) as a whole 16×16 tile:
+// itself when whole, else copied into s with zeros around.
+static const float *c_in(const Job *j, const float *c, int ra, int cb, float *s, size_t *stride) {
+    if (ra == 16 && cb == 16) {
+        *stride = (size_t)j->ldc * 4;
+        return c;
+    }
+    memset(s, 0, 256 * sizeof *s);
+    for (int i = 0; i < ra; i++) memcpy(s + 16 * i, c + (size_t)i * j->ldc, (size_t)cb * sizeof *s);
+    *stride = 64;
+    return s;
+}
+
+// The bias's cb values from column j on, every row alike: a stride of 0 when whole.
+static const float *bias_in(const float *bias, int cb, float *s, size_t *stride) {
+    *stride = 0;
+    if (cb == 16) return bias;
+    memset(s, 0, 16 * sizeof *s);
+    memcpy(s, bias, (size_t)cb * sizeof *s);
+    return s;
+}
+
+// A tile: rows [0, ra) × pairs [0, pr) of a (lda apart), whole or zero-padded into s.
+static const uint16_t *a_in(const uint16_t *a, int lda, int ra, int pr, uint16_t *s, size_t *stride) {
+    if (ra == 16 && pr == 16) {
+        *stride = (size_t)lda * 2;
+        return a;
+    }
+    memset(s, 0, 512 * sizeof *s);
+    for (int i = 0; i < ra; i++) memcpy(s + 32 * i, a + (size_t)i * lda, (size_t)pr * 4);
+    *stride = 64;
+    return s;
+}
+
+// B tile: pairs [0, pr) × columns [0, cb) of b (rows ldb pairs apart), whole or zero-padded into s.
+static const uint16_t *b_in(const uint16_t *b, int ldb, int pr, int cb, uint16_t *s, size_t *stride) {
+    if (pr == 16 && cb == 16) {
+        *stride = (size_t)ldb * 4;
+        return b;
+    }
+    memset(s, 0, 512 * sizeof *s);
+    for (int p = 0; p < pr; p++) memcpy(s + 32 * p, b + 2 * (size_t)p * ldb, (size_t)cb * 4);
+    *stride = 64;
+    return s;
+}
+
+// Tile T's sums in: C's (load), the bias's, or zeros.
+#define C_IN(T, ti, tj)                                                                         \
+    do {                                                                                        \
+        float *c = j->C + (size_t)(i + 16 * (ti)) * j->ldc + col + 16 * (tj);                   \
+        size_t st;                                                                              \
+        if (j->load) _tile_loadd(T, c_in(j, c, ra[ti], cb[tj], cs[T], &st), st);                \
+        else if (j->bias) _tile_loadd(T, bias_in(j->bias + col + 16 * (tj), cb[tj], cs[T], &st), st); \
+        else _tile_zero(T);                                                                     \
+    } while (0)
+
+// Tile T's sums out: into C directly when whole, else through cs[T].
+#define C_OUT(T, ti, tj)                                                                        \
+    do {                                                                                        \
+        float *c = j->C + (size_t)(i + 16 * (ti)) * j->ldc + col + 16 * (tj);                   \
+        if (ra[ti] == 16 && cb[tj] == 16) _tile_stored(T, c, (size_t)j->ldc * 4);               \
+        else {                                                                                  \
+            _tile_stored(T, cs[T], 64);                                                         \
+            for (int r = 0; r < ra[ti]; r++) memcpy(c + (size_t)r * j->ldc, cs[T] + 16 * r, (size_t)cb[tj] * 4); \
+        }                                                                                       \
+    } while (0)
+
+// The supertile at row i, column col: up to 2 × 2 tiles, the reduction in
+// chunks of 16 pairs in ascending order, each chunk's products added by the
+// tile unit into the fp32 sums.
+AMX_FN static void supertile(const Job *j, int i, int col) {
+    int ra[2] = {imin(16, j->R - i), imin(16, j->R - i - 16)};
+    int cb[2] = {imin(16, j->NC - col), imin(16, j->NC - col - 16)};
+    int two_r = ra[1] > 0, two_c = cb[1] > 0;
+    float cs[4][256];
+    uint16_t as[2][512], bs[2][512];
+    C_IN(0, 0, 0);
+    if (two_c) C_IN(1, 0, 1);
+    if (two_r) C_IN(2, 1, 0);
+    if (two_r && two_c) C_IN(3, 1, 1);
+    const uint16_t *A = j->A + (size_t)i * j->lda, *B = j->Bp + 2 * (size_t)col;
+    for (int p = j->p0; p < j->p0 + j->kp; p += 16) {
+        int pr = imin(16, j->p0 + j->kp - p);
+        size_t sa0, sa1, sb0, sb1;
+        const uint16_t *a0 = a_in(A + 2 * (size_t)p, j->lda, ra[0], pr, as[0], &sa0);
+        const uint16_t *b0 = b_in(B + 2 * (size_t)p * j->ldb, j->ldb, pr, cb[0], bs[0], &sb0);
+        _tile_loadd(4, a0, sa0);
+        _tile_loadd(6, b0, sb0);
+        _tile_dpbf16ps(0, 4, 6);
+        if (two_c) {
+            const uint16_t *b1 = b_in(B + 2 * ((size_t)p * j->ldb + 16), j->ldb, pr, cb[1], bs[1], &sb1);
+            _tile_loadd(7, b1, sb1);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+        if (two_r) {
+            const uint16_t *a1 = a_in(A + 16 * (size_t)j->lda + 2 * (size_t)p, j->lda, ra[1], pr, as[1], &sa1);
+            _tile_loadd(5, a1, sa1);
+            _tile_dpbf16ps(2, 5, 6);
+            if (two_c) _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+    C_OUT(0, 0, 0);
+    if (two_c) C_OUT(1, 0, 1);
+    if (two_r) C_OUT(2, 1, 0);
+    if (two_r && two_c) C_OUT(3, 1, 1);
+}
+
+// Supertiles [lo, hi) of the job in tile order, on this thread's tiles.
+static void job_share(const Job *j, long lo, long hi) {
+    if (lo >= hi) return;
+    amx_configure();
+    long full = (long)j->rt * j->cpb;   // supertiles in a full column block
+    for (long x = lo; x < hi; x++) {
+        int b = (int)(x / full), w = imin(j->ct - b * j->cpb, j->cpb);
+        long r = x - b * full;
+        supertile(j, (int)(r / w) * 32, (b * j->cpb + (int)(r % w)) * 32);
+    }
+    amx_release();
+}
+
+enum {
+    AMX_KPMAX = 512,         // the longest reduction block (pairs), a multiple of 16
+    AMX_BLOCK = 512 << 10,   // bytes of packed B a column block holds, about: a quarter of a core's L2
+};
+
+void gemm_amx(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+              int accumulate, const float *bias, int nt) {
+    // Reduction blocks of equal length in whole chunks of 16 pairs, the last shorter: only the last
+    // chunk of the whole reduction is partial, and the block boundaries depend on KP alone.
+    int nkb = (KP + AMX_KPMAX - 1) / AMX_KPMAX, KPC = ((KP + nkb - 1) / nkb + 15) / 16 * 16;
+    int rt = (R + 31) / 32, ct = (NC + 31) / 32;
+    int cpb = (int)(AMX_BLOCK / ((size_t)KPC * 32 * 4));
+    if (cpb < 1) cpb = 1;
+    if (cpb > ct) cpb = ct;
+    int nb = (ct + cpb / 2) / cpb;
+    cpb = (ct + nb - 1) / nb;
+    long tiles = (long)rt * ct;
+    if (nt > tiles) nt = (int)tiles;
+    Job j = {.A = A, .Bp = Bp, .C = C, .bias = bias, .R = R, .NC = NC, .lda = lda, .ldb = ldb, .ldc = ldc,
+             .rt = rt, .ct = ct, .cpb = cpb};
+    for (j.p0 = 0; j.p0 < KP; j.p0 += KPC) {
+        j.kp = imin(KPC, KP - j.p0), j.load = accumulate || j.p0 > 0;
+        if (j.p0 > 0) j.bias = NULL;
+        if (nt <= 1) {
+            job_share(&j, 0, tiles);
+            continue;
+        }
+        #pragma omp parallel num_threads(nt)
+        {
+            int th = omp_get_thread_num(), n = omp_get_num_threads();
+            job_share(&j, tiles * th / n, tiles * (th + 1) / n);
+        }
+    }
+}
+
+#else
+
+int amx_usable(void) { return 0; }
+void amx_configure(void) {}
+void amx_release(void) {}
+void gemm_amx(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+              int accumulate, const float *bias, int nt) {
+    (void)R, (void)NC, (void)KP, (void)A, (void)lda, (void)Bp, (void)ldb, (void)C, (void)ldc, (void)accumulate;
+    (void)bias, (void)nt;
+}
+
+#endif

@@ -1,0 +1,33 @@
+// kernels/gemm_amx — gemm_bf16's products on the AMX tile unit.
+//
+// Where the CPU has AMX (amx-tile, amx-bf16: Intel Xeon from Sapphire
+// Rapids on), one tdpbf16ps multiplies a 16-row tile of A (16 k-pairs) by a
+// tile of B (16 pairs × 16 columns) into 16×16 fp32 sums: 16,384 FLOP per
+// instruction, 8–16 times what the vector units do per cycle. Its operands
+// are gemm_bf16's own layouts — A's rows of pairs, B packed in pairs — so
+// the same packed operands serve both kernels and the choice is made per
+// call by gemm_bf16 (kernels/gemm_bf16.h), never by the callers.
+//
+// Each element of C is its pairs' products added in chunks of 16 pairs in
+// ascending order, in reduction blocks whose length depends on KP alone:
+// the bits do not depend on the thread count. They differ from the vector
+// kernel's (the tile unit adds within a chunk in its own order).
+#ifndef TSR_KERNELS_GEMM_AMX_H
+#define TSR_KERNELS_GEMM_AMX_H
+
+#include <stdint.h>
+
+// 1 when the CPU has AMX-BF16 and the OS lets this process use the tiles
+// (asked once, on the first call); 0 otherwise.
+int amx_usable(void);
+
+// Loads the kernel's tile configuration on the calling thread / gives the tiles back.
+void amx_configure(void);
+void amx_release(void);
+
+// gemm_bf16's product on the tiles: C (R,NC) = [bias +] A (R,2·KP) · Bp (KP,NC,2)
+// [+ C when accumulate], on nt threads (1: the caller's own). Only when amx_usable().
+void gemm_amx(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+              int accumulate, const float *bias, int nt);
+
+#endif
