@@ -59,6 +59,7 @@ int main(int argc, char **argv) {
     }
     Peaks pk;
     peak_probe(&pk, threads);
+    double pbf = gemm_bf16_unit() == BF16_AMX ? pk.amx : pk.bf16;   // the unit gemm_bf16 runs on
     static const struct { const char *name; int C, OC; } layers[] = {
         {"qkv", 768, 2304}, {"attn.proj", 768, 768}, {"fc", 768, 3072}, {"mlp.proj", 3072, 768}, {"head", 768, 50304},
     };
@@ -80,8 +81,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     half_pack(PREC_BF16, w16, w, wmax);
-    printf("  %d thread%s: fp32 peak %.0f GFLOP/s, bf16 peak %.0f; each product's GFLOP/s and %% of its peak\n", threads,
-           threads == 1 ? "" : "s", peak_fp32(&pk), pk.bf16);
+    printf("  %d thread%s: fp32 peak %.0f GFLOP/s, bf16 peak %.0f (%s); each product's GFLOP/s and %% of its peak\n", threads,
+           threads == 1 ? "" : "s", peak_fp32(&pk), pbf, gemm_bf16_unit_name());
     printf("  %-10s %5s %-14s | %32s | %32s | %21s\n", "layer", "rows", "C -> OC", "forward", "input gradient",
            "weight gradient");
     printf("  %-10s %5s %-14s | %10s %10s %10s | %10s %10s %10s | %10s %10s\n", "", "", "", "fp32", "bf16", "bound",
@@ -98,8 +99,8 @@ int main(int argc, char **argv) {
                 double h = run(what, N, C, OC, x, w, NULL, y, dy, dx, dw);
                 double b = what < 2 ? run(what, N, C, OC, x, w, w16, y, dy, dx, dw) : 0;
                 matmul_set_bf16(prev);
-                printf(" %4.0f %4.0f%% %4.0f %4.0f%%", f, 100 * f / peak_fp32(&pk), h, 100 * h / pk.bf16);
-                if (what < 2) printf(" %4.0f %4.0f%%", b, 100 * b / pk.bf16);
+                printf(" %4.0f %4.0f%% %4.0f %4.0f%%", f, 100 * f / peak_fp32(&pk), h, 100 * h / pbf);
+                if (what < 2) printf(" %4.0f %4.0f%%", b, 100 * b / pbf);
                 printf(" |");
             }
             printf("\n");

@@ -231,7 +231,7 @@ int main(int argc, char **argv) {
     int own16 = gemm_bf16_own();
     Peaks pk;
     peak_probe(&pk, threads);
-    double p32 = peak_fp32(&pk), p16 = pk.bf16 > 0 ? pk.bf16 : p32;
+    double p32 = peak_fp32(&pk), p16 = peak_bf16_pays(&pk) ? peak_for(&pk, PREC_BF16) : pk.bf16 > 0 ? pk.bf16 : p32;
 
     dnnl_engine_t eng;
     dnnl_stream_t st;
@@ -243,7 +243,7 @@ int main(int argc, char **argv) {
            v->minor, v->patch, v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "non-OpenMP",
            isa_name(dnnl_get_effective_cpu_isa()), kernels_blas_info(), ct ? ct : "(unset)");
     printf("  %d thread%s: fp32 peak %.0f GFLOP/s, bf16 peak %.0f; each product's GFLOP/s and %% of its peak\n", threads,
-           threads == 1 ? "" : "s", p32, pk.bf16);
+           threads == 1 ? "" : "s", p32, p16);
 
     static const struct { const char *name; int C, OC; } layers[] = {
         {"qkv", 768, 2304}, {"attn.proj", 768, 768}, {"fc", 768, 3072}, {"mlp.proj", 3072, 768}, {"head", 768, 50304},

@@ -54,6 +54,7 @@ int main(int argc, char **argv) {
     kernels_set_threads(threads);
     Peaks pk;
     peak_probe(&pk, threads);
+    matmul_bf16_allow(peak_bf16_pays(&pk));   // as the trainer: bf16 products where their unit outruns fp32
     Stage st;
     ModelSlice s = slice_whole(&c);
     AdamW opt;

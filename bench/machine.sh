@@ -17,12 +17,11 @@ ma=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 TORCH_ENV=(OMP_WAIT_POLICY=PASSIVE)
 [ -f /usr/lib/$ma/libtcmalloc_minimal.so.4 ] && TORCH_ENV+=(LD_PRELOAD=/usr/lib/$ma/libtcmalloc_minimal.so.4)
 
-IFS='|' read -r isa p256 p512 pbf <<<"$($B/peaks "$THREADS")"
+IFS='|' read -r isa p256 p512 pbf pamx bfpeak bfunit <<<"$($B/peaks "$THREADS")"
 fp32peak=$(awk -v a="$p256" -v b="$p512" 'BEGIN { print (b > a ? b : a) }')
-bfpeak=$(awk -v a="$fp32peak" -v b="$pbf" 'BEGIN { print (b > 0 ? b : a) }')
 echo "The whole machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), $isa"
-echo "  register-only peaks, $THREADS threads: fp32 FMA $p256 GFLOP/s (256-bit), $p512 (512-bit); bf16 dot product $pbf"
-echo "  MFU/pk: fp32 rows against $fp32peak, bf16 rows against $bfpeak (the peak of the arithmetic the products use)"
+echo "  register-only peaks, $THREADS threads: fp32 FMA $p256 GFLOP/s (256-bit), $p512 (512-bit); bf16 dot product $pbf; AMX bf16 tiles $pamx"
+echo "  MFU/pk: fp32 rows against $fp32peak, bf16 rows against $bfpeak ($bfunit: the peak of the arithmetic the products use)"
 echo
 
 # ms of a row printed by bench_train or torch_ref.py (field 2)
