@@ -27,10 +27,15 @@ const char *dnnl_info(void) {
     static char buf[96];
     if (!ready()) return NULL;
     const dnnl_version_t *v = dnnl_version();
-    static const char *isa[] = {[dnnl_cpu_isa_avx2] = "avx2", [dnnl_cpu_isa_avx512_core] = "avx512_core",
-                                [dnnl_cpu_isa_avx512_core_bf16] = "avx512_core_bf16"};
-    dnnl_cpu_isa_t i = dnnl_get_effective_cpu_isa();
-    const char *name = (size_t)i < sizeof isa / sizeof *isa && isa[i] ? isa[i] : "another ISA";
+    const char *name;
+    switch (dnnl_get_effective_cpu_isa()) {   // the ISAs' values are bit sets, not indices
+    case dnnl_cpu_isa_avx2: name = "avx2"; break;
+    case dnnl_cpu_isa_avx512_core: name = "avx512_core"; break;
+    case dnnl_cpu_isa_avx512_core_vnni: name = "avx512_core_vnni"; break;
+    case dnnl_cpu_isa_avx512_core_bf16: name = "avx512_core_bf16"; break;
+    case dnnl_cpu_isa_avx512_core_amx: name = "avx512_core_amx"; break;
+    default: name = "another ISA"; break;
+    }
     snprintf(buf, sizeof buf, "oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch, name);
     return buf;
 }
