@@ -190,12 +190,20 @@ AMX_FN static void supertile(const Job *j, int i, int col, const uint16_t *pa, c
 static _Thread_local void *g_pan;
 static _Thread_local size_t g_pan_bytes;
 
+// uint16 per panel of kp pairs.
+static size_t panel_len(int kp) { return (size_t)(kp + 15) / 16 * PANEL; }
+
+// This thread's panels for a job of reduction blocks of kp pairs and cpb
+// column panels: 0, or -1 when the memory is not to be had.
+static int panels_ready(int kp, int cpb) {
+    return mem_grow(&g_pan, &g_pan_bytes, MEM_WORKSPACE, (size_t)(cpb + 1) * panel_len(kp) * sizeof(uint16_t)) ? 0 : -1;
+}
+
 // Supertiles [lo, hi) of the job in tile order, on this thread's tiles.
 static void job_share(const Job *j, long lo, long hi) {
     if (lo >= hi) return;
-    size_t pan = (size_t)(j->kp + 15) / 16 * PANEL;   // uint16 per panel
-    uint16_t *buf = mem_grow(&g_pan, &g_pan_bytes, MEM_WORKSPACE, (size_t)(j->cpb + 1) * pan * sizeof *buf);
-    uint16_t *pa = buf, *pb = buf + pan;
+    size_t pan = panel_len(j->kp);
+    uint16_t *pa = g_pan, *pb = pa + pan;   // panels_ready() for the job's first (longest) block
     int arow = -1, bblock = -1, bmin = 0, bmax = -1;   // the A panel's row supertile; the B panels packed: [bmin, bmax] of block bblock
     amx_configure();
     long full = (long)j->rt * j->cpb;   // supertiles in a full column block
@@ -223,13 +231,25 @@ static void job_share(const Job *j, long lo, long hi) {
     amx_release();
 }
 
+// The reduction blocks in order, this thread's supertiles [lo, hi) of each:
+// a block's sums are C's (or the bias's) plus its pairs, stored for the next
+// block to load. The tile order is the same in every block, so a thread
+// loads only the sums it stored itself and never waits for another.
+static void job_blocks(Job *j, int KP, int KPC, int accumulate, const float *bias, long lo, long hi) {
+    for (j->p0 = 0; j->p0 < KP; j->p0 += KPC) {
+        j->kp = imin(KPC, KP - j->p0), j->load = accumulate || j->p0 > 0;
+        j->bias = j->p0 > 0 ? NULL : bias;
+        job_share(j, lo, hi);
+    }
+}
+
 enum {
     AMX_KPMAX = 192,         // the longest reduction block (pairs), a multiple of 16: A's panel 24 KiB, in L1
     AMX_BLOCK = 512 << 10,   // bytes of packed B a column block holds, about: a quarter of a core's L2
 };
 
-void gemm_amx(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
-              int accumulate, const float *bias, int nt) {
+int gemm_amx(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+             int accumulate, const float *bias, int nt) {
     // Reduction blocks of equal length in whole chunks of 16 pairs, the last shorter: only the last
     // chunk of the whole reduction is partial, and the block boundaries depend on KP alone.
     int nkb = (KP + AMX_KPMAX - 1) / AMX_KPMAX, KPC = ((KP + nkb - 1) / nkb + 15) / 16 * 16;
@@ -243,19 +263,28 @@ void gemm_amx(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t 
     if (nt > tiles) nt = (int)tiles;
     Job j = {.A = A, .Bp = Bp, .C = C, .bias = bias, .R = R, .NC = NC, .lda = lda, .ldb = ldb, .ldc = ldc,
              .rt = rt, .ct = ct, .cpb = cpb};
-    for (j.p0 = 0; j.p0 < KP; j.p0 += KPC) {
-        j.kp = imin(KPC, KP - j.p0), j.load = accumulate || j.p0 > 0;
-        if (j.p0 > 0) j.bias = NULL;
-        if (nt <= 1) {
-            job_share(&j, 0, tiles);
-            continue;
-        }
-        #pragma omp parallel num_threads(nt)
-        {
-            int th = omp_get_thread_num(), n = omp_get_num_threads();
-            job_share(&j, tiles * th / n, tiles * (th + 1) / n);
-        }
+    if (nt <= 1) {
+        if (panels_ready(KPC, cpb)) return -1;
+        job_blocks(&j, KP, KPC, accumulate, bias, 0, tiles);
+        return 0;
     }
+    // One team for every reduction block, so each thread gets its panels once, before any sum is written.
+    int failed = 0;
+    #pragma omp parallel num_threads(nt)
+    {
+        int th = omp_get_thread_num(), n = omp_get_num_threads();
+        if (panels_ready(KPC, cpb)) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        #pragma omp barrier
+        int stop;
+        #pragma omp atomic read
+        stop = failed;
+        Job mine = j;   // each thread's own block bounds
+        if (!stop) job_blocks(&mine, KP, KPC, accumulate, bias, tiles * th / n, tiles * (th + 1) / n);
+    }
+    return failed ? -1 : 0;
 }
 
 #else
@@ -263,10 +292,11 @@ void gemm_amx(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t 
 int amx_usable(void) { return 0; }
 void amx_configure(void) {}
 void amx_release(void) {}
-void gemm_amx(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
-              int accumulate, const float *bias, int nt) {
+int gemm_amx(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+             int accumulate, const float *bias, int nt) {
     (void)R, (void)NC, (void)KP, (void)A, (void)lda, (void)Bp, (void)ldb, (void)C, (void)ldc, (void)accumulate;
     (void)bias, (void)nt;
+    return -1;
 }
 
 #endif

@@ -26,8 +26,10 @@ void amx_configure(void);
 void amx_release(void);
 
 // gemm_bf16's product on the tiles: C (R,NC) = [bias +] A (R,2·KP) · Bp (KP,NC,2)
-// [+ C when accumulate], on nt threads (1: the caller's own). Only when amx_usable().
-void gemm_amx(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
+// [+ C when accumulate], on nt threads (1: the caller's own). Only when
+// amx_usable(). 0, or -1 with C untouched when a thread's packed panels
+// (about 600 KiB) are not to be had: gemm_bf16 then runs the vector kernel.
+int gemm_amx(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
               int accumulate, const float *bias, int nt);
 
 #endif

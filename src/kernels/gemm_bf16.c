@@ -177,10 +177,8 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
     int nt = omp_in_parallel() ? 1 : kernels_threads();
     if ((double)R * NC * KP < 2e6) nt = 1;   // a small product is not worth waking threads
     if (nt > tiles) nt = (int)tiles;
-    if (gemm_bf16_unit() == BF16_AMX) {
-        gemm_amx(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, bias, nt);
-        return;
-    }
+    if (gemm_bf16_unit() == BF16_AMX && gemm_amx(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, bias, nt) == 0)
+        return;   // else the tiles' panels were not to be had: the same product on the vector units
     // Few rows (a step of 256 tokens, a pipeline's micro-batch): each panel of B serves few row tiles
     // and comes from memory or L2 as much as from L1, and fetching its rows 4 pairs ahead is 5-10%
     // faster at 256 rows, 25-40% at 64. With many rows B stays in L2 and the fetches cost a little.
