@@ -87,15 +87,18 @@ static int intel_cpu(void) {
 //   or eight times taller (the head), where it is 7–10% ahead of oneDNN.
 // On Intel's cores (a Xeon with AMX, 2 threads) the own kernel's tiles,
 // tuned on Zen 5, reach 59–69% at 256 rows where oneDNN reaches 76–84%, and
-// oneDNN's input gradient 70–77% at 2048 rows against the own 57–62%: there
-// oneDNN runs every product at every row count, but the input and weight
-// gradients of a layer whose input is wider than its output (mlp.proj:
-// oneDNN 36–38%, the own kernel and OpenBLAS 57–78%).
+// oneDNN's input gradient 70–77% at 2048 rows against the own 57–62%, and
+// at 128 rows 63–73% against 58–66%: there oneDNN runs the products of more
+// than 64 rows, but the input and weight gradients of a layer whose input is
+// wider than its output (mlp.proj: oneDNN 36–38%, the own kernel and
+// OpenBLAS 57–78%). At 64 rows (a pipeline's one-sequence micro-batches)
+// the own kernel's forward is ahead, 61–67% against 53–65%, and the step's
+// stages ran at 53–54% on it against 43% on oneDNN.
 enum { PATH_BLAS, PATH_OWN, PATH_DNNL };
 enum { PROD_FWD = 1, PROD_DINP = 2, PROD_DWEIGHT = 4 };
 static int fp32_path(int product, int N, int C, int OC) {
     if (!gemm_own() || N < 2) return PATH_BLAS;
-    if (intel_cpu() && dnnl_own() && (product == PROD_FWD || C <= OC)) return PATH_DNNL;
+    if (intel_cpu() && dnnl_own() && N > 64 && (product == PROD_FWD || C <= OC)) return PATH_DNNL;
     if (N <= OWN_MAX_ROWS || product == PROD_DINP) return PATH_OWN;
     if (blas_512()) return PATH_BLAS;
     if (!dnnl_own() || (product == PROD_DWEIGHT && (C > OC || OC >= 8 * C))) return PATH_OWN;
@@ -113,9 +116,9 @@ const char *kernels_blas_info(void) {
     snprintf(buf, sizeof buf, "CBLAS");
 #endif
     size_t n = strlen(buf);
-    if (fp32_path(PROD_FWD, 2, 1, 1) == PATH_DNNL)
-        snprintf(buf + n, sizeof buf - n, "; %s for fp32 products but the gradients of layers wider in than out",
-                 dnnl_info());
+    if (fp32_path(PROD_FWD, 65, 1, 1) == PATH_DNNL && fp32_path(PROD_FWD, OWN_MAX_ROWS, 1, 1) == PATH_DNNL)
+        snprintf(buf + n, sizeof buf - n, "; %s for fp32 products of more than 64 rows but the gradients of layers "
+                 "wider in than out", dnnl_info());
     else if (fp32_path(PROD_FWD, OWN_MAX_ROWS + 1, 1, 1) == PATH_DNNL) {
         snprintf(buf + n, sizeof buf - n, "; %s for fp32 forward and weight-gradient products of more than %d rows",
                  dnnl_info(), OWN_MAX_ROWS);
