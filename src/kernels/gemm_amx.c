@@ -39,8 +39,8 @@ int amx_usable(void) {
 
 // The tile configuration (palette 1): 8 tiles of 16 rows × 64 bytes: C
 // tiles 0-3 (16×16 fp32), A tiles 4-5 (16 rows × 16 pairs), B tiles 6-7
-// (16 pairs × 16 column pairs). Every tile is whole; edges go through
-// zero-padded copies.
+// (16 pairs × 16 column pairs). Every tile is whole: A's and B's come from
+// zero-padded panels, and C's edge tiles go through a zero-padded copy.
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -199,6 +199,12 @@ static int panels_ready(int kp, int cpb) {
     return mem_grow(&g_pan, &g_pan_bytes, MEM_WORKSPACE, (size_t)(cpb + 1) * panel_len(kp) * sizeof(uint16_t)) ? 0 : -1;
 }
 
+// B's column panel k of column block b, packed into slot k.
+static void pack_b_at(const Job *j, uint16_t *pb, size_t pan, int b, int k) {
+    int col = (b * j->cpb + k) * 32;
+    pack_b(pb + (size_t)k * pan, j->Bp + 2 * ((size_t)j->p0 * j->ldb + col), j->ldb, imin(32, j->NC - col), j->kp);
+}
+
 // Supertiles [lo, hi) of the job in tile order, on this thread's tiles.
 static void job_share(const Job *j, long lo, long hi) {
     if (lo >= hi) return;
@@ -212,16 +218,11 @@ static void job_share(const Job *j, long lo, long hi) {
         long r = x - b * full;
         int ri = (int)(r / w), cj = (int)(r % w), i = ri * 32, col = (b * j->cpb + cj) * 32;
         if (b != bblock) bblock = b, bmin = cj, bmax = cj - 1;
-        if (cj > bmax || cj < bmin) {   // a share starts or ends inside a row: its columns come in order from bmin
-            for (int k = bmax + 1; k <= cj; k++)
-                pack_b(pb + (size_t)k * pan, j->Bp + 2 * ((size_t)j->p0 * j->ldb + (size_t)(b * j->cpb + k) * 32), j->ldb,
-                       imin(32, j->NC - (b * j->cpb + k) * 32), j->kp);
-            for (int k = cj; k < bmin; k++)
-                pack_b(pb + (size_t)k * pan, j->Bp + 2 * ((size_t)j->p0 * j->ldb + (size_t)(b * j->cpb + k) * 32), j->ldb,
-                       imin(32, j->NC - (b * j->cpb + k) * 32), j->kp);
-            if (cj > bmax) bmax = cj;
-            if (cj < bmin) bmin = cj;
-        }
+        // a share starts or ends inside a row: its columns come in order, from bmin on
+        for (int k = bmax + 1; k <= cj; k++) pack_b_at(j, pb, pan, b, k);
+        for (int k = cj; k < bmin; k++) pack_b_at(j, pb, pan, b, k);
+        if (cj > bmax) bmax = cj;
+        if (cj < bmin) bmin = cj;
         if (ri + b * j->rt != arow) {
             arow = ri + b * j->rt;
             pack_a(pa, j->A + (size_t)i * j->lda + 2 * (size_t)j->p0, j->lda, imin(32, j->R - i), j->kp);

@@ -116,7 +116,7 @@ const char *kernels_blas_info(void) {
     snprintf(buf, sizeof buf, "CBLAS");
 #endif
     size_t n = strlen(buf);
-    if (fp32_path(PROD_FWD, 65, 1, 1) == PATH_DNNL && fp32_path(PROD_FWD, OWN_MAX_ROWS, 1, 1) == PATH_DNNL)
+    if (fp32_path(PROD_FWD, 65, 1, 1) == PATH_DNNL)   // Intel's cores: oneDNN from 65 rows on
         snprintf(buf + n, sizeof buf - n, "; %s for fp32 products of more than 64 rows but the gradients of layers "
                  "wider in than out", dnnl_info());
     else if (fp32_path(PROD_FWD, OWN_MAX_ROWS + 1, 1, 1) == PATH_DNNL) {
