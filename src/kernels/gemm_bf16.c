@@ -278,29 +278,40 @@ static inline void transpose16(__m512i r[16]) {
     }
 }
 
-// 16×16 blocks: 16 rows of src (16 k) transposed in registers, then each converted into a row of dst (16 r).
+// Blocks of 32 rows of src (16 k-pairs) × 16 columns: each pair of rows
+// rounded into one vector of pairs, the 16 vectors transposed as 32-bit
+// elements, each then a whole 64-byte piece of a row of dst (16 pairs).
+// Four column strips at a time, so each row of src is read 256 bytes on.
 static void rows_t_pass(const Pack *pk, int lo, int hi) {
     const float *src = pk->src;
-    int lds = pk->lds, ldd = pk->ldd, K16 = pk->K & ~15;
-    for (int r0 = 16 * lo; r0 < 16 * hi; r0 += 16) {
-        for (int k0 = 0; k0 < K16; k0 += 16) {
-            __m512i v[16];
-            for (int k = 0; k < 16; k++) v[k] = _mm512_castps_si512(_mm512_loadu_ps(src + (size_t)(k0 + k) * lds + r0));
-            transpose16(v);
-            for (int r = 0; r < 16; r++)
-                _mm256_storeu_si256((__m256i *)(pk->dst + (size_t)(r0 + r) * ldd + k0),
-                                    (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(v[r])));
-        }
+    int lds = pk->lds, ldd = pk->ldd, K32 = pk->K & ~31;
+    // element 2j of a pair vector is row 2p's column j, element 2j+1 row 2p+1's
+    __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                   20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int s0 = lo; s0 < hi; s0 += 4) {
+        int s1 = s0 + 4 < hi ? s0 + 4 : hi;
+        for (int k0 = 0; k0 < K32; k0 += 32)
+            for (int st = s0; st < s1; st++) {
+                int r0 = 16 * st;
+                __m512i v[16];
+                for (int p = 0; p < 16; p++) {
+                    const float *e = src + (size_t)(k0 + 2 * p) * lds + r0;
+                    __m512i both = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(e + lds), _mm512_loadu_ps(e));
+                    v[p] = _mm512_permutexvar_epi16(idx, both);
+                }
+                transpose16(v);
+                for (int r = 0; r < 16; r++) _mm512_storeu_si512(pk->dst + (size_t)(r0 + r) * ldd + k0, v[r]);
+            }
     }
 }
 
 void bf16_pack_rows_t(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
-    int R16 = R & ~15, K16 = K & ~15;
+    int R16 = R & ~15, K32 = K & ~31;
     Pack pk = {.dst = dst, .src = src, .ldd = ldd, .lds = lds, .K = K};
     pack_split(pack_threads((double)R * K), R16 / 16, rows_t_pass, &pk);
-    for (int r = 0; r < R; r++) {   // the edges: the last K % 16 columns of every row, the last R % 16 rows
+    for (int r = 0; r < R; r++) {   // the edges: the last K % 32 columns of every row, the last R % 16 rows
         uint16_t *d = dst + (size_t)r * ldd;
-        for (int k = r < R16 ? K16 : 0; k < K; k++) d[k] = f32_to_bf16(src[(size_t)k * lds + r]);
+        for (int k = r < R16 ? K32 : 0; k < K; k++) d[k] = f32_to_bf16(src[(size_t)k * lds + r]);
         if (K & 1) d[K] = 0;
     }
 }
