@@ -15,7 +15,10 @@
 #ifndef TSR_KERNELS_GEMM_AMX_H
 #define TSR_KERNELS_GEMM_AMX_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/gemm_bf16.h"
 
 // 1 when the CPU has AMX-BF16 and the OS lets this process use the tiles
 // (asked once, on the first call); 0 otherwise.
@@ -25,11 +28,15 @@ int amx_usable(void);
 void amx_configure(void);
 void amx_release(void);
 
-// gemm_bf16's product on the tiles: C (R,NC) = [bias +] A (R,2·KP) · Bp (KP,NC,2)
-// [+ C when accumulate], on nt threads (1: the caller's own). Only when
-// amx_usable(). 0, or -1 with C untouched when a thread's packed panels
-// (about 600 KiB) are not to be had: gemm_bf16 then runs the vector kernel.
-int gemm_amx(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
-              int accumulate, const float *bias, int nt);
+// gemm_bf16_op's product on the tiles: C (R,NC) = [bias +] A (R,K) · B (K,NC)
+// [+ C when accumulate], on nt threads (1: the caller's own), the panels
+// packed from a and b in their forms. Only when amx_usable(). 0, or -1 with
+// C untouched when a thread's packed panels (about 600 KiB) are not to be
+// had: gemm_bf16 then runs the vector kernel.
+int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias, int nt);
+
+// B (K,NC) as whole panels (gemm_bf16_panels): their length in bf16 values, and the packing.
+size_t amx_panels_len(int K, int NC);
+void amx_panels(uint16_t *dst, Bf16Op b, int K, int NC);
 
 #endif

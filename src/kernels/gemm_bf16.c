@@ -4,12 +4,15 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "core/check.h"
 #include "core/half.h"
 #include "kernels/gemm_amx.h"
 #include "kernels/threads.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 #include <immintrin.h>
+
+#include "kernels/bf16_impl.h"
 
 int gemm_bf16_own(void) { return 1; }
 
@@ -143,6 +146,13 @@ static void block_share(const Block *b, long lo, long hi) {
     }
 }
 
+// The threads of a product: one inside a parallel region or for a small one
+// (not worth waking threads), else the kernels' count.
+static int run_threads(int R, int NC, int KP) {
+    return omp_in_parallel() || (double)R * NC * KP < 2e6 ? 1 : kernels_threads();
+}
+
+// The product on the vector units, operands in gemm_bf16's layouts.
 static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C,
                      int ldc, int accumulate, const float *bias) {
     if (R <= 0 || NC <= 0) return;
@@ -174,11 +184,8 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
     int nb = (ct + cpb / 2) / cpb;   // at least 1: cpb <= ct
     cpb = (ct + nb - 1) / nb;
     long tiles = (long)rt * ct;
-    int nt = omp_in_parallel() ? 1 : kernels_threads();
-    if ((double)R * NC * KP < 2e6) nt = 1;   // a small product is not worth waking threads
+    int nt = run_threads(R, NC, KP);
     if (nt > tiles) nt = (int)tiles;
-    if (gemm_bf16_unit() == BF16_AMX && gemm_amx(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, bias, nt) == 0)
-        return;   // else the tiles' panels were not to be had: the same product on the vector units
     // Few rows (a step of 256 tokens, a pipeline's micro-batch): each panel of B serves few row tiles
     // and comes from memory or L2 as much as from L1, and fetching its rows 4 pairs ahead is 5-10%
     // faster at 256 rows, 25-40% at 64. With many rows B stays in L2 and the fetches cost a little.
@@ -201,14 +208,53 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
     }
 }
 
+// The tiles first where they are the unit; the vector units with the
+// operands packed into gemm_bf16's layouts in room otherwise, or where the
+// tiles' panels were not to be had.
+int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
+                 uint16_t *room) {
+    int KP = (K + 1) / 2;
+    if (R > 0 && NC > 0 && KP > 0 && gemm_bf16_unit() == BF16_AMX &&
+        gemm_amx(R, NC, K, a, b, C, ldc, accumulate, bias, run_threads(R, NC, KP)) == 0)
+        return 0;
+    if (b.form == OP_PANELS) return -1;
+    const uint16_t *A = a.p, *Bp = b.p;
+    int lda = a.ld, ldb = b.ld;
+    if (a.form != OP_PAIRS16) {
+        if (!room) return -1;
+        if (a.form == OP_ROWS32) bf16_pack_rows(room, 2 * KP, a.p, a.ld, R, K);
+        else if (a.form == OP_COLS32) bf16_pack_rows_t(room, 2 * KP, a.p, a.ld, R, K);
+        else CHECKF(0, "gemm_bf16_op: form %d is not an A operand", (int)a.form);
+        A = room, lda = 2 * KP, room += (size_t)R * 2 * KP;
+    }
+    if (b.form != OP_PAIRS16) {
+        if (!room) return -1;
+        if (b.form == OP_ROWS32) bf16_pack_pairs(room, b.p, b.ld, K, NC);
+        else if (b.form == OP_COLS32) bf16_pack_pairs_t(room, b.p, b.ld, K, NC);
+        else if (b.form == OP_ROWS16) bf16_pairs16(room, b.p, b.ld, K, NC);
+        else bf16_pairs_t16(room, b.p, b.ld, K, NC);
+        Bp = room, ldb = NC;
+    }
+    gemm_run(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, bias);
+    return 0;
+}
+
 void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
                int accumulate) {
-    gemm_run(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, NULL);
+    gemm_bf16_op(R, NC, 2 * KP, (Bf16Op){OP_PAIRS16, A, lda}, (Bf16Op){OP_PAIRS16, Bp, ldb}, C, ldc, accumulate, NULL,
+                 NULL);
 }
 
 void gemm_bf16_bias(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
                     const float *bias) {
-    gemm_run(R, NC, KP, A, lda, Bp, ldb, C, ldc, 0, bias);
+    gemm_bf16_op(R, NC, 2 * KP, (Bf16Op){OP_PAIRS16, A, lda}, (Bf16Op){OP_PAIRS16, Bp, ldb}, C, ldc, 0, bias, NULL);
+}
+
+size_t gemm_bf16_panels_len(int K, int NC) { return amx_panels_len(K, NC); }
+
+void gemm_bf16_panels(uint16_t *dst, Bf16Op b, int K, int NC) {
+    CHECKF(gemm_bf16_unit() == BF16_AMX, "gemm_bf16_panels: the tiles' panels without the tiles");
+    amx_panels(dst, b, K, NC);
 }
 
 static int pack_threads(double elems) { return omp_in_parallel() || elems < 65536 ? 1 : kernels_threads(); }
@@ -254,30 +300,6 @@ void bf16_pack_rows(uint16_t *dst, int ldd, const float *src, int lds, int R, in
     pack_split(pack_threads((double)R * K), R, rows_pass, &pk);
 }
 
-// r[0..16) = the 16×16 matrix of 32-bit elements in r transposed: pairs of
-// rows interleaved by 32 and 64 bits, then the 128-bit lanes gathered.
-static inline void transpose16(__m512i r[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int g = 0; g < 16; g += 4) {   // u[g+j], lane l: column 4l+j of rows g..g+3
-        u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-        u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-        u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-        u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-    }
-    for (int j = 0; j < 4; j++) {   // row 4l+j of the result: lane l of u[j], u[4+j], u[8+j], u[12+j]
-        __m512i x0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), x1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
-        __m512i y0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), y1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
-        r[j] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-        r[4 + j] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
-        r[8 + j] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-        r[12 + j] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
-    }
-}
-
 // Blocks of 32 rows of src (16 k-pairs) × 16 columns: each pair of rows
 // rounded into one vector of pairs, the 16 vectors transposed as 32-bit
 // elements, each then a whole 64-byte piece of a row of dst (16 pairs).
@@ -285,9 +307,6 @@ static inline void transpose16(__m512i r[16]) {
 static void rows_t_pass(const Pack *pk, int lo, int hi) {
     const float *src = pk->src;
     int lds = pk->lds, ldd = pk->ldd, K32 = pk->K & ~31;
-    // element 2j of a pair vector is row 2p's column j, element 2j+1 row 2p+1's
-    __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-                                   20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int s0 = lo; s0 < hi; s0 += 4) {
         int s1 = s0 + 4 < hi ? s0 + 4 : hi;
         for (int k0 = 0; k0 < K32; k0 += 32)
@@ -296,10 +315,9 @@ static void rows_t_pass(const Pack *pk, int lo, int hi) {
                 __m512i v[16];
                 for (int p = 0; p < 16; p++) {
                     const float *e = src + (size_t)(k0 + 2 * p) * lds + r0;
-                    __m512i both = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(e + lds), _mm512_loadu_ps(e));
-                    v[p] = _mm512_permutexvar_epi16(idx, both);
+                    v[p] = bf16_pairs32(_mm512_loadu_ps(e), _mm512_loadu_ps(e + lds));
                 }
-                transpose16(v);
+                bf16_transpose16(v);
                 for (int r = 0; r < 16; r++) _mm512_storeu_si512(pk->dst + (size_t)(r0 + r) * ldd + k0, v[r]);
             }
     }
@@ -318,16 +336,12 @@ void bf16_pack_rows_t(uint16_t *dst, int ldd, const float *src, int lds, int R, 
 
 static void pairs_pass(const Pack *pk, int lo, int hi) {
     int K = pk->K, NC = pk->NC, N16 = NC & ~15;
-    // element 2j of a pair vector is row 2p's column j, element 2j+1 row 2p+1's
-    __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-                                   20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int p = lo; p < hi; p++) {
         const float *e = (const float *)pk->src + (size_t)(2 * p) * pk->lds, *o = 2 * p + 1 < K ? e + pk->lds : NULL;
         uint16_t *d = pk->dst + (size_t)p * NC * 2;
         for (int n = 0; n < N16; n += 16) {
             __m512 ve = _mm512_loadu_ps(e + n), vo = o ? _mm512_loadu_ps(o + n) : _mm512_setzero_ps();
-            __m512i both = (__m512i)_mm512_cvtne2ps_pbh(vo, ve);   // lanes 0-15 row 2p, 16-31 row 2p+1
-            _mm512_storeu_si512(d + 2 * n, _mm512_permutexvar_epi16(idx, both));
+            _mm512_storeu_si512(d + 2 * n, bf16_pairs32(ve, vo));
         }
         for (int n = N16; n < NC; n++) {
             d[2 * n] = f32_to_bf16(e[n]);
@@ -352,7 +366,7 @@ static void pairs_t_pass(const Pack *pk, int lo, int hi) {
                 const float *s = (const float *)pk->src + (size_t)(n0 + n) * pk->lds + k0;
                 v[n] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 16), _mm512_loadu_ps(s));   // pairs (k, k+1)
             }
-            transpose16(v);
+            bf16_transpose16(v);
             for (int p = 0; p < 16; p++) _mm512_storeu_si512(pk->dst + 2 * ((size_t)(k0 / 2 + p) * NC + n0), v[p]);
         }
     }
@@ -406,7 +420,7 @@ static void pairs_t16_pass(const Pack *pk, int lo, int hi) {
             __m512i v[16];
             for (int n = 0; n < 16; n++)
                 v[n] = _mm512_loadu_si512((const uint16_t *)pk->src + (size_t)(n0 + n) * pk->lds + k0);
-            transpose16(v);
+            bf16_transpose16(v);
             for (int p = 0; p < 16; p++) _mm512_storeu_si512(pk->dst + 2 * ((size_t)(k0 / 2 + p) * NC + n0), v[p]);
         }
     }
@@ -427,8 +441,6 @@ void bf16_pairs_t16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) 
 
 #else   // no AVX512_BF16: callers ask gemm_bf16_own() first
 
-#include "core/check.h"
-
 int gemm_bf16_own(void) { return 0; }
 Bf16Unit gemm_bf16_unit(void) { return BF16_DOT; }
 int gemm_bf16_use(Bf16Unit u) { return u == BF16_DOT; }
@@ -443,6 +455,21 @@ void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t
 void gemm_bf16_bias(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
                     const float *bias) {
     (void)R, (void)NC, (void)KP, (void)A, (void)lda, (void)Bp, (void)ldb, (void)C, (void)ldc, (void)bias;
+    NOT_BUILT;
+}
+int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
+                 uint16_t *room) {
+    (void)R, (void)NC, (void)K, (void)a, (void)b, (void)C, (void)ldc, (void)accumulate, (void)bias, (void)room;
+    NOT_BUILT;
+    return -1;
+}
+size_t gemm_bf16_panels_len(int K, int NC) {
+    (void)K, (void)NC;
+    NOT_BUILT;
+    return 0;
+}
+void gemm_bf16_panels(uint16_t *dst, Bf16Op b, int K, int NC) {
+    (void)dst, (void)b, (void)K, (void)NC;
     NOT_BUILT;
 }
 void bf16_pack_rows(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {

@@ -20,6 +20,7 @@
 #ifndef TSR_KERNELS_GEMM_BF16_H
 #define TSR_KERNELS_GEMM_BF16_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 // 1 when the bf16 kernel is compiled in, 0 otherwise (nothing below may be called then).
@@ -44,6 +45,38 @@ void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t
 // onto rows that hold the bias, without writing and reading C for it.
 void gemm_bf16_bias(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
                     const float *bias);
+
+// An operand as the caller holds it. gemm_bf16_op reads it in its form: the
+// tiles pack their panels from it directly (one pass, no copy in
+// gemm_bf16's layouts); the vector units get it packed into those layouts
+// first, in room the caller gives. A (R,K), B (K,NC); ld in elements.
+typedef enum {
+    OP_PAIRS16,   // gemm_bf16's own layouts: A rows of pairs (ld in bf16 values), B packed pairs (ld in pairs)
+    OP_ROWS16,    // B only: bf16 row-major (K,NC)
+    OP_COLS16,    // B only: bf16 (NC,K), read transposed: B[k][n] = p[n·ld + k]
+    OP_ROWS32,    // fp32 row-major, A (R,K) or B (K,NC), rounded as read
+    OP_COLS32,    // fp32 read transposed, A[r][k] = p[k·ld + r] or B[k][n] = p[n·ld + k], rounded as read
+    OP_PANELS,    // B only: the tiles' own panels (gemm_bf16_panels), AMX alone
+} Bf16Form;
+typedef struct {
+    Bf16Form form;
+    const void *p;
+    int ld;
+} Bf16Op;
+
+// C (R,NC) = [bias +] A (R,K) · B (K,NC) [+ C when accumulate], the bits of
+// gemm_bf16 on the same values rounded to bf16. room: R·2·kp(K) values for
+// an A not in pairs, then kp(K)·NC·2 for a B not in pairs, read only on the
+// vector units (NULL where the caller knows none is needed). 0, or -1 with C
+// untouched where room is wanting or the vector units meet panels.
+int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
+                 uint16_t *room);
+
+// B (K,NC) from b as the tiles' panels, for an operand read by many products
+// (a weight held across calls); only where gemm_bf16_unit() is BF16_AMX.
+// gemm_bf16_panels_len() values at dst.
+size_t gemm_bf16_panels_len(int K, int NC);
+void gemm_bf16_panels(uint16_t *dst, Bf16Op b, int K, int NC);
 
 // The packers, each rounding fp32 to bf16 (nearest even) and writing a zero
 // into the pad of an odd K. kp(K) = (K+1)/2 pairs.

@@ -246,7 +246,8 @@ typedef struct Held {
     const float *last; // the weight the forms were packed from, and its version (0: none)
     uint64_t version;
     int OC, C;         // its shape when packed
-    void *buf[2];      // a form's bf16 pairs, by FORM_*, or NULL
+    int panels;        // the forms are the tiles' panels (else gemm_bf16's pairs)
+    void *buf[2];      // a form's bf16 values, by FORM_*, or NULL
     size_t bytes[2];   // their allocated bytes
     int have[2];       // the form is packed for this hold
 } Held;
@@ -261,24 +262,43 @@ void matmul_hold(const float *weight, uint64_t version) {
 
 void matmul_release(void) { g_held.w = NULL; }
 
-// A form of the weight, packed from its bf16 values where it is bound (no
-// rounding, half the bytes read), else from its floats: the held one,
-// packed once, or packed into dst (room the caller reserved when the weight
-// is not held). NULL when the held form's memory is not to be had.
-static const uint16_t *weight_form(const float *weight, int C, int OC, int form, uint16_t *dst) {
-    int held = weight == g_held.w;
-    if (held && (g_held.OC != OC || g_held.C != C)) g_held.have[FORM_FWD] = g_held.have[FORM_DINP] = 0;
-    if (held && g_held.have[form]) return g_held.buf[form];
-    size_t n = form == FORM_FWD ? (size_t)pairs(C) * OC * 2 : (size_t)pairs(OC) * C * 2;
-    uint16_t *d = held ? mem_grow(&g_held.buf[form], &g_held.bytes[form], MEM_WORKSPACE, n * sizeof(uint16_t)) : dst;
-    if (!d) return NULL;
+// The B operand a weight (OC,C) gives a product: the forward's, its
+// transpose (C,OC); the input gradient's, itself (OC,C). A held weight's is
+// packed once while held — the tiles' panels where they are the unit, else
+// gemm_bf16's pairs — and reused; any other is read in its own form. Either
+// comes from the weight's bf16 values where it is bound (no rounding, half
+// the bytes read), else from its floats. -1 when the held form's memory is
+// not to be had.
+static int weight_op(const float *weight, int C, int OC, int form, Bf16Op *op) {
     const uint16_t *w16 = bound16(weight, (size_t)OC * C);
-    if (form == FORM_FWD && w16) bf16_pairs_t16(d, w16, C, C, OC);
-    else if (form == FORM_FWD) bf16_pack_pairs_t(d, weight, C, C, OC);
-    else if (w16) bf16_pairs16(d, w16, C, OC, C);
-    else bf16_pack_pairs(d, weight, C, OC, C);
-    if (held) g_held.have[form] = 1, g_held.OC = OC, g_held.C = C;
-    return d;
+    int fwd = form == FORM_FWD, K = fwd ? C : OC, NC = fwd ? OC : C;
+    *op = (Bf16Op){fwd ? (w16 ? OP_COLS16 : OP_COLS32) : (w16 ? OP_ROWS16 : OP_ROWS32), w16 ? (const void *)w16 : weight, C};
+    if (weight != g_held.w) return 0;
+    int panels = gemm_bf16_unit() == BF16_AMX;
+    if (g_held.OC != OC || g_held.C != C || g_held.panels != panels) g_held.have[FORM_FWD] = g_held.have[FORM_DINP] = 0;
+    if (!g_held.have[form]) {
+        size_t n = panels ? gemm_bf16_panels_len(K, NC) : (size_t)pairs(K) * NC * 2;
+        uint16_t *d = mem_grow(&g_held.buf[form], &g_held.bytes[form], MEM_WORKSPACE, n * sizeof(uint16_t));
+        if (!d) return -1;
+        if (panels) gemm_bf16_panels(d, *op, K, NC);
+        else if (fwd && w16) bf16_pairs_t16(d, w16, C, C, OC);
+        else if (fwd) bf16_pack_pairs_t(d, weight, C, C, OC);
+        else if (w16) bf16_pairs16(d, w16, C, OC, C);
+        else bf16_pack_pairs(d, weight, C, OC, C);
+        g_held.have[form] = 1, g_held.OC = OC, g_held.C = C, g_held.panels = panels;
+    }
+    *op = (Bf16Op){panels ? OP_PANELS : OP_PAIRS16, g_held.buf[form], panels ? 0 : NC};
+    return 0;
+}
+
+// Room for n bf16 values of operands packed into gemm_bf16's layouts: none
+// on the tiles, which pack their panels from the operands as they are.
+// -1 when the room is not to be had.
+static int room_for(size_t n, uint16_t **room) {
+    *room = NULL;
+    if (n == 0 || gemm_bf16_unit() == BF16_AMX) return 0;
+    *room = scratch16(n);
+    return *room ? 0 : -1;
 }
 
 // The forward of a bound weight of few rows (2N < C, C even), transposed:
@@ -309,47 +329,39 @@ static int forward_bf16_t(float *out, const float *inp, const uint16_t *x16, con
 }
 
 // out (N,OC) = bf16(inp) (N,C) · bf16(weight)^T + bias: A the input's rows,
-// B the weight's rows as column pairs. 0, or -1 when the scratch is not to be had.
+// B the weight's rows read as columns. 0, or -1 when memory is not to be had.
 static int forward_bf16(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC) {
     int kp = pairs(C);
-    int held = weight == g_held.w;
-    const uint16_t *w16 = held ? NULL : bound16(weight, (size_t)OC * C);
+    const uint16_t *w16 = weight == g_held.w ? NULL : bound16(weight, (size_t)OC * C);
     const uint16_t *x16 = C % 2 == 0 ? input16(inp, (size_t)N * C) : NULL;   // rows of 2·kp values already
     if (w16 && C % 2 == 0 && 2 * N < C) return forward_bf16_t(out, inp, x16, w16, bias, N, C, OC);
-    size_t na = x16 ? 0 : (size_t)N * 2 * kp, nb = held ? 0 : (size_t)kp * OC * 2;
-    uint16_t *s = na + nb ? scratch16(na + nb) : NULL;
-    if (na + nb && !s) return -1;
-    const uint16_t *a = x16 ? x16 : s;
-    if (!x16) bf16_pack_rows(s, 2 * kp, inp, C, N, C);
-    const uint16_t *b = weight_form(weight, C, OC, FORM_FWD, held ? NULL : s + na);
-    if (!b) return -1;
-    if (bias) gemm_bf16_bias(N, OC, kp, a, 2 * kp, b, OC, out, OC, bias);
-    else gemm_bf16(N, OC, kp, a, 2 * kp, b, OC, out, OC, 0);
-    return 0;
+    Bf16Op a = x16 ? (Bf16Op){OP_PAIRS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C}, b;
+    uint16_t *room;
+    if (weight_op(weight, C, OC, FORM_FWD, &b)) return -1;
+    size_t na = x16 ? 0 : (size_t)N * 2 * kp, nb = b.form == OP_PAIRS16 ? 0 : (size_t)kp * OC * 2;
+    if (room_for(na + nb, &room)) return -1;
+    return gemm_bf16_op(N, OC, C, a, b, out, OC, 0, bias, room);
 }
 
 // dinp (N,C) (+)= bf16(dout) (N,OC) · bf16(weight) (OC,C).
 static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N, int C, int OC, int accumulate) {
     int kp = pairs(OC);
-    int held = weight == g_held.w;
-    uint16_t *a = scratch16((size_t)N * 2 * kp + (held ? 0 : (size_t)kp * C * 2));
-    if (!a) return -1;
-    bf16_pack_rows(a, 2 * kp, dout, OC, N, OC);
-    const uint16_t *b = weight_form(weight, C, OC, FORM_DINP, held ? NULL : a + (size_t)N * 2 * kp);
-    if (!b) return -1;
-    gemm_bf16(N, C, kp, a, 2 * kp, b, C, dinp, C, accumulate);
-    return 0;
+    Bf16Op b;
+    uint16_t *room;
+    if (weight_op(weight, C, OC, FORM_DINP, &b)) return -1;
+    if (room_for((size_t)N * 2 * kp + (b.form == OP_PAIRS16 ? 0 : (size_t)kp * C * 2), &room)) return -1;
+    return gemm_bf16_op(N, C, OC, (Bf16Op){OP_ROWS32, dout, OC}, b, dinp, C, accumulate, NULL, room);
 }
 
-// dweight (OC,C) (+)= bf16(dout)^T (OC,N) · bf16(inp) (N,C).
+// dweight (OC,C) (+)= bf16(dout)^T (OC,N) · bf16(inp) (N,C): A dout read
+// transposed, B the input's rows (its bf16 values where it is bound).
 static int dweight_bf16(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate) {
     int kp = pairs(N);
-    uint16_t *a = scratch16((size_t)OC * 2 * kp + (size_t)kp * C * 2), *b = a + (size_t)OC * 2 * kp;
-    if (!a) return -1;
-    bf16_pack_rows_t(a, 2 * kp, dout, OC, OC, N);
-    bf16_pack_pairs(b, inp, C, N, C);
-    gemm_bf16(OC, C, kp, a, 2 * kp, b, C, dweight, C, accumulate);
-    return 0;
+    const uint16_t *x16 = input16(inp, (size_t)N * C);
+    Bf16Op b = x16 ? (Bf16Op){OP_ROWS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C};
+    uint16_t *room;
+    if (room_for((size_t)OC * 2 * kp + (size_t)kp * C * 2, &room)) return -1;
+    return gemm_bf16_op(OC, C, N, (Bf16Op){OP_COLS32, dout, OC}, b, dweight, C, accumulate, NULL, room);
 }
 
 // ---- weight gradients written by their first product of a step ----

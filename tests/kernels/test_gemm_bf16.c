@@ -135,6 +135,65 @@ static void test_gemm_bf16(void) {
     free(A); free(B); free(c1); free(c2); free(a); free(b);
 }
 
+// Bit for bit: gemm_bf16_op on operands in each form the callers hold them
+// — fp32 rows or transposed, bf16 rows or transposed, the tiles' panels —
+// as on the same values packed into gemm_bf16's layouts first; with the
+// bias and accumulating; with room and without it.
+static void check_forms(int R, int NC, int K) {
+    int kp = (K + 1) / 2, lda = K + 3, ldat = R + 5, ldb = NC + 2, ldbt = K + 4;
+    float *A = randn((size_t)R * lda, 1), *At = calloc((size_t)K * ldat, sizeof *At);
+    float *B = randn((size_t)K * ldb, 1), *Bt = calloc((size_t)NC * ldbt, sizeof *Bt), *bias = randn((size_t)NC, 1);
+    uint16_t *B16 = calloc((size_t)K * ldb, sizeof *B16), *Bt16 = calloc((size_t)NC * ldbt, sizeof *Bt16);
+    for (int r = 0; r < R; r++)
+        for (int k = 0; k < K; k++) At[(size_t)k * ldat + r] = A[(size_t)r * lda + k];
+    for (int k = 0; k < K; k++)
+        for (int n = 0; n < NC; n++) {
+            Bt[(size_t)n * ldbt + k] = B[(size_t)k * ldb + n];
+            B16[(size_t)k * ldb + n] = Bt16[(size_t)n * ldbt + k] = f32_to_bf16(B[(size_t)k * ldb + n]);
+        }
+    uint16_t *a = calloc((size_t)R * 2 * kp, sizeof *a), *b = calloc((size_t)kp * NC * 2, sizeof *b);
+    uint16_t *room = calloc((size_t)R * 2 * kp + (size_t)kp * NC * 2, sizeof *room);
+    int amx = gemm_bf16_unit() == BF16_AMX;
+    uint16_t *pan = amx ? calloc(gemm_bf16_panels_len(K, NC), sizeof *pan) : NULL;
+    bf16_pack_rows(a, 2 * kp, A, lda, R, K);
+    bf16_pack_pairs(b, B, ldb, K, NC);
+    if (amx) gemm_bf16_panels(pan, (Bf16Op){OP_COLS16, Bt16, ldbt}, K, NC);
+    Bf16Op as[] = {{OP_PAIRS16, a, 2 * kp}, {OP_ROWS32, A, lda}, {OP_COLS32, At, ldat}};
+    Bf16Op bs[] = {{OP_PAIRS16, b, NC}, {OP_ROWS16, B16, ldb}, {OP_COLS16, Bt16, ldbt}, {OP_ROWS32, B, ldb},
+                   {OP_COLS32, Bt, ldbt}, {OP_PANELS, pan, 0}};
+    size_t n = (size_t)R * NC;
+    float *c0 = randn(n, 1), *ref = malloc(n * sizeof *ref), *c = malloc(n * sizeof *c);
+    for (int acc = 0; acc < 2; acc++) {
+        const float *bi = acc ? NULL : bias;
+        memcpy(ref, c0, n * sizeof *ref);
+        EXPECT(gemm_bf16_op(R, NC, K, as[0], bs[0], ref, NC, acc, bi, NULL) == 0, "gemm_bf16_op in pairs failed");
+        int ok = 1, refused = 1;
+        for (int ia = 0; ia < 3; ia++)
+            for (int ib = 0; ib < (amx ? 6 : 5); ib++) {
+                memcpy(c, c0, n * sizeof *c);
+                ok &= gemm_bf16_op(R, NC, K, as[ia], bs[ib], c, NC, acc, bi, room) == 0 &&
+                      memcmp(c, ref, n * sizeof *c) == 0;
+                if (!amx && (ia || ib)) {   // the vector units need room for a form not in pairs
+                    memcpy(c, c0, n * sizeof *c);
+                    refused &= gemm_bf16_op(R, NC, K, as[ia], bs[ib], c, NC, acc, bi, NULL) == -1 &&
+                                memcmp(c, c0, n * sizeof *c) == 0;
+                }
+            }
+        EXPECT(ok, "gemm_bf16_op R=%d NC=%d K=%d acc=%d: a form's bits differ from the pairs'", R, NC, K, acc);
+        EXPECT(refused, "gemm_bf16_op R=%d NC=%d K=%d: ran without room, or touched C", R, NC, K);
+    }
+    free(A); free(At); free(B); free(Bt); free(bias); free(B16); free(Bt16); free(a); free(b); free(room); free(pan);
+    free(c0); free(ref); free(c);
+}
+
+static void test_forms(void) {
+    check_forms(1, 1, 1);
+    check_forms(37, 45, 67);      // edges everywhere, odd K
+    check_forms(70, 100, 801);    // three reduction blocks, odd K
+    check_forms(64, 1100, 96);    // column blocks of B
+    check_forms(33, 17, 4101);    // a long reduction, rows past a tile
+}
+
 // Bit for bit: C = bias + A·B (gemm_bf16_bias) as the rows holding the bias
 // with the product added; and a reduction cut in two calls (the second
 // adding to the first's fp32 sums) as one call — so the kernel's own
@@ -422,6 +481,7 @@ int main(void) {
         printf("     products on %s\n", gemm_bf16_unit_name());
         RUN(test_gemm_bf16);
         RUN(test_gemm_bias);
+        RUN(test_forms);
         RUN(test_linear_bf16);
         RUN(test_hold);
         RUN(test_bound);

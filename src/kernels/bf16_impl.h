@@ -1,0 +1,59 @@
+// kernels/bf16_impl.h — the register shuffles the bf16 packers share
+// (kernels/gemm_bf16's layouts, kernels/gemm_amx's panels). x86-64 only;
+// each function carries the instruction sets it needs, so a file built for
+// an older target may still hold packers that run only on newer CPUs.
+#ifndef TSR_KERNELS_BF16_IMPL_H
+#define TSR_KERNELS_BF16_IMPL_H
+
+#include <immintrin.h>
+
+#define BF16_PACK_FN __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+// Two rows' 16 values each, as [even row | odd row] 16-bit lanes, to 16
+// pairs: element 2j is the even row's value j, element 2j+1 the odd row's.
+BF16_PACK_FN static inline __m512i bf16_interleave(__m512i both) {
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(idx, both);
+}
+
+// 16 pairs from two fp32 rows of 16, rounded to bf16 (nearest even).
+BF16_PACK_FN static inline __m512i bf16_pairs32(__m512 even, __m512 odd) {
+    return bf16_interleave((__m512i)_mm512_cvtne2ps_pbh(odd, even));
+}
+
+// 16 pairs from two bf16 rows of 16.
+BF16_PACK_FN static inline __m512i bf16_pairs16v(__m256i even, __m256i odd) {
+    return bf16_interleave(_mm512_inserti64x4(_mm512_castsi256_si512(even), odd, 1));
+}
+
+// 32 fp32 values (the lanes of lo, then hi, masked) rounded to 32 bf16 in order: 16 pairs.
+BF16_PACK_FN static inline __m512i bf16_row32(const float *s, __mmask16 lo, __mmask16 hi) {
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, s + 16), _mm512_maskz_loadu_ps(lo, s));
+}
+
+// r[0..16) = the 16×16 matrix of 32-bit elements in r transposed: pairs of
+// rows interleaved by 32 and 64 bits, then the 128-bit lanes gathered.
+BF16_PACK_FN static inline void bf16_transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {   // u[g+j], lane l: column 4l+j of rows g..g+3
+        u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int j = 0; j < 4; j++) {   // row 4l+j of the result: lane l of u[j], u[4+j], u[8+j], u[12+j]
+        __m512i x0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), x1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+        __m512i y0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), y1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+        r[j] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+        r[4 + j] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+        r[8 + j] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+        r[12 + j] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+    }
+}
+
+#endif
