@@ -22,23 +22,28 @@ void attention_softmax_rows(float *S, int nq, int nk, int q0, const int *lo, flo
     for (int i = 0; i < nq; i++) {
         float *s = S + (size_t)i * nk;
         int j0 = lo ? lo[i] : 0, nv = q0 + i + 1;
-        float l;
-        if (lse_in) {
-            l = lse_in[i];
-        } else {
-            float m = -INFINITY;
-            #pragma omp simd reduction(max:m)
-            for (int j = j0; j < nv; j++) m = s[j] * scale > m ? s[j] * scale : m;
-            float sum = 0.0f;
-            #pragma omp simd reduction(+:sum)
-            for (int j = j0; j < nv; j++) sum += vexpf(s[j] * scale - m);
-            l = m + logf(sum);
-            lse_out[i] = l;
-        }
         for (int j = 0; j < j0; j++) s[j] = 0.0f;
-        #pragma omp simd
-        for (int j = j0; j < nv; j++) s[j] = vexpf(s[j] * scale - l);
         for (int j = nv; j < nk; j++) s[j] = 0.0f;
+        if (lse_in) {   // backward: the probabilities from the forward's log-sum-exp
+            float l = lse_in[i];
+            #pragma omp simd
+            for (int j = j0; j < nv; j++) s[j] = vexpf(s[j] * scale - l);
+            continue;
+        }
+        // forward: one exp per score, the row then scaled by its sum
+        float m = -INFINITY;
+        #pragma omp simd reduction(max:m)
+        for (int j = j0; j < nv; j++) m = s[j] * scale > m ? s[j] * scale : m;
+        float sum = 0.0f;
+        #pragma omp simd reduction(+:sum)
+        for (int j = j0; j < nv; j++) {
+            s[j] = vexpf(s[j] * scale - m);
+            sum += s[j];
+        }
+        lse_out[i] = m + logf(sum);
+        float r = 1.0f / sum;
+        #pragma omp simd
+        for (int j = j0; j < nv; j++) s[j] *= r;
     }
 }
 

@@ -49,7 +49,8 @@ double attention_pairs(const int *start, int B, int T);
 
 // P := softmax of the causal rows of scale·S (nq × nk, row i sees keys
 // lo[i]..q0+i, lo NULL: from 0), in place, masked entries set to 0. With lse_in given
-// (backward), reuses it; otherwise writes lse_out. The fp32 and bf16 blocks
+// (backward), exp(score − lse); otherwise (forward) each row's exps over
+// their sum, one exp per score, and its log-sum-exp into lse_out. The fp32 and bf16 blocks
 // share it (the fp32 products have the scale in them already: 1).
 void attention_softmax_rows(float *S, int nq, int nk, int q0, const int *lo, float scale, float *lse_out,
                             const float *lse_in);

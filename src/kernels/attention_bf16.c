@@ -17,19 +17,55 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/check.h"
 #include "core/prof.h"
 #include "kernels/gemm_bf16.h"
 
 static int kp(int k) { return (k + 1) / 2; }
 
+// A B operand of one head, prepared once and read by every block of
+// queries: the tiles' panels where they are the unit, else gemm_bf16's
+// pairs. B (K, NC): K the reduction (HS, or T keys), NC the columns.
+typedef struct {
+    uint16_t *p;
+    int K, NC, panels;
+} HeadB;
+
+static size_t head_b_len(int K, int NC) {
+    size_t pairs = (size_t)kp(K) * NC * 2, pan = gemm_bf16_panels_len(K, NC);
+    return ((pairs > pan ? pairs : pan) + 31) & ~(size_t)31;
+}
+
+// src (OP_ROWS32 or OP_COLS32) packed at dst.
+static HeadB head_b(uint16_t *dst, Bf16Op src, int K, int NC) {
+    HeadB h = {dst, K, NC, gemm_bf16_unit() == BF16_AMX};
+    if (h.panels) gemm_bf16_panels(dst, src, K, NC);
+    else if (src.form == OP_COLS32) bf16_pack_pairs_t(dst, src.p, src.ld, K, NC);
+    else bf16_pack_pairs(dst, src.p, src.ld, K, NC);
+    return h;
+}
+
+// The operand from row k0 and column c0 on: multiples of 32 on the tiles, even on the vector units.
+static Bf16Op head_b_at(const HeadB *h, int k0, int c0) {
+    if (h->panels) return gemm_bf16_panels_at(h->p, h->K, k0, c0);
+    return (Bf16Op){OP_PAIRS16, h->p + 2 * ((size_t)(k0 / 2) * h->NC + c0), h->NC};
+}
+
+// The first key of a block: the panels are read from multiples of 32.
+static int key_align(const HeadB *h) { return h->panels ? 32 : 2; }
+
+// Room gemm_bf16_op packs a block's other operands into on the vector units:
+// the largest A (a block's queries, probabilities or dS rows; dS^T and P^T
+// over the keys), then a block's queries or output gradients as B.
+static size_t room_len(int T, int HS) {
+    size_t a = (size_t)ATT_BQ * 2 * kp(T > HS ? T : HS), at = (size_t)T * 2 * kp(ATT_BQ);
+    return (a > at ? a : at) + (size_t)kp(ATT_BQ) * HS * 2 + 32;
+}
+
 // Per-thread bf16 scratch (in values) for head size HS and T positions:
-// four packed key/value forms (pairs along HS or along T) and the packed
-// operands of one block of queries.
+// three prepared operands of a head and the room.
 static size_t thread_values(int T, int HS) {
-    size_t forms = 4 * (size_t)2 * kp(T) * 2 * kp(HS);
-    size_t rows = 2 * (size_t)ATT_BQ * 2 * kp(HS) + (size_t)ATT_BQ * 2 * kp(T);
-    size_t cols = 2 * (size_t)(2 * kp(T)) * 2 * kp(ATT_BQ) + 2 * (size_t)2 * kp(ATT_BQ) * HS;
-    return (forms + rows + cols + 64) & ~(size_t)31;
+    return 2 * head_b_len(HS, T) + head_b_len(T, HS) + room_len(T, HS);
 }
 
 // The scratch of every thread, kept on the calling thread and grown on demand.
@@ -40,19 +76,24 @@ static uint16_t *thread_scratch(int T, int HS, int threads) {
     return mem_grow(&g_buf, &g_bytes, MEM_WORKSPACE, (size_t)threads * thread_values(T, HS) * sizeof(uint16_t));
 }
 
-// S (nq, nk) = scale · q (nq,HS) · k^T, then the causal softmax rows
-// (kernels/attention's, the scale applied there: row i sees columns lo[i]
-// .. q0 + i); aq is scratch for q's rows, kt k's pairs along HS from the
-// block's first key on (T keys apart).
-static void scores(float *S, uint16_t *aq, const float *q, int ldq, const uint16_t *kt, int T, int nq, int nk, int HS,
-                   float scale, int q0, const int *lo, float *lse_out, const float *lse_in) {
-    bf16_pack_rows(aq, 2 * kp(HS), q, ldq, nq, HS);
-    gemm_bf16(nq, nk, kp(HS), aq, 2 * kp(HS), kt, T, S, nk, 0);
+// C (+)= A · B on the bf16 units; the operands always fit the room.
+static void product(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, uint16_t *room) {
+    int rc = gemm_bf16_op(R, NC, K, a, b, C, ldc, accumulate, NULL, room);
+    CHECKF(rc == 0, "attention's bf16 product (%d×%d×%d) failed", R, NC, K);
+}
+
+// S (nq, nk) = scale · q (nq,HS) · k^T for the keys from k0, then the causal
+// softmax rows (kernels/attention's, the scale applied there: row i sees
+// columns lo[i] .. q0 + i).
+static void scores(float *S, const float *q, int ldq, const HeadB *kb, int nq, int k0, int nk, int HS, float scale,
+                   int q0, const int *lo, float *lse_out, const float *lse_in, uint16_t *room) {
+    product(nq, nk, HS, (Bf16Op){OP_ROWS32, q, ldq}, head_b_at(kb, 0, k0), S, nk, 0, room);
     attention_softmax_rows(S, nq, nk, q0, lo, scale, lse_out, lse_in);
 }
 
-// Under document masking a block's keys start at an even key (kt, vp and
-// kpr hold them in pairs along T), the masked column before it zero.
+// Under document masking a block's keys start where the prepared operands
+// may be read from (key_align), the masked columns before its first
+// document zero.
 int attention_forward_bf16(float *out, float *lse, const float *qkv, const int *start, float *scratch, int B, int T,
                            int NH, int NKV, int HS) {
     int nth = omp_get_max_threads();
@@ -70,81 +111,54 @@ int attention_forward_bf16(float *out, float *lse, const float *qkv, const int *
         const float *row = qkv + (size_t)b * T * ld, *q = row + h * HS, *k = row + C + g * HS, *v = k + NKV * HS;
         float *o = out + (size_t)b * T * C + h * HS;
         float *l = lse + ((size_t)b * NH + h) * T;
-        uint16_t *kt = buf + (size_t)th * per;                     // k's pairs along HS (kp(HS), T, 2)
-        uint16_t *vp = kt + (size_t)2 * kp(HS) * 2 * kp(T);        // v's pairs along T (kp(T), HS, 2)
-        uint16_t *aq = vp + (size_t)2 * kp(T) * 2 * kp(HS);        // a block's queries (ATT_BQ, 2·kp(HS))
-        uint16_t *ap = aq + (size_t)ATT_BQ * 2 * kp(HS);           // its probabilities (ATT_BQ, 2·kp(T))
-        bf16_pack_pairs_t(kt, k, ld, HS, T);
-        bf16_pack_pairs(vp, v, ld, T, HS);
+        uint16_t *f = buf + (size_t)th * per, *room = f + 2 * head_b_len(HS, T) + head_b_len(T, HS);
+        HeadB kb = head_b(f, (Bf16Op){OP_COLS32, k, ld}, HS, T);                    // k^T (HS, T)
+        HeadB vb = head_b(f + head_b_len(HS, T), (Bf16Op){OP_ROWS32, v, ld}, T, HS);   // v (T, HS)
         for (int q0 = 0; q0 < T; q0 += ATT_BQ) {
-            int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, k0 = attention_block_keys(st, q0, nq, 2, lo), nk = q0 + nq - k0;
-            scores(S, aq, q + (size_t)q0 * ld, ld, kt + 2 * (size_t)k0, T, nq, nk, HS, scale, q0 - k0, st ? lo : NULL,
-                   l + q0, NULL);
-            bf16_pack_rows(ap, 2 * kp(nk), S, nk, nq, nk);
-            gemm_bf16(nq, HS, kp(nk), ap, 2 * kp(nk), vp + (size_t)k0 * HS, HS, o + (size_t)q0 * C, C, 0);
+            int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, k0 = attention_block_keys(st, q0, nq, key_align(&kb), lo);
+            int nk = q0 + nq - k0;
+            scores(S, q + (size_t)q0 * ld, ld, &kb, nq, k0, nk, HS, scale, q0 - k0, st ? lo : NULL, l + q0, NULL, room);
+            product(nq, HS, nk, (Bf16Op){OP_ROWS32, S, nk}, head_b_at(&vb, k0, 0), o + (size_t)q0 * C, C, 0, room);
         }
     }
     prof_end(t0, PROF_ATTENTION, 4.0 * NH * attention_pairs(start, B, T) * HS, 0);
     return 0;
 }
 
-// The packed forms of one key/value head for backward (per thread).
+// The prepared operands of one key/value head for backward (per thread).
 typedef struct Forms {
-    uint16_t *kt, *vt;     // k's and v's pairs along HS (kp(HS), T, 2): the scores, dP = dO · v^T
-    uint16_t *kpr;         // k's pairs along T (kp(T), HS, 2): dq = dS · k
-    uint16_t *aq, *ado;    // a block's queries and output gradients as rows (ATT_BQ, 2·kp(HS))
-    uint16_t *ads;         // its dS rows (ATT_BQ, 2·kp(T))
-    uint16_t *at;          // dS^T or P^T rows (2·kp(T), 2·kp(ATT_BQ))
-    uint16_t *bq;          // the block's queries or output gradients in pairs along its rows (kp(ATT_BQ), HS, 2)
+    HeadB kt, vt;   // k^T and v^T (HS, T): the scores, dP = dO · v^T
+    HeadB kr;       // k (T, HS): dq = dS · k
+    uint16_t *room;
 } Forms;
 
-static Forms forms_of(uint16_t *base, int T, int HS) {
-    Forms f;
-    f.kt = base;
-    f.vt = f.kt + (size_t)2 * kp(HS) * 2 * kp(T);
-    f.kpr = f.vt + (size_t)2 * kp(HS) * 2 * kp(T);
-    f.aq = f.kpr + (size_t)2 * kp(T) * 2 * kp(HS);
-    f.ado = f.aq + (size_t)ATT_BQ * 2 * kp(HS);
-    f.ads = f.ado + (size_t)ATT_BQ * 2 * kp(HS);
-    f.at = f.ads + (size_t)ATT_BQ * 2 * kp(T);
-    f.bq = f.at + (size_t)2 * kp(T) * 2 * kp(ATT_BQ);
-    return f;
-}
-
-// d (nk, HS) += at (nk, 2·kp(nq)) · bq (kp(nq), HS, 2) on rows [0, had), d := the
-// product on the rest: the key rows a head's diagonal block reaches first are
-// written, no zeroing pass before (the same bits: the sums start from 0 either way).
-static void kv_rows(float *d, int ldd, const uint16_t *at, int nq, const uint16_t *bq, int nk, int had, int HS) {
-    int a = 2 * kp(nq);
-    gemm_bf16(had, HS, kp(nq), at, a, bq, HS, d, ldd, 1);
-    gemm_bf16(nk - had, HS, kp(nq), at + (size_t)had * a, a, bq, HS, d + (size_t)had * ldd, ldd, 0);
+// d (nk, HS) += a (nk, nq) · b (nq, HS) on rows [0, had), d := the product on
+// the rest: the key rows a head's diagonal block reaches first are written,
+// no zeroing pass before (the same bits: the sums start from 0 either way).
+// a is dS^T or P^T, read transposed from its (nq, nk) rows.
+static void kv_rows(float *d, int ldd, const float *a, int nq, Bf16Op b, int nk, int had, int HS, uint16_t *room) {
+    if (had > 0) product(had, HS, nq, (Bf16Op){OP_COLS32, a, nk}, b, d, ldd, 1, room);
+    product(nk - had, HS, nq, (Bf16Op){OP_COLS32, a + had, nk}, b, d + (size_t)had * ldd, ldd, 0, room);
 }
 
 // One block of nq queries from q0 of query head h: dq written, dk and dv
 // added to (the group's first head writes the block's own key rows); st the
 // row's document starts or NULL.
 static void backward_block(const Forms *f, float *P, float *dP, const float *q, float *dq, int ld, const float *o,
-                           const float *dO, int C, float *dk, float *dv, const float *l, int T, int HS, float scale,
+                           const float *dO, int C, float *dk, float *dv, const float *l, int HS, float scale,
                            const int *st, int q0, int nq, int first) {
-    int lo[ATT_BQ], k0 = attention_block_keys(st, q0, nq, 2, lo), nk = q0 + nq - k0;
+    int lo[ATT_BQ], k0 = attention_block_keys(st, q0, nq, key_align(&f->kt), lo), nk = q0 + nq - k0;
     int had = first ? q0 - k0 : nk;   // key rows [k0, k0 + had) hold earlier blocks' sums, the rest none yet
-    scores(P, f->aq, q + (size_t)q0 * ld, ld, f->kt + 2 * (size_t)k0, T, nq, nk, HS, scale, q0 - k0, st ? lo : NULL,
-           NULL, l + q0);
-    bf16_pack_rows(f->ado, 2 * kp(HS), dO + (size_t)q0 * C, C, nq, HS);
-    gemm_bf16(nq, nk, kp(HS), f->ado, 2 * kp(HS), f->vt + 2 * (size_t)k0, T, dP, nk, 0);
+    const float *qb = q + (size_t)q0 * ld, *dOb = dO + (size_t)q0 * C;
+    scores(P, qb, ld, &f->kt, nq, k0, nk, HS, scale, q0 - k0, st ? lo : NULL, NULL, l + q0, f->room);
+    product(nq, nk, HS, (Bf16Op){OP_ROWS32, dOb, C}, head_b_at(&f->vt, 0, k0), dP, nk, 0, f->room);
     // dS with the scale of both its products in it
-    attention_ds_rows(dP, P, o + (size_t)q0 * C, dO + (size_t)q0 * C, C, nq, nk, HS, scale);
+    attention_ds_rows(dP, P, o + (size_t)q0 * C, dOb, C, nq, nk, HS, scale);
     // dq = dS · k
-    bf16_pack_rows(f->ads, 2 * kp(nk), dP, nk, nq, nk);
-    gemm_bf16(nq, HS, kp(nk), f->ads, 2 * kp(nk), f->kpr + (size_t)k0 * HS, HS, dq + (size_t)q0 * ld, ld, 0);
-    // dk += dS^T · q
-    bf16_pack_rows_t(f->at, 2 * kp(nq), dP, nk, nk, nq);
-    bf16_pack_pairs(f->bq, q + (size_t)q0 * ld, ld, nq, HS);
-    kv_rows(dk + (size_t)k0 * ld, ld, f->at, nq, f->bq, nk, had, HS);
-    // dv += P^T · dO
-    bf16_pack_rows_t(f->at, 2 * kp(nq), P, nk, nk, nq);
-    bf16_pack_pairs(f->bq, dO + (size_t)q0 * C, C, nq, HS);
-    kv_rows(dv + (size_t)k0 * ld, ld, f->at, nq, f->bq, nk, had, HS);
+    product(nq, HS, nk, (Bf16Op){OP_ROWS32, dP, nk}, head_b_at(&f->kr, k0, 0), dq + (size_t)q0 * ld, ld, 0, f->room);
+    // dk += dS^T · q, dv += P^T · dO
+    kv_rows(dk + (size_t)k0 * ld, ld, dP, nq, (Bf16Op){OP_ROWS32, qb, ld}, nk, had, HS, f->room);
+    kv_rows(dv + (size_t)k0 * ld, ld, P, nq, (Bf16Op){OP_ROWS32, dOb, C}, nk, had, HS, f->room);
 }
 
 int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const int *start, const float *out,
@@ -155,7 +169,7 @@ int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, co
     double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
-    size_t per = thread_values(T, HS);
+    size_t per = thread_values(T, HS), lt = head_b_len(HS, T);
     #pragma omp parallel for schedule(dynamic, 1)
     for (int bg = 0; bg < B * NKV; bg++) {
         int b = bg / NKV, g = bg % NKV, th = omp_get_thread_num();
@@ -164,16 +178,17 @@ int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, co
         const float *k = qkv + kv, *v = k + NKV * HS;
         float *dk = dqkv + kv, *dv = dk + NKV * HS;
         const int *st = start ? start + (size_t)b * T : NULL;
-        Forms f = forms_of(buf + (size_t)th * per, T, HS);
-        bf16_pack_pairs_t(f.kt, k, ld, HS, T);
-        bf16_pack_pairs_t(f.vt, v, ld, HS, T);
-        bf16_pack_pairs(f.kpr, k, ld, T, HS);
+        uint16_t *base = buf + (size_t)th * per;
+        Forms f = {.kt = head_b(base, (Bf16Op){OP_COLS32, k, ld}, HS, T),
+                   .vt = head_b(base + lt, (Bf16Op){OP_COLS32, v, ld}, HS, T),
+                   .kr = head_b(base + 2 * lt, (Bf16Op){OP_ROWS32, k, ld}, T, HS),
+                   .room = base + 2 * lt + head_b_len(T, HS)};
         for (int h = g * group; h < (g + 1) * group; h++) {
             const float *q = qkv + row + h * HS, *o = out + (size_t)b * T * C + h * HS;
             const float *dO = dout + (size_t)b * T * C + h * HS, *l = lse + ((size_t)b * NH + h) * T;
             float *dq = dqkv + row + h * HS;
             for (int q0 = 0; q0 < T; q0 += ATT_BQ)
-                backward_block(&f, P, dP, q, dq, ld, o, dO, C, dk, dv, l, T, HS, scale, st, q0,
+                backward_block(&f, P, dP, q, dq, ld, o, dO, C, dk, dv, l, HS, scale, st, q0,
                                T - q0 < ATT_BQ ? T - q0 : ATT_BQ, h == g * group);
         }
     }

@@ -325,7 +325,7 @@ static void job_share(const Job *j, long lo, long hi) {
     uint16_t *pa = g_pan, *pb = pa + pan;   // panels_ready() for the job's first (longest) block
     int given = j->b.form == OP_PANELS;     // B's panels over the whole reduction, from the block's chunk on
     const uint16_t *gb = given ? (const uint16_t *)j->b.p + (size_t)j->p0 / 16 * PANEL : NULL;
-    size_t gpan = panel_len(j->KP);
+    size_t gpan = panel_len(j->b.ld);   // a column panel of the given ones: over the pairs they were packed over
     int arow = -1, bblock = -1, bmin = 0, bmax = -1;   // the A panel's row supertile; the B panels packed: [bmin, bmax] of block bblock
     amx_configure();
     long full = (long)j->rt * j->cpb;   // supertiles in a full column block
@@ -410,6 +410,8 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
 
 size_t amx_panels_len(int K, int NC) { return (size_t)(NC + 31) / 32 * panel_len((K + 1) / 2); }
 
+size_t amx_panels_offset(int K, int k0, int c0) { return (size_t)c0 / 32 * panel_len((K + 1) / 2) + (size_t)k0 / 32 * PANEL; }
+
 void amx_panels(uint16_t *dst, Bf16Op b, int K, int NC) {
     int KP = (K + 1) / 2, ct = (NC + 31) / 32;
     size_t pan = panel_len(KP);
@@ -434,5 +436,9 @@ size_t amx_panels_len(int K, int NC) {
     return 0;
 }
 void amx_panels(uint16_t *dst, Bf16Op b, int K, int NC) { (void)dst, (void)b, (void)K, (void)NC; }
+size_t amx_panels_offset(int K, int k0, int c0) {
+    (void)K, (void)k0, (void)c0;
+    return 0;
+}
 
 #endif

@@ -35,8 +35,10 @@ void amx_release(void);
 // had: gemm_bf16 then runs the vector kernel.
 int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias, int nt);
 
-// B (K,NC) as whole panels (gemm_bf16_panels): their length in bf16 values, and the packing.
+// B (K,NC) as whole panels (gemm_bf16_panels): their length in bf16 values,
+// the packing, and where row k0, column c0 (multiples of 32) begins in them.
 size_t amx_panels_len(int K, int NC);
 void amx_panels(uint16_t *dst, Bf16Op b, int K, int NC);
+size_t amx_panels_offset(int K, int k0, int c0);
 
 #endif

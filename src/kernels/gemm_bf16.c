@@ -257,6 +257,11 @@ void gemm_bf16_panels(uint16_t *dst, Bf16Op b, int K, int NC) {
     amx_panels(dst, b, K, NC);
 }
 
+Bf16Op gemm_bf16_panels_at(const uint16_t *panels, int K, int k0, int c0) {
+    CHECKF(k0 % 32 == 0 && c0 % 32 == 0, "gemm_bf16_panels_at: row %d, column %d not multiples of 32", k0, c0);
+    return (Bf16Op){OP_PANELS, panels + amx_panels_offset(K, k0, c0), (K + 1) / 2};
+}
+
 static int pack_threads(double elems) { return omp_in_parallel() || elems < 65536 ? 1 : kernels_threads(); }
 
 // A packer's operands; its passes run over [lo, hi) of its rows or blocks.
@@ -471,6 +476,11 @@ size_t gemm_bf16_panels_len(int K, int NC) {
 void gemm_bf16_panels(uint16_t *dst, Bf16Op b, int K, int NC) {
     (void)dst, (void)b, (void)K, (void)NC;
     NOT_BUILT;
+}
+Bf16Op gemm_bf16_panels_at(const uint16_t *panels, int K, int k0, int c0) {
+    (void)panels, (void)K, (void)k0, (void)c0;
+    NOT_BUILT;
+    return (Bf16Op){OP_PANELS, NULL, 0};
 }
 void bf16_pack_rows(uint16_t *dst, int ldd, const float *src, int lds, int R, int K) {
     (void)dst, (void)ldd, (void)src, (void)lds, (void)R, (void)K;

@@ -56,7 +56,7 @@ typedef enum {
     OP_COLS16,    // B only: bf16 (NC,K), read transposed: B[k][n] = p[n·ld + k]
     OP_ROWS32,    // fp32 row-major, A (R,K) or B (K,NC), rounded as read
     OP_COLS32,    // fp32 read transposed, A[r][k] = p[k·ld + r] or B[k][n] = p[n·ld + k], rounded as read
-    OP_PANELS,    // B only: the tiles' own panels (gemm_bf16_panels), AMX alone
+    OP_PANELS,    // B only: the tiles' own panels (gemm_bf16_panels_at), AMX alone; ld: the pairs they were packed over
 } Bf16Form;
 typedef struct {
     Bf16Form form;
@@ -73,10 +73,14 @@ int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, in
                  uint16_t *room);
 
 // B (K,NC) from b as the tiles' panels, for an operand read by many products
-// (a weight held across calls); only where gemm_bf16_unit() is BF16_AMX.
-// gemm_bf16_panels_len() values at dst.
+// (a weight held across calls, a head's keys); only where gemm_bf16_unit()
+// is BF16_AMX. gemm_bf16_panels_len() values at dst. A product reads them as
+// the operand gemm_bf16_panels_at() gives: B from row k0 and column c0 on,
+// both multiples of 32. Its reduction may end before K: the rows past it
+// in the last chunk of 16 pairs meet zeros in A.
 size_t gemm_bf16_panels_len(int K, int NC);
 void gemm_bf16_panels(uint16_t *dst, Bf16Op b, int K, int NC);
+Bf16Op gemm_bf16_panels_at(const uint16_t *panels, int K, int k0, int c0);
 
 // The packers, each rounding fp32 to bf16 (nearest even) and writing a zero
 // into the pad of an odd K. kp(K) = (K+1)/2 pairs.

@@ -287,7 +287,7 @@ static int weight_op(const float *weight, int C, int OC, int form, Bf16Op *op) {
         else bf16_pack_pairs(d, weight, C, OC, C);
         g_held.have[form] = 1, g_held.OC = OC, g_held.C = C, g_held.panels = panels;
     }
-    *op = (Bf16Op){panels ? OP_PANELS : OP_PAIRS16, g_held.buf[form], panels ? 0 : NC};
+    *op = panels ? gemm_bf16_panels_at(g_held.buf[form], K, 0, 0) : (Bf16Op){OP_PAIRS16, g_held.buf[form], NC};
     return 0;
 }
 

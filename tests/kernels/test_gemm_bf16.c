@@ -160,7 +160,7 @@ static void check_forms(int R, int NC, int K) {
     if (amx) gemm_bf16_panels(pan, (Bf16Op){OP_COLS16, Bt16, ldbt}, K, NC);
     Bf16Op as[] = {{OP_PAIRS16, a, 2 * kp}, {OP_ROWS32, A, lda}, {OP_COLS32, At, ldat}};
     Bf16Op bs[] = {{OP_PAIRS16, b, NC}, {OP_ROWS16, B16, ldb}, {OP_COLS16, Bt16, ldbt}, {OP_ROWS32, B, ldb},
-                   {OP_COLS32, Bt, ldbt}, {OP_PANELS, pan, 0}};
+                   {OP_COLS32, Bt, ldbt}, {OP_PANELS, pan, kp}};
     size_t n = (size_t)R * NC;
     float *c0 = randn(n, 1), *ref = malloc(n * sizeof *ref), *c = malloc(n * sizeof *c);
     for (int acc = 0; acc < 2; acc++) {
