@@ -205,20 +205,46 @@ enum { INPUTS_MAX = 16 };
 static _Thread_local Bound g_inputs[INPUTS_MAX];
 static _Thread_local int g_ninputs;
 
+// key 1: the floats hold the values; 2: they do not.
 void matmul_bind_input16(const float *x, const uint16_t *x16, size_t n) {
     CHECKF(g_ninputs < INPUTS_MAX, "more than %d bound 16-bit inputs", INPUTS_MAX);
     g_inputs[g_ninputs++] = (Bound){1, x, x16, n};
 }
 
+void matmul_bind_input16_only(const float *x, const uint16_t *x16, size_t n) {
+    CHECKF(g_ninputs < INPUTS_MAX, "more than %d bound 16-bit inputs", INPUTS_MAX);
+    g_inputs[g_ninputs++] = (Bound){2, x, x16, n};
+}
+
 void matmul_unbind_inputs16(void) { g_ninputs = 0; }
+
+// The binding an input of n floats at x lies in, or NULL.
+static const Bound *input_bound(const float *x, size_t n) {
+    for (int i = 0; i < g_ninputs; i++) {
+        const Bound *b = &g_inputs[i];
+        if (x >= b->w && x + n <= b->w + b->n) return b;
+    }
+    return NULL;
+}
 
 // The bf16 values of an input of n floats at x, or NULL when it is not bound.
 static const uint16_t *input16(const float *x, size_t n) {
-    for (int i = 0; i < g_ninputs; i++) {
-        const Bound *b = &g_inputs[i];
-        if (x >= b->w && x + n <= b->w + b->n) return b->src16 + (x - b->w);
-    }
-    return NULL;
+    const Bound *b = input_bound(x, n);
+    return b ? b->src16 + (x - b->w) : NULL;
+}
+
+// The fp32 values of an input for the fp32 paths: in place, or a bound
+// one's whose floats do not hold them widened into per-thread scratch. NULL
+// when the scratch is not to be had.
+static _Thread_local void *g_wide_in;
+static _Thread_local size_t g_wide_in_bytes;
+
+static const float *input_fp32(const float *x, size_t n) {
+    const Bound *b = input_bound(x, n);
+    if (!b || b->key == 1) return x;
+    float *d = mem_grow(&g_wide_in, &g_wide_in_bytes, MEM_WORKSPACE, n * sizeof(float));
+    if (d) half_unpack(PREC_BF16, d, b->src16 + (x - b->w), n);
+    return d;
 }
 
 // The fp32 values of a weight (OC,C) for the fp32 paths: in place, or a bound
@@ -335,6 +361,7 @@ static int forward_bf16(float *out, const float *inp, const float *weight, const
     const uint16_t *w16 = weight == g_held.w ? NULL : bound16(weight, (size_t)OC * C);
     const uint16_t *x16 = C % 2 == 0 ? input16(inp, (size_t)N * C) : NULL;   // rows of 2·kp values already
     if (w16 && C % 2 == 0 && 2 * N < C) return forward_bf16_t(out, inp, x16, w16, bias, N, C, OC);
+    if (!x16 && !(inp = input_fp32(inp, (size_t)N * C))) return -1;
     Bf16Op a = x16 ? (Bf16Op){OP_PAIRS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C}, b;
     uint16_t *room;
     if (weight_op(weight, C, OC, FORM_FWD, &b)) return -1;
@@ -405,6 +432,8 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
     }
     weight = weight_fp32(weight, (size_t)OC * C);
     CHECKF(weight, "out of memory widening a 16-bit weight (%d×%d)", OC, C);
+    inp = input_fp32(inp, (size_t)N * C);
+    CHECKF(inp, "out of memory widening a 16-bit input (%d×%d)", N, C);
     int path = fp32_path(PROD_FWD, N, C, OC);
     float *s = path == PATH_OWN ? scratch((size_t)N * C + (size_t)N * OWN_OC_BLOCK) : NULL;
     if (s) {
@@ -499,8 +528,11 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
     }
     if (dweight) {
         int acc = !take_fresh(dweight, (size_t)OC * C);
-        if (!g_bf16 || dweight_bf16(dweight, dout, inp, N, C, OC, acc))
-            dweight_fp32(dweight, dout, inp, N, C, OC, acc);
+        if (!g_bf16 || dweight_bf16(dweight, dout, inp, N, C, OC, acc)) {
+            const float *x = input_fp32(inp, (size_t)N * C);
+            CHECKF(x, "out of memory widening a 16-bit input (%d×%d)", N, C);
+            dweight_fp32(dweight, dout, x, N, C, OC, acc);
+        }
         prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
         t0 = prof_begin();
     }

@@ -53,6 +53,10 @@ void matmul_unbind16(int key);
 // values, so the same bits). The caller must not change the floats while
 // bound. Calling thread only.
 void matmul_bind_input16(const float *x, const uint16_t *x16, size_t n);
+// The same for an input whose floats do not hold the values (its 16-bit
+// store is all there is): every product reads x16, and a path in fp32
+// widens it first.
+void matmul_bind_input16_only(const float *x, const uint16_t *x16, size_t n);
 void matmul_unbind_inputs16(void);
 
 // A weight gradient not yet written this step: the next linear_backward

@@ -95,7 +95,11 @@ void arch_norm_grads_done(const BlockRun *r, float *partial, int k, const int *w
 void arch_stored(const Arch *ar, const BlockRun *r, int j) {
     if (r->prec == PREC_FP32 || (ar->act_keep32 >> j & 1u)) return;
     size_t n = ar->act_floats(r->d, j);
-    if (r->act16 && r->act16[j]) {
+    if (r->act16 && r->act16[j] && r->prec == PREC_BF16 && matmul_bf16() && (ar->act_gemm16 >> j & 1u)) {
+        half_pack(r->prec, r->act16[j], r->act[j], n);   // the products read the 16-bit store alone
+        *r->act16_done |= 1u << j;
+        matmul_bind_input16_only(r->act[j], r->act16[j], n);
+    } else if (r->act16 && r->act16[j]) {
         half_pack_widen(r->prec, r->act16[j], r->act[j], r->act[j], n);
         *r->act16_done |= 1u << j;
         // the products that read it in this forward take the bf16 values as they are

@@ -195,6 +195,11 @@ struct Arch {
     // output, the residual stream (as Megatron-LM's fp32 residual
     // connection). The others are stored in 16 bits.
     unsigned act_keep32;
+    // Of the others, those only the linear layers read (as their input,
+    // forward and backward): under bf16 on the bf16 units the products read
+    // their 16-bit store, and their floats are neither rounded in place nor
+    // widened again for the backward.
+    unsigned act_gemm16;
     // The attention core's saved activations (ncore of them: selective
     // recomputation keeps one shared set of them and recomputes them from
     // the others before each backward, with core_forward).

@@ -242,6 +242,7 @@ const Arch arch_gpt2 = {
     .has_train = 1,
     .nact = NACT,
     .act_out = A_RES3,
+    .act_gemm16 = 1u << A_LN1 | 1u << A_LN2 | 1u << A_FCH_GELU,
     .act_keep32 = 1u << A_LN1_MEAN | 1u << A_LN1_RSTD | 1u << A_LN2_MEAN | 1u << A_LN2_RSTD | 1u << A_LSE | 1u << A_RES3,
     .nscratch = NSCR,
     .ncore = 2,

@@ -518,6 +518,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         else stage16_move(a, sl, j, &d, 0, 0);
         if (a->recompute == STAGE_RECOMPUTE_SELECTIVE) a->arch->core_forward(&r);
         a->arch->block_backward(&r);
+        matmul_unbind_inputs16();
         stage16_round_grad(a, sl, &d);
         stage_seg_params_done(s, sg);
         stage_seg_grads_done(s, sg);

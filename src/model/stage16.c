@@ -157,10 +157,13 @@ void stage16_free(StageActs *a) {
 
 void stage16_move(StageActs *a, Slot *sl, int j, const LocalDims *d, int out, unsigned done) {
     uint16_t **h = sl->blk16 + j * a->arch->nact;
+    unsigned only16 = a->prec == PREC_BF16 && matmul_bf16() ? a->arch->act_gemm16 : 0;
     for (int i = 0; i < a->arch->nact; i++) {
+        size_t n = a->arch->act_floats(d, i);
         if (!h[i] || (out && (done >> i & 1u))) continue;
-        if (out) half_pack(a->prec, h[i], a->rc[i], a->arch->act_floats(d, i));
-        else half_unpack(a->prec, a->rc[i], h[i], a->arch->act_floats(d, i));
+        if (out) half_pack(a->prec, h[i], a->rc[i], n);
+        else if (only16 >> i & 1u) matmul_bind_input16_only(a->rc[i], h[i], n);   // the products read it as it is
+        else half_unpack(a->prec, a->rc[i], h[i], n);
     }
 }
 
