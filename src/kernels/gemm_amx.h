@@ -3,10 +3,12 @@
 // Where the CPU has AMX (amx-tile, amx-bf16: Intel Xeon from Sapphire
 // Rapids on), one tdpbf16ps multiplies a 16-row tile of A (16 k-pairs) by a
 // tile of B (16 pairs × 16 columns) into 16×16 fp32 sums: 16,384 FLOP per
-// instruction, 8–16 times what the vector units do per cycle. Its operands
-// are gemm_bf16's own layouts — A's rows of pairs, B packed in pairs — so
-// the same packed operands serve both kernels and the choice is made per
-// call by gemm_bf16 (kernels/gemm_bf16.h), never by the callers.
+// instruction, 8–16 times what the vector units do per cycle. It takes the
+// operands of gemm_bf16_op in the forms the callers hold them (fp32 or bf16
+// rows, either read transposed, gemm_bf16's pairs) and packs its tile panels
+// from them directly, or reads B as panels packed once for many products;
+// the choice of unit is made per call by gemm_bf16 (kernels/gemm_bf16.h),
+// never by the callers.
 //
 // Each element of C is its pairs' products added in chunks of 16 pairs in
 // ascending order, in reduction blocks whose length depends on KP alone:
