@@ -346,6 +346,34 @@ static void test_pack16(void) {
 // A bound weight (matmul_bind16): its floats never read (NaN here), the
 // same bits as the weight passed in floats, on the bf16 paths, the one-row
 // fp32 path that widens it, and held.
+// An input bound to its 16-bit store alone (its floats NaN here): every
+// product reads the store — the bf16 products as their operand, one row's
+// fp32 product and an odd width's widened copy — with the bits of the same
+// values in floats.
+static void test_bound_input(void) {
+    int shapes[][3] = {{40, 70, 1}, {41, 70, 20}, {40, 70, 70}};   // {C, OC, N}
+    int prev = matmul_set_bf16(1);
+    for (int si = 0; si < 3; si++) {
+        int C = shapes[si][0], OC = shapes[si][1], N = shapes[si][2];
+        size_t nx = (size_t)N * C, nw = (size_t)OC * C;
+        float *x = randn(nx, 1), *nan = malloc(nx * sizeof *nan), *w = randn(nw, 1), *dy = randn((size_t)N * OC, 1);
+        uint16_t *x16 = malloc(nx * sizeof *x16);
+        for (size_t i = 0; i < nx; i++) x16[i] = f32_to_bf16(x[i]), x[i] = bf16_to_f32(x16[i]), nan[i] = NAN;
+        float *y[2], *dw[2];
+        for (int b = 0; b < 2; b++) {
+            y[b] = calloc((size_t)N * OC, sizeof **y), dw[b] = calloc(nw, sizeof **dw);
+            if (b) matmul_bind_input16_only(nan, x16, nx);
+            linear_forward(y[b], b ? nan : x, w, NULL, N, C, OC);
+            linear_backward(NULL, dw[b], NULL, dy, b ? nan : x, w, N, C, OC, 0);
+            matmul_unbind_inputs16();
+        }
+        EXPECT(!memcmp(y[0], y[1], (size_t)N * OC * sizeof *y[0]), "input bound alone: forward C=%d OC=%d N=%d", C, OC, N);
+        EXPECT(!memcmp(dw[0], dw[1], nw * sizeof *dw[0]), "input bound alone: weight gradient C=%d OC=%d N=%d", C, OC, N);
+        free(x); free(nan); free(w); free(dy); free(x16); free(y[0]); free(y[1]); free(dw[0]); free(dw[1]);
+    }
+    matmul_set_bf16(prev);
+}
+
 static void test_bound(void) {
     // {C, OC, N}: one row; few rows (the transposed forward, 2N < C), over two blocks of output channels; many
     int shapes[][3] = {{40, 70, 1}, {40, 70, 2}, {64, 1600, 20}, {40, 70, 70}};
@@ -485,6 +513,7 @@ int main(void) {
         RUN(test_linear_bf16);
         RUN(test_hold);
         RUN(test_bound);
+        RUN(test_bound_input);
         RUN(test_attention_bf16);
     }
     gemm_bf16_use(chosen);
