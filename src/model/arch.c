@@ -109,6 +109,15 @@ void arch_stored(const Arch *ar, const BlockRun *r, int j) {
     }
 }
 
+int arch_fn16(const Arch *ar, const BlockRun *r, int jx, int jy) {
+    if (!r->act16 || !r->act16[jx] || !r->act16[jy] || r->prec != PREC_BF16 || !matmul_bf16() ||
+        !(ar->act_fn16 >> jx & 1u) || !(ar->act_gemm16 >> jy & 1u))
+        return 0;
+    *r->act16_done |= 1u << jx | 1u << jy;
+    matmul_bind_input16_only(r->act[jy], r->act16[jy], ar->act_floats(r->d, jy));
+    return 1;
+}
+
 void arch_attention(const BlockRun *r, float *out, float *lse, const float *qkv, float *scratch, int NH, int NKV,
                     int HS) {
     const LocalDims *d = r->d;

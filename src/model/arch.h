@@ -110,6 +110,9 @@ typedef struct BlockRun {
     // and the bits of those arch_stored has written into it.
     uint16_t *const *act16;
     unsigned *act16_done;
+    // Backward: the micro-batch's 16-bit stores, given where Arch.act_fn16's
+    // inputs are read from them and were not widened (NULL otherwise).
+    const uint16_t *const *in16;
     KvCache *kv;         // incremental decoding (B = 1, positions kv->pos on), or NULL
     int layer;           // with kv: the block's layer
     // Document masking (model/doc), or NULL: for each of the N rows its
@@ -200,6 +203,11 @@ struct Arch {
     // their 16-bit store, and their floats are neither rounded in place nor
     // widened again for the backward.
     unsigned act_gemm16;
+    // And the inputs only an elementwise function reads, whose output is in
+    // act_gemm16 (GELU's, SwiGLU's): there the function runs from and into
+    // the 16-bit stores (gelu_forward16), its input's floats not rounded in
+    // place, and its backward reads the input's store (BlockRun.in16).
+    unsigned act_fn16;
     // The attention core's saved activations (ncore of them: selective
     // recomputation keeps one shared set of them and recomputes them from
     // the others before each backward, with core_forward).
@@ -254,6 +262,10 @@ void arch_norm_grads_done(const BlockRun *r, float *partial, int k, const int *w
 // writes the activation's 16-bit store (act16), which the stage then need
 // not pack.
 void arch_stored(const Arch *ar, const BlockRun *r, int j);
+// Whether y = fn(x) runs on the 16-bit stores (Arch.act_fn16 x, act_gemm16
+// y: under bf16 on the bf16 units, both stores given); if so, both count as
+// stored and y's store is bound for the products that read it.
+int arch_fn16(const Arch *ar, const BlockRun *r, int jx, int jy);
 
 // A block forward's attention: out (N,NH·HS) and lse from qkv (N,(NH +
 // 2·NKV)·HS). Without a cache, the fused causal attention over the pass's

@@ -116,9 +116,13 @@ static void block_forward(const BlockRun *r) {
     tp_gather(r->tp, a[A_LN2], N, C);
     stored(r, A_LN2);
     linear_forward(a[A_FCH], a[A_LN2], w[FC_W], w[FC_B], N, C, d->Fl);         // column parallel
-    stored(r, A_FCH);
-    gelu_forward(a[A_FCH_GELU], a[A_FCH], (size_t)N * d->Fl);
-    stored(r, A_FCH_GELU);
+    if (arch_fn16(&arch_gpt2, r, A_FCH, A_FCH_GELU)) {   // from and into the 16-bit stores
+        gelu_forward16(r->act16[A_FCH_GELU], r->act16[A_FCH], a[A_FCH], (size_t)N * d->Fl);
+    } else {
+        stored(r, A_FCH);
+        gelu_forward(a[A_FCH_GELU], a[A_FCH], (size_t)N * d->Fl);
+        stored(r, A_FCH_GELU);
+    }
     linear_forward(r->tmp, a[A_FCH_GELU], w[PROJ_W], NULL, N, d->Fl, C);       // row parallel: partial sums
     residual_forward(a[A_RES3], a[A_RES2], tp_reduce(r->tp, r->tmp, N, C), w[PROJ_B], Ns, C);
 }
@@ -144,7 +148,8 @@ static void block_backward(const BlockRun *r) {
     // MLP: res3 = res2 + gelu(ln2(res2)·Wfc + bfc)·Wp + bp
     linear_backward(dfch, g[PROJ_W], g[PROJ_B], arch_rows_of_dres(r, r->scr[S_DY]), a[A_FCH_GELU], w[PROJ_W], N,
                     d->Fl, C, 0);
-    gelu_backward(dfch, a[A_FCH], dfch, (size_t)N * d->Fl);
+    if (r->in16 && r->in16[A_FCH]) gelu_backward16(dfch, r->in16[A_FCH], dfch, (size_t)N * d->Fl);
+    else gelu_backward(dfch, a[A_FCH], dfch, (size_t)N * d->Fl);
     linear_backward(dbtc, g[FC_W], g[FC_B], dfch, a[A_LN2], w[FC_W], N, C, d->Fl, 0);   // partial over TP
     layernorm_backward(r->dres, gn[0], gn[1], tp_reduce(r->tp, dbtc, N, C), a[A_RES2], w[LN2_W], a[A_LN2_MEAN],
                        a[A_LN2_RSTD], Ns, C);
@@ -243,6 +248,7 @@ const Arch arch_gpt2 = {
     .nact = NACT,
     .act_out = A_RES3,
     .act_gemm16 = 1u << A_LN1 | 1u << A_LN2 | 1u << A_FCH_GELU,
+    .act_fn16 = 1u << A_FCH,
     .act_keep32 = 1u << A_LN1_MEAN | 1u << A_LN1_RSTD | 1u << A_LN2_MEAN | 1u << A_LN2_RSTD | 1u << A_LSE | 1u << A_RES3,
     .nscratch = NSCR,
     .ncore = 2,

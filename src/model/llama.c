@@ -110,9 +110,13 @@ void llama_block_forward(const BlockRun *r) {
     tp_gather(r->tp, a[A_LN2], N, C);
     stored(r, A_LN2);
     linear_forward(a[A_GU], a[A_LN2], w[GATE_W], NULL, N, C, 2 * d->Fl);       // column parallel
-    stored(r, A_GU);
-    swiglu_forward(a[A_H], a[A_GU], N, d->Fl);
-    stored(r, A_H);
+    if (arch_fn16(arch_of(r->cfg), r, A_GU, A_H)) {   // from and into the 16-bit stores
+        swiglu_forward16(r->act16[A_H], r->act16[A_GU], a[A_GU], N, d->Fl);
+    } else {
+        stored(r, A_GU);
+        swiglu_forward(a[A_H], a[A_GU], N, d->Fl);
+        stored(r, A_H);
+    }
     linear_forward(r->tmp, a[A_H], w[DOWN_W], NULL, N, d->Fl, C);              // row parallel: partial sums
     residual_forward(a[A_RES3], a[A_RES2], tp_reduce(r->tp, r->tmp, N, C), NULL, Ns, C);
 }
@@ -139,7 +143,8 @@ void llama_block_backward(const BlockRun *r) {
     for (int k = 0; k < 2; k++) gn[k] = sp ? r->scr[S_NORMG] + (size_t)k * C : g[norms[k]];
     // MLP: res3 = res2 + swiglu(rmsnorm(res2)·[Wg;Wu])·Wd
     linear_backward(dh, g[DOWN_W], NULL, arch_rows_of_dres(r, r->scr[S_DY]), a[A_H], w[DOWN_W], N, d->Fl, C, 0);
-    swiglu_backward(dgu, a[A_GU], dh, N, d->Fl);
+    if (r->in16 && r->in16[A_GU]) swiglu_backward16(dgu, r->in16[A_GU], dh, N, d->Fl);
+    else swiglu_backward(dgu, a[A_GU], dh, N, d->Fl);
     linear_backward(dbtc, g[GATE_W], NULL, dgu, a[A_LN2], w[GATE_W], N, C, 2 * d->Fl, 0);   // partial over TP
     rmsnorm_backward(r->dres, gn[0], tp_reduce(r->tp, dbtc, N, C), a[A_RES2], w[LN2_W], a[A_LN2_RSTD], Ns, C);
     // attention: res2 = x + attn(rope(rmsnorm(x)·[Wq;Wk;Wv]))·Wo

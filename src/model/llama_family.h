@@ -54,6 +54,7 @@ enum {
 enum { LF_NSCR = 6 };
 #define LF_KEEP32 (1u << LF_A_LN1_RSTD | 1u << LF_A_LN2_RSTD | 1u << LF_A_LSE | 1u << LF_A_RES3)
 #define LF_GEMM16 (1u << LF_A_LN1 | 1u << LF_A_LN2 | 1u << LF_A_H)
+#define LF_FN16 (1u << LF_A_GU)
 
 size_t llama_act_floats(const LocalDims *d, int i);
 size_t llama_scratch_floats(const LocalDims *d, int i);
@@ -68,7 +69,7 @@ int llama_validate(const ModelConfig *c, Err *err);
 
 // Fills an Arch's block-running members with the family's.
 #define LLAMA_FAMILY_RUN                                                                                               \
-    .has_train = 1, .nact = LF_NACT, .act_out = LF_A_RES3, .act_keep32 = LF_KEEP32, .act_gemm16 = LF_GEMM16, .nscratch = LF_NSCR, .ncore = 2,  \
+    .has_train = 1, .nact = LF_NACT, .act_out = LF_A_RES3, .act_keep32 = LF_KEEP32, .act_gemm16 = LF_GEMM16, .act_fn16 = LF_FN16, .nscratch = LF_NSCR, .ncore = 2,  \
     .core = {LF_A_ATTY, LF_A_LSE}, .core_forward = llama_core_forward, .act_floats = llama_act_floats,               \
     .scratch_floats = llama_scratch_floats, .block_forward = llama_block_forward,                                      \
     .block_backward = llama_block_backward, .final_forward = llama_final_forward,                                      \

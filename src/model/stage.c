@@ -515,7 +515,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         BlockRun r = stage_run(s, &d, sl, j, block_acts(a, sl, j, 1, buf), w, g);
         trace_layer(global_layer(s, sl, j));
         if (a->recompute == STAGE_RECOMPUTE_FULL) a->arch->block_forward(&r);   // the same bits as the first time
-        else stage16_move(a, sl, j, &d, 0, 0);
+        else stage16_move(a, sl, j, &d, 0, 0), r.in16 = stage16_in(a, sl, j);
         if (a->recompute == STAGE_RECOMPUTE_SELECTIVE) a->arch->core_forward(&r);
         a->arch->block_backward(&r);
         matmul_unbind_inputs16();

@@ -157,14 +157,19 @@ void stage16_free(StageActs *a) {
 
 void stage16_move(StageActs *a, Slot *sl, int j, const LocalDims *d, int out, unsigned done) {
     uint16_t **h = sl->blk16 + j * a->arch->nact;
-    unsigned only16 = a->prec == PREC_BF16 && matmul_bf16() ? a->arch->act_gemm16 : 0;
-    for (int i = 0; i < a->arch->nact; i++) {
-        size_t n = a->arch->act_floats(d, i);
+    const Arch *ar = a->arch;
+    unsigned only16 = stage16_in(a, sl, j) ? ar->act_gemm16 : 0, fn16 = stage16_in(a, sl, j) ? ar->act_fn16 : 0;
+    for (int i = 0; i < ar->nact; i++) {
+        size_t n = ar->act_floats(d, i);
         if (!h[i] || (out && (done >> i & 1u))) continue;
         if (out) half_pack(a->prec, h[i], a->rc[i], n);
         else if (only16 >> i & 1u) matmul_bind_input16_only(a->rc[i], h[i], n);   // the products read it as it is
-        else half_unpack(a->prec, a->rc[i], h[i], n);
+        else if (!(fn16 >> i & 1u)) half_unpack(a->prec, a->rc[i], h[i], n);       // (fn16: BlockRun.in16)
     }
+}
+
+const uint16_t *const *stage16_in(const StageActs *a, Slot *sl, int j) {
+    return a->prec == PREC_BF16 && matmul_bf16() ? (const uint16_t *const *)(sl->blk16 + j * a->arch->nact) : NULL;
 }
 
 void stage16_round_grad(const StageActs *a, Slot *sl, const LocalDims *d) {

@@ -124,6 +124,10 @@ void stage16_free(StageActs *a);
 // those only linear layers read, Arch.act_gemm16, bound for the products
 // instead while the products run on the bf16 units: unbound after the backward).
 void stage16_move(StageActs *a, Slot *sl, int j, const LocalDims *d, int out, unsigned done);
+// The slot's j-th block's 16-bit stores for its backward to read
+// (BlockRun.in16) where stage16_move left Arch.act_fn16's unwidened: under
+// bf16 on the bf16 units; NULL otherwise.
+const uint16_t *const *stage16_in(const StageActs *a, Slot *sl, int j);
 // Under fp16 the gradient leaving a block or the head is held in fp16.
 void stage16_round_grad(const StageActs *a, Slot *sl, const LocalDims *d);
 
