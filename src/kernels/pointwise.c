@@ -114,11 +114,14 @@ static void round16(uint16_t *x16, float *t, const float *x, int m) {
     widen(t, x16, m);
 }
 
+// Elements in block b of n.
+static int blk_len(size_t n, size_t b) { return (int)(n - b * BLK < BLK ? n - b * BLK : BLK); }
+
 void gelu_forward(float *out, const float *inp, size_t n) {
     double t0 = prof_begin();
     size_t nb = (n + BLK - 1) / BLK;
     #pragma omp parallel for schedule(static)
-    for (size_t b = 0; b < nb; b++) gelu_span(out + b * BLK, inp + b * BLK, (int)(n - b * BLK < BLK ? n - b * BLK : BLK));
+    for (size_t b = 0; b < nb; b++) gelu_span(out + b * BLK, inp + b * BLK, blk_len(n, b));
     prof_end(t0, PROF_POINTWISE, 0, 2.0 * n * sizeof(float));
 }
 
@@ -128,10 +131,9 @@ void gelu_forward16(uint16_t *out16, uint16_t *inp16, const float *inp, size_t n
     #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nb; b++) {
         float t[BLK];
-        int m = (int)(n - b * BLK < BLK ? n - b * BLK : BLK);
-        round16(inp16 + b * BLK, t, inp + b * BLK, m);
-        gelu_span(t, t, m);
-        half_pack_serial(PREC_BF16, out16 + b * BLK, t, (size_t)m);
+        round16(inp16 + b * BLK, t, inp + b * BLK, blk_len(n, b));
+        gelu_span(t, t, blk_len(n, b));
+        half_pack_serial(PREC_BF16, out16 + b * BLK, t, (size_t)blk_len(n, b));
     }
     prof_end(t0, PROF_POINTWISE, 0, 8.0 * n);
 }
@@ -141,7 +143,7 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     size_t nb = (n + BLK - 1) / BLK;
     #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nb; b++)
-        gelu_grad_span(dinp + b * BLK, inp + b * BLK, dout + b * BLK, (int)(n - b * BLK < BLK ? n - b * BLK : BLK));
+        gelu_grad_span(dinp + b * BLK, inp + b * BLK, dout + b * BLK, blk_len(n, b));
     prof_end(t0, PROF_POINTWISE, 0, 3.0 * n * sizeof(float));
 }
 
@@ -151,9 +153,8 @@ void gelu_backward16(float *dinp, const uint16_t *inp16, const float *dout, size
     #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nb; b++) {
         float t[BLK];
-        int m = (int)(n - b * BLK < BLK ? n - b * BLK : BLK);
-        widen(t, inp16 + b * BLK, m);
-        gelu_grad_span(dinp + b * BLK, t, dout + b * BLK, m);
+        widen(t, inp16 + b * BLK, blk_len(n, b));
+        gelu_grad_span(dinp + b * BLK, t, dout + b * BLK, blk_len(n, b));
     }
     prof_end(t0, PROF_POINTWISE, 0, 10.0 * n);
 }
