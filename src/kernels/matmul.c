@@ -165,7 +165,8 @@ static int pairs(int K) { return (K + 1) / 2; }
 
 // n floats at w whose bf16 values are at src16: a weight the passes address
 // through w, whose floats may not hold them (matmul_bind16), or an input
-// whose floats do (matmul_bind_input16; key unused).
+// (key 1: its floats hold them, matmul_bind_input16; 2: they do not,
+// matmul_bind_input16_only).
 typedef struct Bound {
     int key;               // the caller's key, 0 for a free entry
     const float *w;
@@ -205,7 +206,6 @@ enum { INPUTS_MAX = 16 };
 static _Thread_local Bound g_inputs[INPUTS_MAX];
 static _Thread_local int g_ninputs;
 
-// key 1: the floats hold the values; 2: they do not.
 void matmul_bind_input16(const float *x, const uint16_t *x16, size_t n) {
     CHECKF(g_ninputs < INPUTS_MAX, "more than %d bound 16-bit inputs", INPUTS_MAX);
     g_inputs[g_ninputs++] = (Bound){1, x, x16, n};

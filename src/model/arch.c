@@ -92,13 +92,24 @@ void arch_norm_grads_done(const BlockRun *r, float *partial, int k, const int *w
         for (size_t c = 0; c < C; c++) r->g[which[i]][c] += partial[(size_t)i * C + c];
 }
 
+// Whether activation j, in the arch's set mask, lives in its 16-bit store
+// alone: its store given, under bf16 with the products on the bf16 units.
+static int alone16(const BlockRun *r, unsigned mask, int j) {
+    return r->act16 && r->act16[j] && r->prec == PREC_BF16 && matmul_bf16() && (mask >> j & 1u);
+}
+
+// Activation j (act_gemm16) counted as stored, its store bound for the products that read it.
+static void bind_alone16(const Arch *ar, const BlockRun *r, int j) {
+    *r->act16_done |= 1u << j;
+    matmul_bind_input16_only(r->act[j], r->act16[j], ar->act_floats(r->d, j));
+}
+
 void arch_stored(const Arch *ar, const BlockRun *r, int j) {
     if (r->prec == PREC_FP32 || (ar->act_keep32 >> j & 1u)) return;
     size_t n = ar->act_floats(r->d, j);
-    if (r->act16 && r->act16[j] && r->prec == PREC_BF16 && matmul_bf16() && (ar->act_gemm16 >> j & 1u)) {
+    if (alone16(r, ar->act_gemm16, j)) {
         half_pack(r->prec, r->act16[j], r->act[j], n);   // the products read the 16-bit store alone
-        *r->act16_done |= 1u << j;
-        matmul_bind_input16_only(r->act[j], r->act16[j], n);
+        bind_alone16(ar, r, j);
     } else if (r->act16 && r->act16[j]) {
         half_pack_widen(r->prec, r->act16[j], r->act[j], r->act[j], n);
         *r->act16_done |= 1u << j;
@@ -110,11 +121,9 @@ void arch_stored(const Arch *ar, const BlockRun *r, int j) {
 }
 
 int arch_fn16(const Arch *ar, const BlockRun *r, int jx, int jy) {
-    if (!r->act16 || !r->act16[jx] || !r->act16[jy] || r->prec != PREC_BF16 || !matmul_bf16() ||
-        !(ar->act_fn16 >> jx & 1u) || !(ar->act_gemm16 >> jy & 1u))
-        return 0;
-    *r->act16_done |= 1u << jx | 1u << jy;
-    matmul_bind_input16_only(r->act[jy], r->act16[jy], ar->act_floats(r->d, jy));
+    if (!alone16(r, ar->act_fn16, jx) || !alone16(r, ar->act_gemm16, jy)) return 0;
+    *r->act16_done |= 1u << jx;
+    bind_alone16(ar, r, jy);
     return 1;
 }
 

@@ -158,7 +158,8 @@ void stage16_free(StageActs *a) {
 void stage16_move(StageActs *a, Slot *sl, int j, const LocalDims *d, int out, unsigned done) {
     uint16_t **h = sl->blk16 + j * a->arch->nact;
     const Arch *ar = a->arch;
-    unsigned only16 = stage16_in(a, sl, j) ? ar->act_gemm16 : 0, fn16 = stage16_in(a, sl, j) ? ar->act_fn16 : 0;
+    int in16 = stage16_in(a, sl, j) != NULL;
+    unsigned only16 = in16 ? ar->act_gemm16 : 0, fn16 = in16 ? ar->act_fn16 : 0;
     for (int i = 0; i < ar->nact; i++) {
         size_t n = ar->act_floats(d, i);
         if (!h[i] || (out && (done >> i & 1u))) continue;
