@@ -90,15 +90,19 @@ static int intel_cpu(void) {
 // oneDNN's input gradient 70–77% at 2048 rows against the own 57–62%, and
 // at 128 rows 63–73% against 58–66%: there oneDNN runs the products of more
 // than 64 rows, but the input and weight gradients of a layer whose input is
-// wider than its output (mlp.proj: oneDNN 36–38%, the own kernel and
-// OpenBLAS 57–78%). At 64 rows (a pipeline's one-sequence micro-batches)
+// wider than its output (mlp.proj at 256 rows: oneDNN 127–204 GFLOP/s,
+// the own kernel 211–214, OpenBLAS's AVX-512 kernels 328–361), which run
+// on OpenBLAS where it runs 512-bit kernels, else on the own. At 64 rows (a pipeline's one-sequence micro-batches)
 // the own kernel's forward is ahead, 61–67% against 53–65%, and the step's
 // stages ran at 53–54% on it against 43% on oneDNN.
 enum { PATH_BLAS, PATH_OWN, PATH_DNNL };
 enum { PROD_FWD = 1, PROD_DINP = 2, PROD_DWEIGHT = 4 };
 static int fp32_path(int product, int N, int C, int OC) {
     if (!gemm_own() || N < 2) return PATH_BLAS;
-    if (intel_cpu() && dnnl_own() && N > 64 && (product == PROD_FWD || C <= OC)) return PATH_DNNL;
+    if (intel_cpu() && dnnl_own() && N > 64) {
+        if (product == PROD_FWD || C <= OC) return PATH_DNNL;
+        if (blas_512()) return PATH_BLAS;
+    }
     if (N <= OWN_MAX_ROWS || product == PROD_DINP) return PATH_OWN;
     if (blas_512()) return PATH_BLAS;
     if (!dnnl_own() || (product == PROD_DWEIGHT && (C > OC || OC >= 8 * C))) return PATH_OWN;
@@ -486,7 +490,9 @@ void colsum_add(float *colsum, const float *a, int N, int M) {
 
 // dinp (N,C) (+)= dout (N,OC) · weight (OC,C) in fp32.
 static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N, int C, int OC, int accumulate) {
-    if (fp32_path(PROD_DINP, N, C, OC) == PATH_OWN)   // both operands read in place: the weight is the vector operand
+    int path = fp32_path(PROD_DINP, N, C, OC);
+    if (path == PATH_DNNL && !dnnl_gemm_f32(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, accumulate)) return;
+    if (path == PATH_OWN)   // both operands read in place: the weight is the vector operand
         gemm_nn(N, C, OC, dout, OC, weight, C, dinp, C, accumulate);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
