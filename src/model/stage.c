@@ -40,21 +40,26 @@ static void zero_range(float *x, size_t lo, size_t hi) {
     }
 }
 
+// The gradients of a step are zeroed but where one product writes them
+// whole first: the linear layers' (their first backward), and a tied token
+// embedding's where this stage runs the head, whose first chunk's product
+// writes every row before the embeddings' backward adds the lookups' rows.
 void stage_grads_begin(Stage *s) {
     if (!s->grads) return;
     StageActs *a = s->acts;
     int fresh = !s->hooks.grads && a && a->gfresh;
+    int tied_here = fresh && a->arch->tied_head && a->seg_fin >= 0;
     for (int k = 0; k < s->table.nseg; k++) {
         const ParamSeg *g = &s->table.seg[k];
         size_t at = g->lo;
         for (int i = g->first; fresh && i < g->first + g->n; i++) {
             const ParamInfo *t = &s->table.p[i];
-            if (!stage_linear_only(t->role)) continue;
+            if (!stage_linear_only(t->role) && !(tied_here && t->role == ROLE_TOK_EMB)) continue;
             zero_range(s->grads, at, t->offset);
             at = t->offset + t->numel;
         }
         zero_range(s->grads, at, g->hi);
-        if (fresh) a->gfresh[k] = 1;
+        if (fresh) a->gfresh[k] = k != a->seg_emb || tied_here;
     }
 }
 

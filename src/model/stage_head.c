@@ -53,6 +53,10 @@ double stage_head_forward(Stage *s, Slot *sl, const LocalDims *d, int first, con
         final_tensors(s, stage_seg_grads(s, sf), g);
         stage_grads_fresh(s, sf, PART_FINAL, g);
     }
+    if (dhead && tied && a->gfresh[se]) {   // a tied one: the token embedding's, before the lookups' rows are added
+        a->gfresh[se] = 0;
+        matmul_grad_fresh(dhead);
+    }
     sl->rows = first && dscale != 0.0f && stage_take_rows(s);
     int V = s->cfg.vocab, Vl = d->Vl;
     const float *lnf = sl->fin[0];

@@ -43,8 +43,9 @@ struct StageActs {
     Precision prec;
     float *rc[ARCH_MAX_BUFS];               // the shared fp32 set of one block's activations that recomputation
                                             // drops or 16 bits store (NULL: not shared)
-    unsigned char *gfresh;                  // per segment: its linear layers' gradients are not yet written this
-                                            // step (stage_grads_begin), so their first backward writes them
+    unsigned char *gfresh;                  // per segment: its linear layers' gradients (the embeddings': a tied
+                                            // head's) are not yet written this step (stage_grads_begin), so
+                                            // their first backward writes them
     uint16_t *w16;                          // bf16/fp16: the 16-bit copy of the weights (table.total), or NULL
     unsigned char *w16_stale;               // per segment: the copy is older than the parameters
     uint64_t w16_version;                   // names the copy's values: a new number, unique across stages,
