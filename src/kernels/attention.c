@@ -25,25 +25,15 @@ void attention_softmax_rows(float *S, int nq, int nk, int q0, const int *lo, flo
         for (int j = 0; j < j0; j++) s[j] = 0.0f;
         for (int j = nv; j < nk; j++) s[j] = 0.0f;
         if (lse_in) {   // backward: the probabilities from the forward's log-sum-exp
-            float l = lse_in[i];
-            #pragma omp simd
-            for (int j = j0; j < nv; j++) s[j] = vexpf(s[j] * scale - l);
+            vexp_row(s + j0, s + j0, nv - j0, scale, lse_in[i]);
             continue;
         }
-        // forward: one exp per score, the row then scaled by its sum
-        float m = -INFINITY;
-        #pragma omp simd reduction(max:m)
-        for (int j = j0; j < nv; j++) m = s[j] * scale > m ? s[j] * scale : m;
-        float sum = 0.0f;
-        #pragma omp simd reduction(+:sum)
-        for (int j = j0; j < nv; j++) {
-            s[j] = vexpf(s[j] * scale - m);
-            sum += s[j];
-        }
+        // forward: one exp per score, the row then scaled by its sum (the
+        // scale is positive: the largest scaled score is the largest score's)
+        float m = vmax_row(s + j0, nv - j0, -INFINITY) * scale;
+        float sum = vexp_row(s + j0, s + j0, nv - j0, scale, m);
         lse_out[i] = m + logf(sum);
-        float r = 1.0f / sum;
-        #pragma omp simd
-        for (int j = j0; j < nv; j++) s[j] *= r;
+        vscale_row(s + j0, nv - j0, 1.0f / sum);
     }
 }
 

@@ -68,4 +68,68 @@ static inline __m512 vrecip16(__m512 d) {
 static inline __mmask16 vlanes16(size_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
 #endif
 
+// Rows of a softmax (attention's scores, the head's logits): the largest
+// value, the exps with their sum, a scaling. On AVX-512 by 16 lanes with
+// vexp16, the last vector masked, the sums kept per lane and added at the
+// end; elsewhere vexpf in loops the compiler vectorizes.
+
+// The largest of x[0, n) and m, NaNs passed over (as `x > m ? x : m` does).
+static inline float vmax_row(const float *x, int n, float m) {
+#if defined(__AVX512F__)
+    __m512 acc = _mm512_set1_ps(m);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = vlanes16((size_t)(n - i));
+        acc = _mm512_mask_max_ps(acc, k, _mm512_maskz_loadu_ps(k, x + i), acc);   // a NaN lane keeps acc
+    }
+    return _mm512_reduce_max_ps(acc);
+#else
+    #pragma omp simd reduction(max:m)
+    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+#endif
+}
+
+// dst[i] = exp(x[i]·a − b) for i in [0, n) (dst may be x, or NULL to keep
+// none), and their sum.
+static inline float vexp_row(float *dst, const float *x, int n, float a, float b) {
+#if defined(__AVX512F__)
+    __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b), sum = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = vlanes16((size_t)(n - i));
+        __m512 e = vexp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, x + i), va, vb));
+        if (dst) _mm512_mask_storeu_ps(dst + i, k, e);
+        sum = _mm512_mask_add_ps(sum, k, sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+#else
+    float sum = 0.0f;
+    if (!dst) {
+        #pragma omp simd reduction(+:sum)
+        for (int i = 0; i < n; i++) sum += vexpf(x[i] * a - b);
+        return sum;
+    }
+    #pragma omp simd reduction(+:sum)
+    for (int i = 0; i < n; i++) {
+        float e = vexpf(x[i] * a - b);
+        dst[i] = e;
+        sum += e;
+    }
+    return sum;
+#endif
+}
+
+// x[0, n) *= k.
+static inline void vscale_row(float *x, int n, float k) {
+#if defined(__AVX512F__)
+    __m512 vk = _mm512_set1_ps(k);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = vlanes16((size_t)(n - i));
+        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vk));
+    }
+#else
+    #pragma omp simd
+    for (int i = 0; i < n; i++) x[i] *= k;
+#endif
+}
+
 #endif
