@@ -54,6 +54,9 @@ static void test_sum_squares(void) {
     double b = sum_squares(g, n);
     EXPECT(a == b, "thread count changes the norm: %.17g vs %.17g", a, b);
     EXPECT(fabs(a - ref) < 1e-9 * ref, "value %.17g vs %.17g", a, ref);
+    // from an address off the vectors' alignment, a length off their width
+    double tail = ref - (double)g[0] * g[0], c = sum_squares(g + 1, n - 1);
+    EXPECT(fabs(c - tail) < 1e-9 * tail, "from g + 1: %.17g vs %.17g", c, tail);
     free(g);
 }
 
