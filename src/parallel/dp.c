@@ -448,6 +448,8 @@ double dp_grad_sumsq(const Dp *d) {
     return s;
 }
 
+int dp_grad_sumsq_covers(const Dp *d) { return d->owner && d->counts_tp && d->shared < 0; }
+
 void dp_set_shared(Dp *d, int seg) {
     CHECKF(seg == 0 && d->t->seg[0].part == PART_EMBED, "a shared segment is the embeddings' (segment 0), not %d", seg);
     d->shared = seg;

@@ -107,6 +107,11 @@ int dp_finish(Dp *d, Err *err);
 // layout_counts_tp_replicated). Summed over the DP and TP ranks it counts
 // every gradient exactly once.
 double dp_grad_sumsq(const Dp *d);
+// Whether dp_grad_sumsq reads every gradient this rank owns (those of
+// dp_owned_grads): then an inf or NaN among them makes it non-finite (the
+// squares of finite floats cannot overflow a double), and no other pass
+// need look for one.
+int dp_grad_sumsq_covers(const Dp *d);
 // Segment seg (the embeddings', segment 0) is a copy another stage holds
 // too (a pipeline's last stage with a tied head): dp_grad_sumsq leaves it
 // out, the other stage counts it.

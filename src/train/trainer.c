@@ -147,8 +147,10 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     double aux = stage_take_aux(&t->st);   // every stage's blocks' auxiliary losses, counted by TP rank 0
     // with --doc-mask, the attention pairs of the step's sequences (each DP rank's counted once), for MFU
     int counts = layout_counts_loss(t->lay, t->last);
-    double g[4] = {(counts ? loss_sum : 0.0) + (layout_counts_tp_replicated(t->lay) ? aux : 0.0), dp_grad_sumsq(t->dp),
-                   t->fp16 ? grads_overflow(t) : 0.0,
+    // (fp16: an overflow is seen in the norm's sum where it reads every owned gradient)
+    double sq = dp_grad_sumsq(t->dp);
+    double g[4] = {(counts ? loss_sum : 0.0) + (layout_counts_tp_replicated(t->lay) ? aux : 0.0), sq,
+                   !t->fp16 ? 0.0 : dp_grad_sumsq_covers(t->dp) ? (double)!isfinite(sq) : grads_overflow(t),
                    t->doc_sep >= 0 && counts ? doc_pairs(t->inp, K * B, T, t->doc_sep) : 0.0};
     prof_end(p0, PROF_GRADS, 0, 0);
     if (trainer_sum_all(t, g, t->doc_sep >= 0 ? 4 : 3, err)) return -1;
