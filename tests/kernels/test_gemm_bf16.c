@@ -120,6 +120,7 @@ static void test_gemm_bf16(void) {
     check_gemm(9, 300, 4101, 1);  // the reduction in five blocks of 411 pairs, the last shorter, odd K
     check_gemm(70, 64, 5001, 0);  // a narrow B, a long whole reduction
     check_gemm(300, 260, 96, 1);  // more rows than columns: row tiles outer
+    check_gemm(40, 2100, 400, 1);  // two column blocks of B at a reduction in two blocks
     // threads: tiles split differently, the same sums
     int R = 100, NC = 300, K = 400, kp = K / 2;
     float *A = randn((size_t)R * K, 1), *B = randn((size_t)K * NC, 1);
@@ -193,6 +194,7 @@ static void test_forms(void) {
     check_forms(37, 45, 67);      // edges everywhere, odd K
     check_forms(70, 100, 801);    // three reduction blocks, odd K
     check_forms(64, 1100, 96);    // column blocks of B
+    check_forms(40, 2100, 400);   // two column blocks of B, two reduction blocks
     check_forms(33, 17, 4101);    // a long reduction, rows past a tile
 }
 
