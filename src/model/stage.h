@@ -185,9 +185,15 @@ size_t stage_act_bytes(const ModelConfig *cfg, const ModelSlice *slice, int B, i
 // Before a step's first backward: the gradient buffer zeroed, but for the
 // linear layers' weights when the stage owns its gradients (no grads
 // hook): their first product of the step writes them instead (the same
-// values as adding to zero, one pass over them fewer). Without it the
-// gradients accumulate onto what the buffer holds.
+// values as adding to zero, one pass over them fewer); and without any
+// hook an untied token embedding's table is zeroed only in the rows the
+// last step's lookups added to. Without it the gradients accumulate onto
+// what the buffer holds.
 void stage_grads_begin(Stage *s);
+// Gradients were written outside the passes (a test's injected inf): the
+// next stage_grads_begin zeroes every gradient it does not leave to a
+// product, the untied token embedding's whole table included.
+void stage_grads_touched(Stage *s);
 
 // The parameters changed (an optimizer step, a load): under bf16/fp16 the
 // 16-bit copy of each segment is made again when next read.

@@ -46,6 +46,9 @@ struct StageActs {
     unsigned char *gfresh;                  // per segment: its linear layers' gradients (the embeddings': a tied
                                             // head's) are not yet written this step (stage_grads_begin), so
                                             // their first backward writes them
+    int *emb_rows;                          // an untied token embedding's: the tokens whose gradient rows the
+    size_t emb_n, emb_cap;                  // passes added to since stage_grads_begin, which zeroes only those
+    int emb_all;                            // rows; 1: not all listed (or written elsewhere), zero the table
     uint16_t *w16;                          // bf16/fp16: the 16-bit copy of the weights (table.total), or NULL
     unsigned char *w16_stale;               // per segment: the copy is older than the parameters
     uint64_t w16_version;                   // names the copy's values: a new number, unique across stages,

@@ -76,6 +76,7 @@ static double grads_overflow(Trainer *t) {
 
 // The test hook of an overflow: an inf in the first gradient this rank owns.
 static void poison_grads(Trainer *t) {
+    stage_grads_touched(&t->st);
     for (int k = 0; k < t->st.table.nseg; k++) {
         size_t n;
         float *gr = dp_owned_grads(t->dp, k, &n);

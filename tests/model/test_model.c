@@ -323,6 +323,54 @@ static void test_accumulate_and_repeat(void) {
     stage_free(&st);
 }
 
+// stage_grads_begin leaves some gradients to be written (the linear
+// layers', a tied head's embedding) and zeroes an untied embedding only in
+// the rows the last step looked up: a step after another gives the bits of
+// a first step on a zeroed buffer, tied and untied, and after gradients
+// written outside the passes (stage_grads_touched).
+static void check_grads_begin(ModelConfig c) {
+    Err e;
+    Stage st, fresh;
+    ModelSlice s = slice_whole(&c);
+    int B = 2, T = 12, V = c.vocab, x[24], y[24], tx[24], ty[24];
+    EXPECT(stage_init(&st, &c, &s, B, T, 1, 0, &e) == 0 && stage_init(&fresh, &c, &s, B, T, 1, 0, &e) == 0, "%s", e.msg);
+    ptable_init(&st.table, st.params, 1);
+    size_t n = st.table.total;
+    memcpy(fresh.params, st.params, n * 4);
+    make_batch(x, tx, B, T, V / 2, 5);   // tokens of the first half of the vocabulary
+    make_batch(y, ty, B, T, V, 6);
+    for (int i = 0; i < B * T; i++) y[i] = V / 2 + y[i] % (V - V / 2);   // and of the second
+    for (int round = 0; round < 2; round++) {
+        stage_grads_begin(&st);
+        stage_forward(&st, 0, x, tx, B, T, 0.5f);
+        stage_backward(&st, 0, x, B, T);
+        if (round) {   // an inf in a row no lookup adds to (a padded one), as the overflow test hook writes one
+            for (int i = 0; i < st.table.n; i++)
+                if (st.table.p[i].role == ROLE_TOK_EMB) st.grads[st.table.p[i].offset + (size_t)(V + 3) * c.d_model] = INFINITY;
+            stage_grads_touched(&st);
+        }
+        stage_grads_begin(&st);
+        stage_forward(&st, 0, y, ty, B, T, 0.5f);
+        stage_backward(&st, 0, y, B, T);
+        memset(fresh.grads, 0, n * 4);
+        stage_grads_begin(&fresh);
+        stage_forward(&fresh, 0, y, ty, B, T, 0.5f);
+        stage_backward(&fresh, 0, y, B, T);
+        EXPECT(memcmp(st.grads, fresh.grads, n * 4) == 0, "tied %d, round %d: the second step's gradients are not a "
+               "first step's", c.tie_embeddings, round);
+    }
+    stage_free(&st);
+    stage_free(&fresh);
+}
+
+static void test_grads_begin(void) {
+    check_grads_begin(tiny_cfg(2, 2, 16, 32, 12, 50));   // GPT-2: the head tied
+    ModelConfig c = llama_cfg(2, 2, 2, 16, 32, 12, 50);
+    check_grads_begin(c);
+    c.tie_embeddings = 1;
+    check_grads_begin(c);
+}
+
 // Segments: a block, the embeddings, the final norm; each padded to the
 // slice's pad_multiple with zeros, adjacent, covering the flat buffer; the
 // tensors keep the values of the unpadded table.
@@ -699,6 +747,7 @@ int main(void) {
     RUN(test_qwen2_gradient);
     RUN(test_half_precision);
     RUN(test_accumulate_and_repeat);
+    RUN(test_grads_begin);
     RUN(test_segments);
     RUN(test_stage_hooks);
     RUN(test_slots);
