@@ -1,6 +1,5 @@
 #include "model/stage.h"
 
-#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,98 +27,6 @@ void stage_seg_params_done(Stage *s, int seg) {
 }
 
 int stage_linear_only(Role r) { return r == ROLE_QKV || r == ROLE_LINEAR || r == ROLE_HEAD; }
-
-// x[lo, hi) = 0, split over the threads when it is large.
-static void zero_range(float *x, size_t lo, size_t hi) {
-    size_t n = hi - lo;
-    int nt = n < ((size_t)1 << 20) ? 1 : omp_get_max_threads();
-    #pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        size_t k = (size_t)omp_get_thread_num(), m = (size_t)omp_get_num_threads();
-        memset(x + lo + n * k / m, 0, (n * (k + 1) / m - n * k / m) * sizeof *x);
-    }
-}
-
-// The gradients of a step are zeroed but where one product writes them
-// whole first: the linear layers' (their first backward), and a tied token
-// embedding's where this stage runs the head, whose first chunk's product
-// writes every row before the embeddings' backward adds the lookups' rows.
-// Whether the stage has no hooks at all: its gradients are its passes' alone.
-static int no_hooks(const Stage *s) {
-    const StageHooks *h = &s->hooks;
-    return !h->params && !h->params_done && !h->grads && !h->grads_done && !h->take_rows && !h->rows;
-}
-
-// An untied token embedding's table, zeroed only in the rows the lookups
-// added to since the last call (all of it when they are not all listed).
-static void zero_emb_rows(Stage *s, const ParamInfo *t) {
-    StageActs *a = s->acts;
-    int v0 = a->dim.v0, Vl = a->dim.Vl, C = s->cfg.d_model;
-    CHECK(t->numel == (size_t)Vl * C);
-    if (a->emb_all) zero_range(s->grads, t->offset, t->offset + t->numel);
-    for (size_t i = 0; !a->emb_all && i < a->emb_n; i++) {
-        int r = a->emb_rows[i] - v0;
-        if (r >= 0 && r < Vl) memset(s->grads + t->offset + (size_t)r * C, 0, (size_t)C * sizeof(float));
-    }
-}
-
-// The gradients of a step are zeroed but where one product writes them
-// whole first: the linear layers' (their first backward), and a tied token
-// embedding's where this stage runs the head, whose first chunk's product
-// writes every row before the embeddings' backward adds the lookups' rows.
-// Without hooks an untied token embedding's rows are zeroed where the last
-// step added to them.
-void stage_grads_begin(Stage *s) {
-    if (!s->grads) return;
-    StageActs *a = s->acts;
-    int fresh = !s->hooks.grads && a && a->gfresh;
-    int tied_here = fresh && a->arch->tied_head && a->seg_fin >= 0;
-    int rows = fresh && !a->arch->tied_head && no_hooks(s);
-    for (int k = 0; k < s->table.nseg; k++) {
-        const ParamSeg *g = &s->table.seg[k];
-        size_t at = g->lo;
-        for (int i = g->first; fresh && i < g->first + g->n; i++) {
-            const ParamInfo *t = &s->table.p[i];
-            int emb = t->role == ROLE_TOK_EMB;
-            if (!stage_linear_only(t->role) && !(emb && (tied_here || rows))) continue;
-            zero_range(s->grads, at, t->offset);
-            if (emb && rows) zero_emb_rows(s, t);
-            at = t->offset + t->numel;
-        }
-        zero_range(s->grads, at, g->hi);
-        if (fresh) a->gfresh[k] = k != a->seg_emb || tied_here;
-    }
-    if (a) a->emb_n = 0, a->emb_all = 0;   // every row is zero again
-}
-
-void stage_grads_touched(Stage *s) {
-    if (s->acts) s->acts->emb_all = 1;
-}
-
-// The lookups' tokens of a backward pass, for stage_grads_begin (the
-// table whole when the list cannot grow).
-static void note_emb_rows(StageActs *a, const int *tokens, size_t n) {
-    if (a->emb_all) return;
-    if (a->emb_n + n > a->emb_cap) {
-        size_t cap = 2 * (a->emb_n + n);
-        int *p = realloc(a->emb_rows, cap * sizeof *p);
-        if (!p) {
-            a->emb_all = 1;
-            return;
-        }
-        a->emb_rows = p, a->emb_cap = cap;
-    }
-    memcpy(a->emb_rows + a->emb_n, tokens, n * sizeof *tokens);
-    a->emb_n += n;
-}
-
-void stage_grads_fresh(Stage *s, int seg, Part part, float *const *g) {
-    StageActs *a = s->acts;
-    if (!a->gfresh || !a->gfresh[seg]) return;
-    a->gfresh[seg] = 0;
-    for (int j = 0; j < a->arch->n[part]; j++)
-        if (stage_linear_only(a->arch->part[part][j].role)) matmul_grad_fresh(g[j]);
-}
 
 float *stage_seg_grads(Stage *s, int seg) {
     if (s->hooks.grads) return s->hooks.grads(s->hooks.ctx, seg);
@@ -599,7 +506,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         float *gpe = a->off_pos != SIZE_MAX ? stage_at(s, ge, se, a->off_pos) : NULL;
         embedding_backward(stage_at(s, ge, se, a->off_tok), gpe, dx, tokens, a->doc_sep >= 0 ? a->doc_pos : NULL, B, T,
                            d.C, d.v0, d.Vl);
-        if (!a->arch->tied_head && no_hooks(s)) note_emb_rows(a, tokens, (size_t)B * T);
+        stage_note_emb_rows(s, tokens, (size_t)B * T);
         stage_seg_grads_done(s, se);
     }
     sl->rows = 0;

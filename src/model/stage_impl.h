@@ -92,6 +92,10 @@ int stage_linear_only(Role r);
 // left them as they were); g holds its tensors' gradients in the order of
 // the part's table.
 void stage_grads_fresh(Stage *s, int seg, Part part, float *const *g);
+// A backward pass's lookups (n tokens), noted where the token embedding is
+// untied and the stage has no hooks, for stage_grads_begin to zero their
+// rows (the whole table when the list cannot grow).
+void stage_note_emb_rows(Stage *s, const int *tokens, size_t n);
 float *stage_seg_grads(Stage *s, int seg);
 void stage_seg_grads_done(Stage *s, int seg);
 // Whether the take_rows hook takes this backward pass's embedding rows.

@@ -1,0 +1,98 @@
+// model/stage_grads — the stage's gradient buffer at the start of a step:
+// zeroed but where one product writes a gradient whole first (the linear
+// layers', a tied head's embedding), and an untied token embedding's table
+// zeroed only in the rows the lookups added to.
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "kernels/matmul.h"
+#include "model/stage_impl.h"
+
+// x[lo, hi) = 0, split over the threads when it is large.
+static void zero_range(float *x, size_t lo, size_t hi) {
+    size_t n = hi - lo;
+    int nt = n < ((size_t)1 << 20) ? 1 : omp_get_max_threads();
+    #pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t k = (size_t)omp_get_thread_num(), m = (size_t)omp_get_num_threads();
+        memset(x + lo + n * k / m, 0, (n * (k + 1) / m - n * k / m) * sizeof *x);
+    }
+}
+
+// Whether the stage has no hooks at all: its gradients are its passes' alone.
+static int no_hooks(const Stage *s) {
+    const StageHooks *h = &s->hooks;
+    return !h->params && !h->params_done && !h->grads && !h->grads_done && !h->take_rows && !h->rows;
+}
+
+// An untied token embedding's table, zeroed only in the rows the lookups
+// added to since the last call (all of it when they are not all listed).
+static void zero_emb_rows(Stage *s, const ParamInfo *t) {
+    StageActs *a = s->acts;
+    int v0 = a->dim.v0, Vl = a->dim.Vl, C = s->cfg.d_model;
+    CHECK(t->numel == (size_t)Vl * C);
+    if (a->emb_all) zero_range(s->grads, t->offset, t->offset + t->numel);
+    for (size_t i = 0; !a->emb_all && i < a->emb_n; i++) {
+        int r = a->emb_rows[i] - v0;
+        if (r >= 0 && r < Vl) memset(s->grads + t->offset + (size_t)r * C, 0, (size_t)C * sizeof(float));
+    }
+}
+
+// The gradients of a step are zeroed but where one product writes them
+// whole first: the linear layers' (their first backward), and a tied token
+// embedding's where this stage runs the head, whose first chunk's product
+// writes every row before the embeddings' backward adds the lookups' rows.
+// Without hooks an untied token embedding's rows are zeroed where the last
+// step added to them.
+void stage_grads_begin(Stage *s) {
+    if (!s->grads) return;
+    StageActs *a = s->acts;
+    int fresh = !s->hooks.grads && a && a->gfresh;
+    int tied_here = fresh && a->arch->tied_head && a->seg_fin >= 0;
+    int rows = fresh && !a->arch->tied_head && no_hooks(s);
+    for (int k = 0; k < s->table.nseg; k++) {
+        const ParamSeg *g = &s->table.seg[k];
+        size_t at = g->lo;
+        for (int i = g->first; fresh && i < g->first + g->n; i++) {
+            const ParamInfo *t = &s->table.p[i];
+            int emb = t->role == ROLE_TOK_EMB;
+            if (!stage_linear_only(t->role) && !(emb && (tied_here || rows))) continue;
+            zero_range(s->grads, at, t->offset);
+            if (emb && rows) zero_emb_rows(s, t);
+            at = t->offset + t->numel;
+        }
+        zero_range(s->grads, at, g->hi);
+        if (fresh) a->gfresh[k] = k != a->seg_emb || tied_here;
+    }
+    if (a) a->emb_n = 0, a->emb_all = 0;   // every row is zero again
+}
+
+void stage_grads_touched(Stage *s) {
+    if (s->acts) s->acts->emb_all = 1;
+}
+
+void stage_note_emb_rows(Stage *s, const int *tokens, size_t n) {
+    StageActs *a = s->acts;
+    if (a->arch->tied_head || !no_hooks(s) || a->emb_all) return;
+    if (a->emb_n + n > a->emb_cap) {
+        size_t cap = 2 * (a->emb_n + n);
+        int *p = realloc(a->emb_rows, cap * sizeof *p);
+        if (!p) {
+            a->emb_all = 1;
+            return;
+        }
+        a->emb_rows = p, a->emb_cap = cap;
+    }
+    memcpy(a->emb_rows + a->emb_n, tokens, n * sizeof *tokens);
+    a->emb_n += n;
+}
+
+void stage_grads_fresh(Stage *s, int seg, Part part, float *const *g) {
+    StageActs *a = s->acts;
+    if (!a->gfresh || !a->gfresh[seg]) return;
+    a->gfresh[seg] = 0;
+    for (int j = 0; j < a->arch->n[part]; j++)
+        if (stage_linear_only(a->arch->part[part][j].role)) matmul_grad_fresh(g[j]);
+}
