@@ -5,10 +5,11 @@
 #include <string.h>
 
 #include "core/prof.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/vmath_impl.h"
 
-void crossentropy_forward(float *logits, float *losses, const int *targets, int N, int V, int Vp,
-                          float dscale) {
+void crossentropy_forward(float *logits, float *losses, const int *targets, int N, int V, int Vp, float dscale,
+                          int out16) {
     double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -16,7 +17,7 @@ void crossentropy_forward(float *logits, float *losses, const int *targets, int 
         int tgt = targets[n];
         if (tgt < 0) {
             losses[n] = 0.0f;
-            if (dscale != 0.0f) memset(x, 0, (size_t)Vp * sizeof(float));
+            if (dscale != 0.0f) memset(x, 0, (size_t)Vp * (out16 ? sizeof(uint16_t) : sizeof(float)));
             continue;
         }
         float m = vmax_row(x, V, -INFINITY), xt = x[tgt];
@@ -28,6 +29,7 @@ void crossentropy_forward(float *logits, float *losses, const int *targets, int 
         vscale_row(x, V, dscale / sum);
         x[tgt] -= dscale;
         for (int v = V; v < Vp; v++) x[v] = 0.0f;
+        if (out16) bf16_round_row((uint16_t *)x, x, (size_t)Vp);   // while the row is in cache
     }
     prof_end(t0, PROF_LOSS, 0, (dscale != 0.0f ? 2.0 : 1.0) * N * (double)Vp * sizeof(float));
 }
@@ -60,7 +62,7 @@ void crossentropy_local_sum(float *logits, float *stats, const float *mx, const 
 }
 
 void crossentropy_finish(float *logits, float *losses, const float *stats, const float *mx, const int *targets, int N,
-                         int Vr, int Vl, int v0, float dscale) {
+                         int Vr, int Vl, int v0, float dscale, int out16) {
     double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -68,7 +70,7 @@ void crossentropy_finish(float *logits, float *losses, const float *stats, const
         int tgt = targets[n], t = tgt - v0;
         if (tgt < 0) {
             losses[n] = 0.0f;
-            if (dscale != 0.0f) memset(x, 0, (size_t)Vl * sizeof(float));
+            if (dscale != 0.0f) memset(x, 0, (size_t)Vl * (out16 ? sizeof(uint16_t) : sizeof(float)));
             continue;
         }
         float sum = stats[2 * n];
@@ -77,6 +79,7 @@ void crossentropy_finish(float *logits, float *losses, const float *stats, const
         vscale_row(x, Vr, dscale / sum);
         if (t >= 0 && t < Vr) x[t] -= dscale;
         for (int v = Vr; v < Vl; v++) x[v] = 0.0f;
+        if (out16) bf16_round_row((uint16_t *)x, x, (size_t)Vl);
     }
     prof_end(t0, PROF_LOSS, 0, (dscale != 0.0f ? 2.0 : 0.0) * N * (double)Vl * sizeof(float));
 }

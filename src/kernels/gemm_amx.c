@@ -151,6 +151,26 @@ PACK_FN static void pack_a_cols32(uint16_t *dst, const float *s, int lds, int ra
     }
 }
 
+// The same from bf16: A[r][k] = s[k·lds + r], two rows of s interleaved into pairs.
+PACK_FN static void pack_a_cols16(uint16_t *dst, const uint16_t *s, int lds, int ra, int kp, int k) {
+    for (int c = 0; c < (kp + 15) / 16; c++) {
+        int n = chunk_values(c, kp, k);
+        for (int t = 0; t < 2; t++) {
+            __mmask16 m = lanes(ra - 16 * t);
+            __m512i v[16];
+            for (int p = 0; p < 16; p++) {
+                const uint16_t *e = s + (size_t)(32 * c + 2 * p) * lds + 16 * t;
+                __m256i ve = 2 * p < n ? _mm256_maskz_loadu_epi16(m, e) : _mm256_setzero_si256();
+                __m256i vo = 2 * p + 1 < n ? _mm256_maskz_loadu_epi16(m, e + lds) : _mm256_setzero_si256();
+                v[p] = bf16_pairs16v(ve, vo);
+            }
+            bf16_transpose16(v);
+            uint16_t *d = dst + (size_t)c * PANEL + 512 * t;
+            for (int r = 0; r < 16; r++) _mm512_storeu_si512(d + 32 * r, v[r]);
+        }
+    }
+}
+
 // B's pairs [0, kp) × columns [0, cb) from bf16 (f32 0) or fp32 rows ld
 // apart, k rows left: rows 2q and 2q+1 interleaved into the tile's row q.
 PACK_FN static void pack_b_rows(uint16_t *dst, const void *b, int ld, int f32, int cb, int kp, int k) {
@@ -314,6 +334,7 @@ static void pack_a_at(const Job *j, uint16_t *pa, int i) {
     case OP_PAIRS16: pack_a(pa, (const uint16_t *)j->a.p + (size_t)i * ld + 2 * j->p0, ld, ra, j->kp); break;
     case OP_ROWS32: pack_a_rows32(pa, (const float *)j->a.p + (size_t)i * ld + 2 * j->p0, ld, ra, j->kp, left); break;
     case OP_COLS32: pack_a_cols32(pa, (const float *)j->a.p + (size_t)2 * j->p0 * ld + i, ld, ra, j->kp, left); break;
+    case OP_COLS16: pack_a_cols16(pa, (const uint16_t *)j->a.p + (size_t)2 * j->p0 * ld + i, ld, ra, j->kp, left); break;
     default: CHECK(0); break;
     }
 }
@@ -368,7 +389,7 @@ enum {
 };
 
 int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias, int nt) {
-    if (a.form != OP_PAIRS16 && a.form != OP_ROWS32 && a.form != OP_COLS32) return -1;
+    if (a.form != OP_PAIRS16 && a.form != OP_ROWS32 && a.form != OP_COLS32 && a.form != OP_COLS16) return -1;
     // Reduction blocks of equal length in whole chunks of 16 pairs, the last shorter: only the last
     // chunk of the whole reduction is partial, and the block boundaries depend on KP alone.
     int KP = (K + 1) / 2;

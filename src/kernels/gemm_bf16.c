@@ -224,6 +224,7 @@ int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, in
         if (!room) return -1;
         if (a.form == OP_ROWS32) bf16_pack_rows(room, 2 * KP, a.p, a.ld, R, K);
         else if (a.form == OP_COLS32) bf16_pack_rows_t(room, 2 * KP, a.p, a.ld, R, K);
+        else if (a.form == OP_COLS16) bf16_rows_t16(room, 2 * KP, a.p, a.ld, R, K);
         else CHECKF(0, "gemm_bf16_op: form %d is not an A operand", (int)a.form);
         A = room, lda = 2 * KP, room += (size_t)R * 2 * KP;
     }
@@ -444,6 +445,28 @@ void bf16_pairs_t16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) 
         }
 }
 
+// dst (R, 2·kp(K)) = src^T, src (K,R) bf16: by blocks of 16 × 16, which
+// keep a block's source rows and destination rows in cache.
+void bf16_rows_t16(uint16_t *dst, int ldd, const uint16_t *src, int lds, int R, int K) {
+    #pragma omp parallel for schedule(static) if (pack_threads((double)R * K) > 1)
+    for (int r0 = 0; r0 < R; r0 += 16)
+        for (int k0 = 0; k0 < K; k0 += 16)
+            for (int r = r0; r < R && r < r0 + 16; r++)
+                for (int k = k0; k < K && k < k0 + 16; k++) dst[(size_t)r * ldd + k] = src[(size_t)k * lds + r];
+    if (K & 1)
+        for (int r = 0; r < R; r++) dst[(size_t)r * ldd + K] = 0;
+}
+
+void bf16_round_row(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i += 32) {
+        size_t m = n - i;
+        __mmask16 lo = m >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << m) - 1);
+        __mmask16 hi = m >= 32 ? (__mmask16)0xFFFF : m <= 16 ? 0 : (__mmask16)((1u << (m - 16)) - 1);
+        __mmask32 all = m >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << m) - 1);
+        _mm512_mask_storeu_epi16(dst + i, all, bf16_row32(src + i, lo, hi));   // loaded before stored: in place
+    }
+}
+
 #else   // no AVX512_BF16: callers ask gemm_bf16_own() first
 
 int gemm_bf16_own(void) { return 0; }
@@ -505,6 +528,14 @@ void bf16_pairs16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
 }
 void bf16_pairs_t16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
     (void)dst, (void)src, (void)lds, (void)K, (void)NC;
+    NOT_BUILT;
+}
+void bf16_rows_t16(uint16_t *dst, int ldd, const uint16_t *src, int lds, int R, int K) {
+    (void)dst, (void)ldd, (void)src, (void)lds, (void)R, (void)K;
+    NOT_BUILT;
+}
+void bf16_round_row(uint16_t *dst, const float *src, size_t n) {
+    (void)dst, (void)src, (void)n;
     NOT_BUILT;
 }
 

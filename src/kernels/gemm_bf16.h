@@ -53,7 +53,7 @@ void gemm_bf16_bias(int R, int NC, int KP, const uint16_t *A, int lda, const uin
 typedef enum {
     OP_PAIRS16,   // gemm_bf16's own layouts: A rows of pairs (ld in bf16 values), B packed pairs (ld in pairs)
     OP_ROWS16,    // B only: bf16 row-major (K,NC)
-    OP_COLS16,    // B only: bf16 (NC,K), read transposed: B[k][n] = p[n·ld + k]
+    OP_COLS16,    // bf16 read transposed: B (NC,K) as B[k][n] = p[n·ld + k], or A (K,R) as A[r][k] = p[k·ld + r]
     OP_ROWS32,    // fp32 row-major, A (R,K) or B (K,NC), rounded as read
     OP_COLS32,    // fp32 read transposed, A[r][k] = p[k·ld + r] or B[k][n] = p[n·ld + k], rounded as read
     OP_PANELS,    // B only: the tiles' own panels (gemm_bf16_panels_at), AMX alone; ld: the pairs they were packed over
@@ -97,5 +97,11 @@ void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC);
 // a stored activation): no rounding, 2 bytes read per element instead of 4.
 void bf16_pairs16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC);
 void bf16_pairs_t16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC);
+// dst (R, 2·kp(K)) = src^T where src is (K,R) bf16: an A operand from a bf16 transpose.
+void bf16_rows_t16(uint16_t *dst, int ldd, const uint16_t *src, int lds, int R, int K);
+// dst[0, n) = src[0, n) rounded to bf16 as the tiles' packers round (nearest
+// even, subnormals to zero), in ascending order: dst may be src's own start,
+// each row of floats becoming a row of bf16 in its first half.
+void bf16_round_row(uint16_t *dst, const float *src, size_t n);
 
 #endif

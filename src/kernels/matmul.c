@@ -548,6 +548,51 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
     }
 }
 
+int matmul_grad16(void) { return g_bf16 && gemm_bf16_unit() == BF16_AMX; }
+
+// linear_backward on dout widened, where the tiles could not run a product.
+static void backward_widened(float *dinp, float *dweight, const uint16_t *dout, int ld, const float *inp,
+                             const float *weight, int N, int C, int OC, int accumulate) {
+    float *f = mem_alloc(MEM_WORKSPACE, (size_t)N * OC * sizeof(float));
+    CHECKF(f, "out of memory widening a bf16 output gradient (%d×%d)", N, OC);
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) f[(size_t)n * OC + o] = bf16_to_f32(dout[(size_t)n * ld + o]);
+    linear_backward(dinp, dweight, NULL, f, inp, weight, N, C, OC, accumulate);
+    mem_free(f);
+}
+
+void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld, const float *inp,
+                       const float *weight, int N, int C, int OC, int accumulate) {
+    CHECKF(OC % 2 == 0, "a bf16 output gradient of odd width %d", OC);
+    if (N == 0 || !matmul_grad16()) {
+        backward_widened(dinp, dweight, dout, ld, inp, weight, N, C, OC, accumulate);
+        return;
+    }
+    double t0 = prof_begin();
+    Bf16Op b;
+    if (dinp) {   // dinp (N,C) (+)= dout (N,OC) · weight (OC,C): A dout's rows as they lie
+        if (weight_op(weight, C, OC, FORM_DINP, &b) ||
+            gemm_bf16_op(N, C, OC, (Bf16Op){OP_PAIRS16, dout, ld}, b, dinp, C, accumulate, NULL, NULL)) {
+            backward_widened(dinp, dweight, dout, ld, inp, weight, N, C, OC, accumulate);
+            return;
+        }
+        prof_gemm(t0, PROF_GEMM_DX, N, C, OC);
+        t0 = prof_begin();
+    }
+    if (dweight) {   // dweight (OC,C) (+)= dout^T (OC,N) · inp (N,C): A dout read transposed
+        int fresh = take_fresh(dweight, (size_t)OC * C);
+        const uint16_t *x16 = input16(inp, (size_t)N * C);
+        b = x16 ? (Bf16Op){OP_ROWS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C};
+        if (gemm_bf16_op(OC, C, N, (Bf16Op){OP_COLS16, dout, ld}, b, dweight, C, !fresh, NULL, NULL)) {
+            if (fresh) matmul_grad_fresh(dweight);   // untouched: the widened product writes it
+            backward_widened(NULL, dweight, dout, ld, inp, weight, N, C, OC, accumulate);
+            return;
+        }
+        prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
+    }
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);

@@ -84,6 +84,18 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC, int accumulate);
 
+// Whether linear_backward16 reads a bf16 output gradient as it lies: under
+// matmul_set_bf16 on the tiles, whose panels read rows or columns of bf16
+// (the vector units would first copy it into their layouts).
+int matmul_grad16(void);
+// linear_backward (no bias) from an output gradient already in bf16: dout
+// (N,OC) rows ld values apart, OC even. The bits of linear_backward on the
+// widened floats under matmul_set_bf16, which rounds them to the same
+// values as it packs them. Where the tiles cannot run it (matmul_grad16()
+// is 0, or their panels' memory is not to be had) dout is widened first.
+void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld, const float *inp,
+                       const float *weight, int N, int C, int OC, int accumulate);
+
 // colsum (M) += column sums of a (N,M); each column summed in row order, so
 // the result does not depend on the thread count.
 void colsum_add(float *colsum, const float *a, int N, int M);

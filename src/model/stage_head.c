@@ -64,14 +64,20 @@ double stage_head_forward(Stage *s, Slot *sl, const LocalDims *d, int first, con
     // gradient into the final norm's output and the head, chunk by chunk.
     // The chunks are as even as the logits buffer allows (2048 rows in 7
     // chunks of 293 or fewer, not 6 of 333 and a GEMM of 50 rows).
+    // On the tiles the logits' gradient is written in bf16, each row in the
+    // first half of its own (half the bytes written and read twice, the
+    // products' operands as they would round the floats).
     int nchunk = (N + a->head_rows - 1) / a->head_rows, per = (N + nchunk - 1) / nchunk;
+    int g16 = dscale != 0.0f && matmul_grad16();
     matmul_hold(head, stage16_version(s));   // every chunk, every micro-batch of a step: the same weight
     for (int r0 = 0; r0 < N; r0 += per) {
         int nr = N - r0 < per ? N - r0 : per;
-        linear_forward(a->logits, lnf + (size_t)r0 * C, head, NULL, nr, C, Vl);
-        tp_crossentropy(a->tp, a->logits, sl->losses + r0, targets + r0, nr, V, Vl, d->v0, dscale);
-        if (dscale != 0.0f)
-            linear_backward(a->tmp + (size_t)r0 * C, dhead, NULL, a->logits, lnf + (size_t)r0 * C, head, nr, C, Vl, 0);
+        const float *x = lnf + (size_t)r0 * C;
+        linear_forward(a->logits, x, head, NULL, nr, C, Vl);
+        tp_crossentropy(a->tp, a->logits, sl->losses + r0, targets + r0, nr, V, Vl, d->v0, dscale, g16);
+        float *dx = a->tmp + (size_t)r0 * C;
+        if (g16) linear_backward16(dx, dhead, (const uint16_t *)a->logits, 2 * Vl, x, head, nr, C, Vl, 0);
+        else if (dscale != 0.0f) linear_backward(dx, dhead, NULL, a->logits, x, head, nr, C, Vl, 0);
     }
     matmul_release();
     if (tied) stage_seg_params_done(s, se);

@@ -85,9 +85,9 @@ static void exchange(Tp *t, size_t k) {
 }
 
 void tp_crossentropy(Tp *t, float *logits, float *losses, const int *targets, int N, int V, int Vl, int v0,
-                     float dscale) {
+                     float dscale, int out16) {
     if (!t) {
-        crossentropy_forward(logits, losses, targets, N, V, Vl, dscale);
+        crossentropy_forward(logits, losses, targets, N, V, Vl, dscale, out16);
         return;
     }
     CHECKF(N <= t->rows, "tp_crossentropy: %d rows, room for %d", N, t->rows);
@@ -109,7 +109,7 @@ void tp_crossentropy(Tp *t, float *logits, float *losses, const int *targets, in
         for (size_t r = 1; r < n; r++) s += t->all[r * 2 * rows + i];
         t->mine[i] = s;
     }
-    crossentropy_finish(logits, losses, t->mine, t->mx, targets, N, Vr, Vl, v0, dscale);
+    crossentropy_finish(logits, losses, t->mine, t->mx, targets, N, Vr, Vl, v0, dscale, out16);
 }
 
 int tp_status(const Tp *t, Err *err) {

@@ -62,9 +62,10 @@ void tp_sum(Tp *t, float *x, size_t n);
 // are real tokens; targets (N) in [0,V) or −1 (skipped). losses (N) gets
 // every row's loss (the same on every rank); with dscale != 0 the logits
 // are replaced by this slice of dscale · (softmax − onehot(target)), as
-// crossentropy_forward does for the whole row.
+// crossentropy_forward does for the whole row (with out16 in bf16, as it
+// stores them).
 void tp_crossentropy(Tp *t, float *logits, float *losses, const int *targets, int N, int V, int Vl, int v0,
-                     float dscale);
+                     float dscale, int out16);
 
 // 0, or -1 with the first failed collective.
 int tp_status(const Tp *t, Err *err);

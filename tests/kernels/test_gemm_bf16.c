@@ -147,8 +147,12 @@ static void check_forms(int R, int NC, int K) {
     float *A = randn((size_t)R * lda, 1), *At = calloc((size_t)K * ldat, sizeof *At);
     float *B = randn((size_t)K * ldb, 1), *Bt = calloc((size_t)NC * ldbt, sizeof *Bt), *bias = randn((size_t)NC, 1);
     uint16_t *B16 = calloc((size_t)K * ldb, sizeof *B16), *Bt16 = calloc((size_t)NC * ldbt, sizeof *Bt16);
+    uint16_t *At16 = calloc((size_t)K * ldat, sizeof *At16);
     for (int r = 0; r < R; r++)
-        for (int k = 0; k < K; k++) At[(size_t)k * ldat + r] = A[(size_t)r * lda + k];
+        for (int k = 0; k < K; k++) {
+            At[(size_t)k * ldat + r] = A[(size_t)r * lda + k];
+            At16[(size_t)k * ldat + r] = f32_to_bf16(A[(size_t)r * lda + k]);
+        }
     for (int k = 0; k < K; k++)
         for (int n = 0; n < NC; n++) {
             Bt[(size_t)n * ldbt + k] = B[(size_t)k * ldb + n];
@@ -161,7 +165,7 @@ static void check_forms(int R, int NC, int K) {
     bf16_pack_rows(a, 2 * kp, A, lda, R, K);
     bf16_pack_pairs(b, B, ldb, K, NC);
     if (amx) gemm_bf16_panels(pan, (Bf16Op){OP_COLS16, Bt16, ldbt}, K, NC);
-    Bf16Op as[] = {{OP_PAIRS16, a, 2 * kp}, {OP_ROWS32, A, lda}, {OP_COLS32, At, ldat}};
+    Bf16Op as[] = {{OP_PAIRS16, a, 2 * kp}, {OP_ROWS32, A, lda}, {OP_COLS32, At, ldat}, {OP_COLS16, At16, ldat}};
     Bf16Op bs[] = {{OP_PAIRS16, b, NC}, {OP_ROWS16, B16, ldb}, {OP_COLS16, Bt16, ldbt}, {OP_ROWS32, B, ldb},
                    {OP_COLS32, Bt, ldbt}, {OP_PANELS, pan, kp}};
     size_t n = (size_t)R * NC;
@@ -171,7 +175,7 @@ static void check_forms(int R, int NC, int K) {
         memcpy(ref, c0, n * sizeof *ref);
         EXPECT(gemm_bf16_op(R, NC, K, as[0], bs[0], ref, NC, acc, bi, NULL) == 0, "gemm_bf16_op in pairs failed");
         int ok = 1, refused = 1;
-        for (int ia = 0; ia < 3; ia++)
+        for (int ia = 0; ia < 4; ia++)
             for (int ib = 0; ib < (amx ? 6 : 5); ib++) {
                 memcpy(c, c0, n * sizeof *c);
                 ok &= gemm_bf16_op(R, NC, K, as[ia], bs[ib], c, NC, acc, bi, room) == 0 &&
@@ -185,7 +189,8 @@ static void check_forms(int R, int NC, int K) {
         EXPECT(ok, "gemm_bf16_op R=%d NC=%d K=%d acc=%d: a form's bits differ from the pairs'", R, NC, K, acc);
         EXPECT(refused, "gemm_bf16_op R=%d NC=%d K=%d: ran without room, or touched C", R, NC, K);
     }
-    free(A); free(At); free(B); free(Bt); free(bias); free(B16); free(Bt16); free(a); free(b); free(room); free(pan);
+    free(A); free(At); free(At16); free(B); free(Bt); free(bias); free(B16); free(Bt16); free(a); free(b); free(room);
+    free(pan);
     free(c0); free(ref); free(c);
 }
 
@@ -276,6 +281,42 @@ static void test_linear_bf16(void) {
         EXPECT(ey < 1e-6 && ex < 1e-6 && ew < 1e-6, "linear bf16 N=%d: fwd %.2e, dinp %.2e, dweight %.2e", N, ey, ex,
                ew);
         free(x); free(w); free(bias); free(dy); free(y); free(dx); free(dw);
+    }
+}
+
+// linear_backward16: from an output gradient already in bf16 (rows ld
+// apart, as the head's logits' gradient lies in its float rows), the bits
+// of linear_backward on the same values as floats, the input gradient
+// written and added to, the weight gradient added to and written where
+// marked unwritten — on the tiles read as they lie, elsewhere widened.
+static void test_backward16(void) {
+    int shapes[][3] = {{7, 41, 130}, {70, 64, 258}, {293, 96, 1024}};   // {N, C, OC}
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int N = shapes[si][0], C = shapes[si][1], OC = shapes[si][2], ld = 2 * OC;
+        float *x = randn((size_t)N * C, 1), *w = randn((size_t)OC * C, 1), *dy = randn((size_t)N * OC, 1);
+        uint16_t *d16 = calloc((size_t)N * ld, sizeof *d16);
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                d16[(size_t)n * ld + o] = f32_to_bf16(dy[(size_t)n * OC + o]);
+                dy[(size_t)n * OC + o] = bf16_to_f32(d16[(size_t)n * ld + o]);
+            }
+        size_t nx = (size_t)N * C, nw = (size_t)OC * C;
+        float *dx1 = randn(nx, 2), *dx2 = malloc(nx * 4), *dw1 = randn(nw, 3), *dw2 = malloc(nw * 4);
+        memcpy(dx2, dx1, nx * 4);
+        memcpy(dw2, dw1, nw * 4);
+        int prev = matmul_set_bf16(1), ok = 1;
+        for (int round = 0; round < 2; round++) {   // added to, then written (accumulate 0, marked unwritten)
+            if (round) matmul_grad_fresh(dw1);
+            linear_backward(dx1, dw1, NULL, dy, x, w, N, C, OC, !round);
+            if (round) matmul_grad_fresh(dw2);
+            linear_backward16(dx2, dw2, d16, ld, x, w, N, C, OC, !round);
+            ok &= memcmp(dx1, dx2, nx * 4) == 0 && memcmp(dw1, dw2, nw * 4) == 0;
+        }
+        EXPECT(matmul_grads_unwritten() == 0, "a mark left unused");
+        matmul_set_bf16(prev);
+        EXPECT(ok, "linear_backward16 N=%d C=%d OC=%d: not linear_backward's bits (tiles %d)", N, C, OC,
+               gemm_bf16_unit() == BF16_AMX);
+        free(x); free(w); free(dy); free(d16); free(dx1); free(dx2); free(dw1); free(dw2);
     }
 }
 
@@ -550,6 +591,7 @@ int main(void) {
         RUN(test_gemm_bias);
         RUN(test_forms);
         RUN(test_linear_bf16);
+        RUN(test_backward16);
         RUN(test_hold);
         RUN(test_bound);
         RUN(test_bound_input);

@@ -20,11 +20,11 @@ static void test_special_values(void) {
 static void test_loss_of_nan_logits(void) {
     float logits[8] = {0.1f, NAN, 0.3f, 0.2f, 0, 0, 0, 0}, loss;
     int tgt = 1;
-    crossentropy_forward(logits, &loss, &tgt, 1, 4, 8, 1.0f);
+    crossentropy_forward(logits, &loss, &tgt, 1, 4, 8, 1.0f, 0);
     EXPECT(isnan(loss), "a NaN target logit gives loss %g", loss);
     float all[4] = {NAN, NAN, NAN, NAN};
     tgt = 0;
-    crossentropy_forward(all, &loss, &tgt, 1, 4, 4, 0.0f);
+    crossentropy_forward(all, &loss, &tgt, 1, 4, 4, 0.0f, 0);
     EXPECT(!isfinite(loss), "an all-NaN row gives loss %g", loss);
 }
 

@@ -12,6 +12,7 @@
 #include "core/alloc.h"
 #include "core/rng.h"
 #include "kernels/crossentropy.h"
+#include "kernels/gemm_bf16.h"
 #include "model/stage.h"
 #include "test.h"
 
@@ -122,7 +123,7 @@ static void test_sliced_loss(void) {
     for (int i = 0; i < N * S * Vl; i++) whole[i] = (float)rng_normal(5, 1, (uint64_t)i) * 3.0f;
     for (int k = 0; k < S; k++)
         for (int i = 0; i < N; i++) memcpy(part[k] + i * Vl, whole + i * S * Vl + k * Vl, Vl * sizeof(float));
-    crossentropy_forward(whole, lw, tgt, N, V, S * Vl, 0.25f);
+    crossentropy_forward(whole, lw, tgt, N, V, S * Vl, 0.25f, 0);
     for (int k = 0; k < S; k++) {
         int Vr = V - k * Vl < 0 ? 0 : V - k * Vl > Vl ? Vl : V - k * Vl;
         crossentropy_local_max(part[k], mx[k], tgt, N, Vr, Vl);
@@ -136,7 +137,19 @@ static void test_sliced_loss(void) {
     double worst = 0;
     for (int k = 0; k < S; k++) {
         int Vr = V - k * Vl < 0 ? 0 : V - k * Vl > Vl ? Vl : V - k * Vl;
-        crossentropy_finish(part[k], lp, sum, m, tgt, N, Vr, Vl, k * Vl, 0.25f);
+        float p16[N * Vl], lp16[N];
+        memcpy(p16, part[k], sizeof p16);
+        crossentropy_finish(part[k], lp, sum, m, tgt, N, Vr, Vl, k * Vl, 0.25f, 0);
+        if (gemm_bf16_own()) {   // out16: the same rows rounded to bf16, each at its own row's start
+            crossentropy_finish(p16, lp16, sum, m, tgt, N, Vr, Vl, k * Vl, 0.25f, 1);
+            uint16_t want[Vl];
+            int bad = memcmp(lp, lp16, sizeof lp) != 0;
+            for (int i = 0; i < N; i++) {
+                bf16_round_row(want, part[k] + i * Vl, Vl);
+                bad += memcmp((uint16_t *)(p16 + i * Vl), want, sizeof want) != 0;
+            }
+            EXPECT(bad == 0, "slice %d in bf16: %d rows or losses not the floats' rounded", k, bad);
+        }
         for (int i = 0; i < N; i++) {
             EXPECT(fabsf(lp[i] - lw[i]) <= 1e-5f * fmaxf(1.0f, fabsf(lw[i])), "row %d loss %g, whole %g", i, lp[i], lw[i]);
             for (int v = 0; v < Vl; v++) worst = fmax(worst, fabs(part[k][i * Vl + v] - whole[i * S * Vl + k * Vl + v]));
