@@ -491,6 +491,17 @@ void colsum_add(float *colsum, const float *a, int N, int M) {
 // dinp (N,C) (+)= dout (N,OC) · weight (OC,C) in fp32.
 static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N, int C, int OC, int accumulate) {
     int path = fp32_path(PROD_DINP, N, C, OC);
+    // A layer eight times wider out than in (the head: a reduction over the
+    // vocabulary) as the transposed product dinp^T (C,N) = weight^T · dout^T,
+    // then transposed: oneDNN's blocking runs it 6% faster in the step
+    // (gpt2-124m B=4 T=64: 70-75 to 64-68 ms).
+    if (path == PATH_DNNL && !accumulate && OC >= 8 * C) {
+        float *t = scratch((size_t)C * N);
+        if (t && !dnnl_gemm_f32(C, N, OC, weight, 1, C, dout, 1, OC, t, N, 0)) {
+            transpose_add(dinp, C, t, N, NULL, C, N);
+            return;
+        }
+    }
     if (path == PATH_DNNL && !dnnl_gemm_f32(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, accumulate)) return;
     if (path == PATH_OWN)   // both operands read in place: the weight is the vector operand
         gemm_nn(N, C, OC, dout, OC, weight, C, dinp, C, accumulate);
