@@ -130,39 +130,28 @@ PACK_FN static void pack_a_rows32(uint16_t *dst, const float *a, int lda, int ra
     }
 }
 
-// A's rows [0, ra) × pairs [0, kp) read transposed from fp32: A[r][k] = s[k·lds + r].
-// Per tile, 32 rows of s become 16 vectors of pairs, transposed into the tile's rows.
-PACK_FN static void pack_a_cols32(uint16_t *dst, const float *s, int lds, int ra, int kp, int k) {
+// A's rows [0, ra) × pairs [0, kp) read transposed from bf16 (f32 0) or
+// fp32: A[r][k] = s[k·lds + r]. Per tile, 32 rows of s become 16 vectors
+// of pairs, transposed into the tile's rows.
+PACK_FN static void pack_a_cols(uint16_t *dst, const void *s, int lds, int f32, int ra, int kp, int k) {
     for (int c = 0; c < (kp + 15) / 16; c++) {
         int n = chunk_values(c, kp, k);
         for (int t = 0; t < 2; t++) {
             __mmask16 m = lanes(ra - 16 * t);
             __m512i v[16];
             for (int p = 0; p < 16; p++) {
-                const float *e = s + (size_t)(32 * c + 2 * p) * lds + 16 * t;
-                __m512 ve = 2 * p < n ? _mm512_maskz_loadu_ps(m, e) : _mm512_setzero_ps();
-                __m512 vo = 2 * p + 1 < n ? _mm512_maskz_loadu_ps(m, e + lds) : _mm512_setzero_ps();
-                v[p] = bf16_pairs32(ve, vo);
-            }
-            bf16_transpose16(v);
-            uint16_t *d = dst + (size_t)c * PANEL + 512 * t;
-            for (int r = 0; r < 16; r++) _mm512_storeu_si512(d + 32 * r, v[r]);
-        }
-    }
-}
-
-// The same from bf16: A[r][k] = s[k·lds + r], two rows of s interleaved into pairs.
-PACK_FN static void pack_a_cols16(uint16_t *dst, const uint16_t *s, int lds, int ra, int kp, int k) {
-    for (int c = 0; c < (kp + 15) / 16; c++) {
-        int n = chunk_values(c, kp, k);
-        for (int t = 0; t < 2; t++) {
-            __mmask16 m = lanes(ra - 16 * t);
-            __m512i v[16];
-            for (int p = 0; p < 16; p++) {
-                const uint16_t *e = s + (size_t)(32 * c + 2 * p) * lds + 16 * t;
-                __m256i ve = 2 * p < n ? _mm256_maskz_loadu_epi16(m, e) : _mm256_setzero_si256();
-                __m256i vo = 2 * p + 1 < n ? _mm256_maskz_loadu_epi16(m, e + lds) : _mm256_setzero_si256();
-                v[p] = bf16_pairs16v(ve, vo);
+                size_t o = (size_t)(32 * c + 2 * p) * lds + 16 * t;
+                int ev = 2 * p < n, od = 2 * p + 1 < n;
+                if (f32) {
+                    const float *e = (const float *)s + o;
+                    v[p] = bf16_pairs32(ev ? _mm512_maskz_loadu_ps(m, e) : _mm512_setzero_ps(),
+                                        od ? _mm512_maskz_loadu_ps(m, e + lds) : _mm512_setzero_ps());
+                } else {
+                    const uint16_t *e = (const uint16_t *)s + o;   // 16 values (512-bit loads: no AVX512VL asked)
+                    __m512i ve = ev ? _mm512_maskz_loadu_epi16((__mmask32)m, e) : _mm512_setzero_si512();
+                    __m512i vo = od ? _mm512_maskz_loadu_epi16((__mmask32)m, e + lds) : _mm512_setzero_si512();
+                    v[p] = bf16_pairs16v(_mm512_castsi512_si256(ve), _mm512_castsi512_si256(vo));
+                }
             }
             bf16_transpose16(v);
             uint16_t *d = dst + (size_t)c * PANEL + 512 * t;
@@ -333,8 +322,10 @@ static void pack_a_at(const Job *j, uint16_t *pa, int i) {
     switch (j->a.form) {
     case OP_PAIRS16: pack_a(pa, (const uint16_t *)j->a.p + (size_t)i * ld + 2 * j->p0, ld, ra, j->kp); break;
     case OP_ROWS32: pack_a_rows32(pa, (const float *)j->a.p + (size_t)i * ld + 2 * j->p0, ld, ra, j->kp, left); break;
-    case OP_COLS32: pack_a_cols32(pa, (const float *)j->a.p + (size_t)2 * j->p0 * ld + i, ld, ra, j->kp, left); break;
-    case OP_COLS16: pack_a_cols16(pa, (const uint16_t *)j->a.p + (size_t)2 * j->p0 * ld + i, ld, ra, j->kp, left); break;
+    case OP_COLS32: pack_a_cols(pa, (const float *)j->a.p + (size_t)2 * j->p0 * ld + i, ld, 1, ra, j->kp, left); break;
+    case OP_COLS16:
+        pack_a_cols(pa, (const uint16_t *)j->a.p + (size_t)2 * j->p0 * ld + i, ld, 0, ra, j->kp, left);
+        break;
     default: CHECK(0); break;
     }
 }
