@@ -3,132 +3,19 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/dnnl.h"
+#include "kernels/matmul_impl.h"
 
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-#include <strings.h>
 
 #include "core/alloc.h"
 #include "core/half.h"
 #include "core/prof.h"
-#include "core/timer.h"
 
 #include "core/check.h"
-
-#ifdef TSR_OPENBLAS
-char *openblas_get_config(void);
-char *openblas_get_corename(void);
-int openblas_get_parallel(void);
-#endif
-
-
-// Up to this many rows a linear layer runs on kernels/gemm rather than
-// OpenBLAS (bench_gemm): at 64 rows gemm's forward and input gradient reach
-// 87–106% of the 1-thread SGEMM ceiling where OpenBLAS's per-call packing
-// holds it to 64–81%; at 256 rows its input gradient is ahead, the forward
-// and the weight gradient even; at 512 rows and more OpenBLAS's AVX-512
-// kernels are as fast or faster, but its Haswell kernels (what
-// OPENBLAS_CORETYPE=Haswell picks) reach half the own kernel's rate there.
-enum { OWN_MAX_ROWS = 256, OWN_OC_BLOCK = 1536 };
-
-// Whether the linked BLAS runs 512-bit kernels. OpenBLAS says which core's
-// kernels it chose: a CPU with AVX-512 held to its Haswell kernels (as
-// OPENBLAS_CORETYPE=Haswell does) multiplies at half the rate the own
-// kernel reaches, at every shape. Another CBLAS is taken at its word.
-static int blas_512(void) {
-    static int known = -1;
-    if (known < 0) {
-#ifdef TSR_OPENBLAS
-        static const char *wide[] = {"skylakex", "cooperlake", "sapphirerapids"};
-        const char *core = openblas_get_corename();
-        known = 0;
-        for (size_t i = 0; core && i < sizeof wide / sizeof *wide; i++) known |= strcasecmp(core, wide[i]) == 0;
-#else
-        known = 1;
-#endif
-    }
-    return known;
-}
-
-// Intel's cores (CPUID's vendor): oneDNN's brgemm outruns the own kernel
-// there (below).
-static int intel_cpu(void) {
-    static int known = -1;
-    if (known < 0) {
-        known = 0;
-#if defined(__x86_64__)
-        unsigned a, b, c, d;
-        if (__get_cpuid(0, &a, &b, &c, &d)) known = b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;   // "GenuineIntel"
-#endif
-    }
-    return known;
-}
-
-// Which path runs an fp32 product of N rows (input width C, output width
-// OC), chosen per product by what the CPU and the linked BLAS run, from
-// bench/bench_dnnl and the step's shapes measured side by side (gpt2-124m,
-// 2 threads, Zen 5):
-// - the own kernel up to OWN_MAX_ROWS rows, where it packs nothing;
-// - the own kernel for every input gradient: it reads both operands in
-//   place and reached 80–88% of the fp32 peak at 2048 rows, where oneDNN
-//   reached 73–90% and OpenBLAS's AVX-512 kernels 79–83%; at the head's
-//   (293 rows, a reduction over 50,304) 80–83%, against 58% and 70–73%;
-// - the linked BLAS when it runs 512-bit kernels (OpenBLAS's reach 78–85%
-//   on the forward and weight gradient);
-// - otherwise oneDNN, whose cache-blocked brgemm reaches 75–90% there
-//   where OpenBLAS's Haswell kernels reach half of that; but the own kernel
-//   for a weight gradient whose output is narrower than its input (C > OC)
-//   or eight times taller (the head), where it is 7–10% ahead of oneDNN.
-// On Intel's cores (a Xeon with AMX, 2 threads) the own kernel's tiles,
-// tuned on Zen 5, reach 59–69% at 256 rows where oneDNN reaches 76–84%, and
-// oneDNN's input gradient 70–77% at 2048 rows against the own 57–62%, and
-// at 128 rows 63–73% against 58–66%: there oneDNN runs the products of more
-// than 64 rows, but the input and weight gradients of a layer whose input is
-// wider than its output (mlp.proj at 256 rows: oneDNN 127–204 GFLOP/s,
-// the own kernel 211–214, OpenBLAS's AVX-512 kernels 328–361), which run
-// on OpenBLAS where it runs 512-bit kernels, else on the own. At 64 rows (a pipeline's one-sequence micro-batches)
-// the own kernel's forward is ahead, 61–67% against 53–65%, and the step's
-// stages ran at 53–54% on it against 43% on oneDNN.
-enum { PATH_BLAS, PATH_OWN, PATH_DNNL };
-enum { PROD_FWD = 1, PROD_DINP = 2, PROD_DWEIGHT = 4 };
-static int fp32_path(int product, int N, int C, int OC) {
-    if (!gemm_own() || N < 2) return PATH_BLAS;
-    if (intel_cpu() && dnnl_own() && N > 64) {
-        if (product == PROD_FWD || C <= OC) return PATH_DNNL;
-        if (blas_512()) return PATH_BLAS;
-    }
-    if (N <= OWN_MAX_ROWS || product == PROD_DINP) return PATH_OWN;
-    if (blas_512()) return PATH_BLAS;
-    if (!dnnl_own() || (product == PROD_DWEIGHT && (C > OC || OC >= 8 * C))) return PATH_OWN;
-    return PATH_DNNL;
-}
-
-// The BLAS and, where oneDNN runs some of the fp32 products, oneDNN.
-const char *kernels_blas_info(void) {
-    static char buf[256];
-#ifdef TSR_OPENBLAS
-    static const char *par[] = {"sequential", "pthreads", "openmp"};
-    int p = openblas_get_parallel();
-    snprintf(buf, sizeof buf, "%s (%s)", openblas_get_config(), p >= 0 && p <= 2 ? par[p] : "?");
-#else
-    snprintf(buf, sizeof buf, "CBLAS");
-#endif
-    size_t n = strlen(buf);
-    if (fp32_path(PROD_FWD, 65, 1, 1) == PATH_DNNL)   // Intel's cores: oneDNN from 65 rows on
-        snprintf(buf + n, sizeof buf - n, "; %s for fp32 products of more than 64 rows but the gradients of layers "
-                 "wider in than out", dnnl_info());
-    else if (fp32_path(PROD_FWD, OWN_MAX_ROWS + 1, 1, 1) == PATH_DNNL) {
-        snprintf(buf + n, sizeof buf - n, "; %s for fp32 forward and weight-gradient products of more than %d rows",
-                 dnnl_info(), OWN_MAX_ROWS);
-    }
-    return buf;
-}
 
 // Per-thread scratch for the transposed operands, grown on demand and kept.
 static _Thread_local void *g_scratch;
@@ -438,7 +325,7 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
     CHECKF(weight, "out of memory widening a 16-bit weight (%d×%d)", OC, C);
     inp = input_fp32(inp, (size_t)N * C);
     CHECKF(inp, "out of memory widening a 16-bit input (%d×%d)", N, C);
-    int path = fp32_path(PROD_FWD, N, C, OC);
+    int path = matmul_fp32_path(PROD_FWD, N, C, OC);
     float *s = path == PATH_OWN ? scratch((size_t)N * C + (size_t)N * OWN_OC_BLOCK) : NULL;
     if (s) {
         // out^T (OC,N) = weight (OC,C) · inp^T (C,N), by blocks of output channels:
@@ -490,7 +377,7 @@ void colsum_add(float *colsum, const float *a, int N, int M) {
 
 // dinp (N,C) (+)= dout (N,OC) · weight (OC,C) in fp32.
 static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N, int C, int OC, int accumulate) {
-    int path = fp32_path(PROD_DINP, N, C, OC);
+    int path = matmul_fp32_path(PROD_DINP, N, C, OC);
     // A layer eight times wider out than in (the head: a reduction over the
     // vocabulary) as the transposed product dinp^T (C,N) = weight^T · dout^T,
     // then transposed: oneDNN's blocking runs it 6% faster in the step
@@ -512,7 +399,7 @@ static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N
 
 // dweight (OC,C) (+)= dout^T (OC,N) · inp (N,C) in fp32.
 static void dweight_fp32(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate) {
-    int path = fp32_path(PROD_DWEIGHT, N, C, OC);
+    int path = matmul_fp32_path(PROD_DWEIGHT, N, C, OC);
     if (path == PATH_DNNL && !dnnl_gemm_f32(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, accumulate)) return;
     float *s = path != PATH_BLAS ? scratch((size_t)N * OWN_OC_BLOCK) : NULL;
     if (!s) {
@@ -602,28 +489,4 @@ void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld
         }
         prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
     }
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double kernels_sgemm_gflops(int n, int reps) {
-    size_t nn = (size_t)n * n;
-    float *a = mem_alloc(MEM_WORKSPACE, 3 * nn * sizeof(float));
-    if (!a || reps < 1 || reps > 64) { mem_free(a); return 0.0; }
-    float *b = a + nn, *c = b + nn;
-    for (size_t i = 0; i < 2 * nn; i++) a[i] = (float)((i * 2654435761u) % 1000) * 1e-3f;
-    double t[64];
-    for (int w = 0; w < 2; w++)   // warm-up: threads started, caches and frequency settled
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    for (int r = 0; r < reps; r++) {
-        double t0 = timer_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        t[r] = timer_now() - t0;
-    }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-    mem_free(a);
-    return 2.0 * n * (double)n * n / t[0] * 1e-9;   // the best repeat: a busy moment only slows one
 }

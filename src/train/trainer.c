@@ -98,6 +98,27 @@ static void profile_add(Trainer *t, double dt) {
     t->prof_secs += dt;
 }
 
+// The step's sums over every rank: g[0] the loss, every gradient counted
+// once (the last stage's TP ranks computed the same loss: the first one
+// counts it; every stage's blocks' auxiliary losses counted by TP rank 0);
+// g[1] the gradients' sum of squares; g[2] under fp16 the ranks whose
+// gradients overflowed (seen in the norm's sum where it reads every owned
+// gradient); g[3] with --doc-mask the attention pairs of the step's
+// sequences (each DP rank's counted once), for MFU.
+static int step_sums(Trainer *t, double loss_sum, double g[4], Err *err) {
+    const TrainConfig *tc = t->tc;
+    double p0 = prof_begin();
+    double aux = stage_take_aux(&t->st);
+    int counts = layout_counts_loss(t->lay, t->last);
+    double sq = dp_grad_sumsq(t->dp);
+    g[0] = (counts ? loss_sum : 0.0) + (layout_counts_tp_replicated(t->lay) ? aux : 0.0);
+    g[1] = sq;
+    g[2] = !t->fp16 ? 0.0 : dp_grad_sumsq_covers(t->dp) ? (double)!isfinite(sq) : grads_overflow(t);
+    g[3] = t->doc_sep >= 0 && counts ? doc_pairs(t->inp, tc->accum * tc->batch, tc->seq, t->doc_sep) : 0.0;
+    prof_end(p0, PROF_GRADS, 0, 0);
+    return trainer_sum_all(t, g, t->doc_sep >= 0 ? 4 : 3, err);
+}
+
 int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     const TrainConfig *tc = t->tc;
     Stage *st = &t->st;
@@ -142,20 +163,8 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
 
     if (tc->overflow_step == step + 1 && tc->overflow_rank == t->lay->rank) poison_grads(t);
 
-    // the global loss and gradient norm, every gradient counted once (the
-    // last stage's TP ranks computed the same loss: the first one counts
-    // it), and under fp16 the ranks whose gradients overflowed
-    p0 = prof_begin();
-    double aux = stage_take_aux(&t->st);   // every stage's blocks' auxiliary losses, counted by TP rank 0
-    // with --doc-mask, the attention pairs of the step's sequences (each DP rank's counted once), for MFU
-    int counts = layout_counts_loss(t->lay, t->last);
-    // (fp16: an overflow is seen in the norm's sum where it reads every owned gradient)
-    double sq = dp_grad_sumsq(t->dp);
-    double g[4] = {(counts ? loss_sum : 0.0) + (layout_counts_tp_replicated(t->lay) ? aux : 0.0), sq,
-                   !t->fp16 ? 0.0 : dp_grad_sumsq_covers(t->dp) ? (double)!isfinite(sq) : grads_overflow(t),
-                   t->doc_sep >= 0 && counts ? doc_pairs(t->inp, K * B, T, t->doc_sep) : 0.0};
-    prof_end(p0, PROF_GRADS, 0, 0);
-    if (trainer_sum_all(t, g, t->doc_sep >= 0 ? 4 : 3, err)) return -1;
+    double g[4];
+    if (step_sums(t, loss_sum, g, err)) return -1;
     // the FLOPs per token of the attention really computed (model/doc), else the causal count
     double flops_tok = t->doc_sep < 0 ? t->flops_tok
                                       : arch_flops_token_pairs(&t->mc, T, g[3] * T / t->tokens_per_step);
