@@ -7,14 +7,19 @@
 # tests/cli/expected/same_model.txt were written by the code before the
 # training stack was restructured (one step, one path), on this project's
 # machines (results are bitwise repeatable for a given thread count and
-# CPU, so the runs pin their threads, and the file records the CPU and
-# OpenBLAS kernel it was written on: on another the comparison is skipped,
-# saying why). Regenerate the file only when a change is meant to alter the
+# CPU, so the runs pin their threads, and the file records the CPU — name,
+# family, model, the instruction sets the kernels choose by — and OpenBLAS
+# kernel it was written on: on another the comparison is skipped, saying
+# why). Regenerate the file only when a change is meant to alter the
 # numbers:
 #   bash tests/cli/test_same_model.sh --write
 source "$(dirname "$0")/lib.sh"
 EXPECTED=$(dirname "$0")/expected/same_model.txt
-machine="# machine: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
+# The CPU as the kernels see it: its name (which a virtual machine may blur),
+# family and model, and the instruction sets that choose the kernels' paths.
+cpu_field() { grep -m1 "^$1[[:space:]]*:" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'; }
+isa=$(cpu_field flags | tr ' ' '\n' | grep -xE 'avx2|fma|avx512f|avx512vl|avx512_bf16|amx_tile|amx_bf16' | sort | tr '\n' ' ')
+machine="# machine: $(cpu_field 'model name'), family $(cpu_field 'cpu family') model $(cpu_field model), ${isa}OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 if [ "${1:-}" != "--write" ] && [ "$(head -1 "$EXPECTED")" != "$machine" ]; then
   echo "skip same-model runs: $EXPECTED was recorded on '$(head -1 "$EXPECTED" | cut -c12-)', this is '${machine:11}'"
   echo "0 passed, 0 failed"
