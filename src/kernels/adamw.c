@@ -5,7 +5,7 @@
 #include "core/prof.h"
 
 // Threads take blocks of this many parameters; each block's 16-bit copy is
-// written right after its update.
+// written right after its update, past the cache (read at the next forward).
 enum { ADAMW_BLOCK = 4096 };
 
 void adamw_update(float *param, const float *grad, float *m, float *v, uint16_t *param16, size_t n,
@@ -26,7 +26,7 @@ void adamw_update(float *param, const float *grad, float *m, float *v, uint16_t 
             v[i] = vi;
             param[i] -= lr * ((mi * ibc1) / (sqrtf(vi * ibc2) + eps) + wd * param[i]);
         }
-        if (param16) half_pack_serial(a->prec16, param16 + lo, param + lo, hi - lo);
+        if (param16) half_pack_stream(a->prec16, param16 + lo, param + lo, hi - lo);
     }
     prof_end(t0, PROF_OPTIMIZER, 0, (param16 ? 30.0 : 28.0) * n);
 }

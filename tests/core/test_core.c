@@ -172,8 +172,15 @@ static void test_half(void) {
         half_pack_widen((Precision)p, h2, w, x, N);
         EXPECT(!memcmp(h2, h, N * sizeof *h) && !memcmp(w, y, N * sizeof *w), "%s: pack and widen in one pass",
                prec_name((Precision)p));
-        free(h2);
         free(w);
+        for (int o = 0; o < 40; o += 3) {   // streamed: every alignment of the start, tails of every length
+            int n = N - o - 1 - o * 7 % 31;
+            memset(h2, 0xAB, N * sizeof *h2);
+            half_pack_stream((Precision)p, h2 + o, x + o, (size_t)n);
+            EXPECT(!memcmp(h2 + o, h + o, (size_t)n * sizeof *h) && h2[o + n] == 0xABAB && (o == 0 || h2[o - 1] == 0xABAB),
+                   "%s: streamed from value %d, %d values: the bits of half_pack", prec_name((Precision)p), o, n);
+        }
+        free(h2);
         int wrong = 0, first = -1;
         for (int i = 0; i < N; i++) {
             double want = ref_round(x[i], bits, emin, maxf);
