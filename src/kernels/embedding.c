@@ -3,17 +3,28 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "core/prof.h"
 
-void embedding_forward(float *out, const int *tokens, const int *pos, const float *wte, const float *wpe,
-                       int B, int T, int C, int v0, int Vl) {
+// The lookup from a table of floats (wte) or of bf16 values (wte16).
+static void lookup(float *out, const int *tokens, const int *pos, const float *wte, const uint16_t *wte16,
+                   const float *wpe, int B, int T, int C, int v0, int Vl) {
     double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         float *o = out + (size_t)bt * C;
         int tok = tokens[bt] - v0;
         const float *p = wpe ? wpe + (size_t)(pos ? pos[bt] : bt % T) * C : NULL;
-        if (tok >= 0 && tok < Vl) {
+        if (tok >= 0 && tok < Vl && wte16) {
+            const uint16_t *e = wte16 + (size_t)tok * C;
+            if (p) {
+                #pragma omp simd
+                for (int c = 0; c < C; c++) o[c] = bf16_to_f32(e[c]) + p[c];
+            } else {
+                #pragma omp simd
+                for (int c = 0; c < C; c++) o[c] = bf16_to_f32(e[c]);
+            }
+        } else if (tok >= 0 && tok < Vl) {
             const float *e = wte + (size_t)tok * C;
             if (p) {
                 #pragma omp simd
@@ -27,7 +38,17 @@ void embedding_forward(float *out, const int *tokens, const int *pos, const floa
             memset(o, 0, (size_t)C * sizeof(float));
         }
     }
-    prof_end(t0, PROF_EMBEDDING, 0, 2.0 * B * T * (double)C * sizeof(float));
+    prof_end(t0, PROF_EMBEDDING, 0, (wte16 ? 1.5 : 2.0) * B * T * (double)C * sizeof(float));
+}
+
+void embedding_forward(float *out, const int *tokens, const int *pos, const float *wte, const float *wpe,
+                       int B, int T, int C, int v0, int Vl) {
+    lookup(out, tokens, pos, wte, NULL, wpe, B, T, C, v0, Vl);
+}
+
+void embedding_forward16(float *out, const int *tokens, const int *pos, const uint16_t *wte16, const float *wpe,
+                         int B, int T, int C, int v0, int Vl) {
+    lookup(out, tokens, pos, NULL, wte16, wpe, B, T, C, v0, Vl);
 }
 
 void embedding_add_positions(float *out, const float *in, const float *wpe, const int *pos, int Ns, int s0, int T,

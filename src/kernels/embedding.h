@@ -5,6 +5,8 @@
 #ifndef TSR_KERNELS_EMBEDDING_H
 #define TSR_KERNELS_EMBEDDING_H
 
+#include <stdint.h>
+
 // Positions: row (b,t) takes position t, or with pos (B,T) given, pos[b·T + t]
 // (its place in its document under document masking).
 //
@@ -12,6 +14,10 @@
 // wte (Vl,C), wpe (≥T,C), tokens (B,T).
 void embedding_forward(float *out, const int *tokens, const int *pos, const float *wte, const float *wpe,
                        int B, int T, int C, int v0, int Vl);
+// The same from the table's bf16 values, each row widened as it is read (a
+// bf16 stage's 16-bit copy: the table is never widened whole).
+void embedding_forward16(float *out, const int *tokens, const int *pos, const uint16_t *wte16, const float *wpe,
+                         int B, int T, int C, int v0, int Vl);
 
 // out (Ns,C) = in (Ns,C) + wpe[(s0 + i) mod T] (with pos: wpe[pos[s0 + i]])
 // for each row i, rows s0.. of the (B,T) micro-batch (wpe NULL: a copy).

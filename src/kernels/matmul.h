@@ -45,6 +45,10 @@ void matmul_release(void);
 // caller's group of bindings, and matmul_unbind16(0) drops them all.
 void matmul_bind16(int key, const float *w, const uint16_t *src16, size_t n);
 void matmul_unbind16(int key);
+// The bf16 values bound for the n floats at w, or NULL where none are: for
+// a pass that reads a bound table other than by a product (the embedding
+// lookup).
+const uint16_t *matmul_bound16(const float *w, size_t n);
 
 // An input of n floats at x that already holds bf16 values, those values
 // also at x16 in the same layout (an activation its 16-bit store holds):

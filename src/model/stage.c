@@ -408,13 +408,16 @@ static double forward_pass(Stage *s, int slot, const int *tokens, const int *tar
         // a tied embedding stays at hand for the output head
         pe = stage_seg_params(s, se, nl ? bseg[0] : after_blocks);
         const float *wte = stage_at(s, pe, se, a->off_tok);
+        const uint16_t *wte16 = matmul_bound16(wte, (size_t)d.Vl * C);   // bf16: its 16-bit copy, never widened
         const float *wpe = a->off_pos != SIZE_MAX ? stage_at(s, pe, se, a->off_pos) : NULL;
         if (!a->tp) {
             // decoding: the pass's positions start at the cache's (document masking's count from the document's)
             const float *pos = wpe && a->kv && !dpos ? wpe + (size_t)a->kv->pos * C : wpe;
-            embedding_forward(sl->x0, tokens, dpos, wte, pos, B, T, C, d.v0, d.Vl);
+            if (wte16) embedding_forward16(sl->x0, tokens, dpos, wte16, pos, B, T, C, d.v0, d.Vl);
+            else embedding_forward(sl->x0, tokens, dpos, wte, pos, B, T, C, d.v0, d.Vl);
         } else {   // vocabulary parallel: this rank's rows of the table (zero for other tokens), summed over TP
-            embedding_forward(a->tmp, tokens, NULL, wte, NULL, B, T, C, d.v0, d.Vl);
+            if (wte16) embedding_forward16(a->tmp, tokens, NULL, wte16, NULL, B, T, C, d.v0, d.Vl);
+            else embedding_forward(a->tmp, tokens, NULL, wte, NULL, B, T, C, d.v0, d.Vl);
             embedding_add_positions(sl->x0, tp_reduce(a->tp, a->tmp, N, C), wpe, dpos, d.Ns, d.s0, T, C);
         }
         if (!last || !tied) stage_seg_params_done(s, se);

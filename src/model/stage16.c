@@ -28,9 +28,11 @@ static void wbuf_filled(StageActs *a, int part, int seg, int bound) {
 }
 
 // Under bf16 on the bf16 units, the linear layers' weights of the stage's
-// own segment: the 16-bit copy made again where it is older than the
-// parameters, and bound for the linear layers to read in place of the
-// floats (matmul_bind16); the segment's other tensors widened into dst.
+// own segment and its token embedding (a tied head's weight; the lookup
+// reads its rows from the 16-bit copy, embedding_forward16): the 16-bit
+// copy made again where it is older than the parameters, and bound for the
+// products to read in place of the floats (matmul_bind16); the segment's
+// other tensors widened into dst.
 // Neighbouring linear weights are bound as one run: an arch may multiply
 // by several at once (LLaMA's q, k and v, its gate and up projections).
 static void seg_params_bound(Stage *s, int seg, const float *src, float *dst) {
@@ -41,7 +43,7 @@ static void seg_params_bound(Stage *s, int seg, const float *src, float *dst) {
     matmul_unbind16(1 + g->part);
     for (int i = g->first; i <= g->first + g->n; i++) {
         const ParamInfo *t = i < g->first + g->n ? &s->table.p[i] : NULL;
-        int lin = t && stage_linear_only(t->role);
+        int lin = t && (stage_linear_only(t->role) || t->role == ROLE_TOK_EMB);
         if (end > run && !(lin && t->offset == end)) {   // the run ends: bound whole
             matmul_bind16(1 + g->part, dst + (run - g->lo), a->w16 + run, end - run);
             run = end = 0;

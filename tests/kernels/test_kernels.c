@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/half.h"
 #include "core/rng.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
@@ -577,6 +578,18 @@ static void test_embedding(void) {
         EXPECT(e < 1e-4, "embedding dwte v0=%d rel err %.2e", v0, e);
         e = fd_check(dwpe, ref_embedding, in, 1, T * C, R, B * T * C, &ctx);
         EXPECT(e < 1e-4, "embedding dwpe v0=%d rel err %.2e", v0, e);
+        // from the table's bf16 copy: the bits of the lookup in the widened table, with and without positions
+        uint16_t *w16 = malloc((size_t)Vl * C * sizeof *w16);
+        float *out16 = fbuf(B * T * C);
+        half_pack(PREC_BF16, w16, wte, (size_t)Vl * C);
+        half_unpack(PREC_BF16, wte, w16, (size_t)Vl * C);
+        for (int pos = 0; pos < 2; pos++) {
+            embedding_forward(out, tok, NULL, wte, pos ? wpe : NULL, B, T, C, v0, Vl);
+            embedding_forward16(out16, tok, NULL, w16, pos ? wpe : NULL, B, T, C, v0, Vl);
+            EXPECT(!memcmp(out, out16, (size_t)B * T * C * sizeof *out), "embedding fwd from bf16 v0=%d wpe %d: the same bits",
+                   v0, pos);
+        }
+        free(w16); free(out16);
         free(wte); free(wpe); free(out); free(dout); free(dwte); free(dwpe);
         free(in[0]); free(in[1]); free(ref); free(R);
     }
