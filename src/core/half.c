@@ -6,7 +6,10 @@
 #include "core/prof.h"
 
 #include <stdint.h>
-#if defined(__F16C__) || defined(__AVX512F__)
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+#ifdef __F16C__
 #include <immintrin.h>
 #endif
 
@@ -136,41 +139,20 @@ void half_pack(Precision p, uint16_t *dst, const float *src, size_t n) {
 
 void half_pack_serial(Precision p, uint16_t *dst, const float *src, size_t n) { pack_block(p, dst, src, n); }
 
-#if defined(__AVX512F__)
-// bf16_of_bits on 16 lanes.
-static inline __m256i bf16_of_bits16(__m512i b) {
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
-    r = _mm512_mask_or_epi32(r, nan, b, _mm512_set1_epi32(0x400000));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
-#endif
-
 void half_pack_stream(Precision p, uint16_t *dst, const float *src, size_t n) {
-#if defined(__AVX512F__)
-    if (p == PREC_BF16 && !((uintptr_t)dst & 1)) {
-        size_t i = ((32 - ((uintptr_t)dst & 31)) & 31) / 2;   // values before a 32-byte boundary
-        if (i > n) i = n;
-        pack_block(p, dst, src, i);
-        for (; i + 16 <= n; i += 16) {
-            __m512i b = _mm512_castps_si512(_mm512_loadu_ps(src + i));
-            _mm256_stream_si256((__m256i *)(dst + i), bf16_of_bits16(b));
-        }
-        pack_block(p, dst + i, src + i, n - i);
-        _mm_sfence();   // the streamed stores ordered before whatever the caller does next
-        return;
-    }
-#endif
-#ifdef __F16C__
-    if (p == PREC_FP16 && !((uintptr_t)dst & 1)) {
+#if defined(__x86_64__)
+    if (!((uintptr_t)dst & 1)) {
         size_t i = ((16 - ((uintptr_t)dst & 15)) & 15) / 2;   // values before a 16-byte boundary
         if (i > n) i = n;
         pack_block(p, dst, src, i);
-        for (; i + 8 <= n; i += 8)
-            _mm_stream_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+        for (; i + 64 <= n; i += 64) {   // 64 values packed in L1, then streamed out
+            _Alignas(16) uint16_t t[64];
+            pack_block(p, t, src + i, 64);
+            for (int k = 0; k < 64; k += 8)
+                _mm_stream_si128((__m128i *)(dst + i + k), _mm_load_si128((const __m128i *)(t + k)));
+        }
         pack_block(p, dst + i, src + i, n - i);
-        _mm_sfence();
+        _mm_sfence();   // the streamed stores ordered before whatever the caller does next
         return;
     }
 #endif

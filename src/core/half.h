@@ -45,10 +45,10 @@ void half_round(Precision p, float *dst, const float *src, size_t n);
 // half_pack on the calling thread alone, for a block a kernel has just
 // written (AdamW writing the 16-bit copy as it updates the masters).
 void half_pack_serial(Precision p, uint16_t *dst, const float *src, size_t n);
-// half_pack_serial's bits written with streaming stores where the CPU has
-// AVX-512 (bf16) or F16C (fp16): for a copy not read again soon (AdamW's
-// 16-bit weights, read at the next forward), the stores skip the cache and
-// the read for ownership a plain store makes of each line.
+// half_pack_serial's bits written with streaming stores (x86-64): for a
+// copy not read again soon (AdamW's 16-bit weights, read at the next
+// forward), the stores skip the cache and the read for ownership a plain
+// store makes of each line.
 void half_pack_stream(Precision p, uint16_t *dst, const float *src, size_t n);
 // half_pack into h and the same values widened into dst, in one pass.
 void half_pack_widen(Precision p, uint16_t *h, float *dst, const float *src, size_t n);

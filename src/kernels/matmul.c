@@ -82,16 +82,13 @@ void matmul_unbind16(int key) {
         if (g_bound[i].key == key || key == 0) g_bound[i].key = 0;
 }
 
-// The bf16 values of a weight of n elements at w, or NULL when it is not bound.
-static const uint16_t *bound16(const float *w, size_t n) {
+const uint16_t *matmul_bound16(const float *w, size_t n) {
     for (int i = 0; i < BOUND_MAX; i++) {
         const Bound *b = &g_bound[i];
         if (b->key && w >= b->w && w + n <= b->w + b->n) return b->src16 + (w - b->w);
     }
     return NULL;
 }
-
-const uint16_t *matmul_bound16(const float *w, size_t n) { return bound16(w, n); }
 
 // ---- 16-bit inputs the passes bind ----
 
@@ -146,7 +143,7 @@ static _Thread_local void *g_wide;
 static _Thread_local size_t g_wide_bytes;
 
 static const float *weight_fp32(const float *w, size_t n) {
-    const uint16_t *h = bound16(w, n);
+    const uint16_t *h = matmul_bound16(w, n);
     if (!h) return w;
     float *d = mem_grow(&g_wide, &g_wide_bytes, MEM_WORKSPACE, n * sizeof(float));
     if (d) half_unpack(PREC_BF16, d, h, n);
@@ -189,7 +186,7 @@ void matmul_release(void) { g_held.w = NULL; }
 // the bytes read), else from its floats. -1 when the held form's memory is
 // not to be had.
 static int weight_op(const float *weight, int C, int OC, int form, Bf16Op *op) {
-    const uint16_t *w16 = bound16(weight, (size_t)OC * C);
+    const uint16_t *w16 = matmul_bound16(weight, (size_t)OC * C);
     int fwd = form == FORM_FWD, K = fwd ? C : OC, NC = fwd ? OC : C;
     *op = (Bf16Op){fwd ? (w16 ? OP_COLS16 : OP_COLS32) : (w16 ? OP_ROWS16 : OP_ROWS32), w16 ? (const void *)w16 : weight, C};
     if (weight != g_held.w) return 0;
@@ -251,7 +248,7 @@ static int forward_bf16_t(float *out, const float *inp, const uint16_t *x16, con
 // B the weight's rows read as columns. 0, or -1 when memory is not to be had.
 static int forward_bf16(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC) {
     int kp = pairs(C);
-    const uint16_t *w16 = weight == g_held.w ? NULL : bound16(weight, (size_t)OC * C);
+    const uint16_t *w16 = weight == g_held.w ? NULL : matmul_bound16(weight, (size_t)OC * C);
     const uint16_t *x16 = C % 2 == 0 ? input16(inp, (size_t)N * C) : NULL;   // rows of 2·kp values already
     if (w16 && C % 2 == 0 && 2 * N < C) return forward_bf16_t(out, inp, x16, w16, bias, N, C, OC);
     if (!x16 && !(inp = input_fp32(inp, (size_t)N * C))) return -1;

@@ -78,9 +78,10 @@ static int intel_cpu(void) {
 // than 64 rows, but the input and weight gradients of a layer whose input is
 // wider than its output (mlp.proj at 256 rows: oneDNN 127–204 GFLOP/s,
 // the own kernel 211–214, OpenBLAS's AVX-512 kernels 328–361), which run
-// on OpenBLAS where it runs 512-bit kernels, else on the own. At 64 rows (a pipeline's one-sequence micro-batches)
-// the own kernel's forward is ahead, 61–67% against 53–65%, and the step's
-// stages ran at 53–54% on it against 43% on oneDNN.
+// on OpenBLAS where it runs 512-bit kernels, else on the own. At 64 rows
+// (a pipeline's one-sequence micro-batches) the own kernel's forward is
+// ahead, 61–67% against 53–65%, and the step's stages ran at 53–54% on it
+// against 43% on oneDNN.
 int matmul_fp32_path(int product, int N, int C, int OC) {
     if (!gemm_own() || N < 2) return PATH_BLAS;
     if (intel_cpu() && dnnl_own() && N > 64) {

@@ -43,14 +43,14 @@ static void seg_params_bound(Stage *s, int seg, const float *src, float *dst) {
     matmul_unbind16(1 + g->part);
     for (int i = g->first; i <= g->first + g->n; i++) {
         const ParamInfo *t = i < g->first + g->n ? &s->table.p[i] : NULL;
-        int lin = t && (stage_linear_only(t->role) || t->role == ROLE_TOK_EMB);
-        if (end > run && !(lin && t->offset == end)) {   // the run ends: bound whole
+        int bind = t && (stage_linear_only(t->role) || t->role == ROLE_TOK_EMB);
+        if (end > run && !(bind && t->offset == end)) {   // the run ends: bound whole
             matmul_bind16(1 + g->part, dst + (run - g->lo), a->w16 + run, end - run);
             run = end = 0;
         }
         if (!t) break;
         size_t o = t->offset - g->lo;
-        if (lin) {
+        if (bind) {
             if (stale) half_pack(a->prec, a->w16 + t->offset, src + o, t->numel);
             if (end == run) run = t->offset;
             end = t->offset + t->numel;
