@@ -84,8 +84,10 @@ void attention_forward(float *out, float *lse, const float *qkv, const int *star
     if (matmul_bf16() && !attention_forward_bf16(out, lse, qkv, start, scratch, B, T, NH, NKV, HS)) return;
     float *buf = thread_scratch(T, HS, omp_get_max_threads());
     CHECKF(buf, "out of memory for attention's scratch (T %d, head size %d)", T, HS);
-    double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
+    qkv = matmul_input_fp32(qkv, (size_t)B * T * ld);   // the floats, where only a 16-bit store holds them
+    CHECKF(qkv, "out of memory widening attention's input (T %d, width %d)", T, ld);
+    double t0 = prof_begin();
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
@@ -142,8 +144,10 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
     if (matmul_bf16() && !attention_backward_bf16(dqkv, dout, qkv, start, out, lse, scratch, B, T, NH, NKV, HS)) return;
     float *buf = thread_scratch(T, HS, omp_get_max_threads());
     CHECKF(buf, "out of memory for attention's scratch (T %d, head size %d)", T, HS);
-    double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
+    qkv = matmul_input_fp32(qkv, (size_t)B * T * ld);   // the floats, where only a 16-bit store holds them
+    CHECKF(qkv, "out of memory widening attention's input (T %d, width %d)", T, ld);
+    double t0 = prof_begin();
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for schedule(dynamic, 1)
     for (int bg = 0; bg < B * NKV; bg++) {

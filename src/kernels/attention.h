@@ -70,7 +70,10 @@ void attention_ds_rows(float *dP, const float *P, const float *o, const float *d
 // attention_forward and attention_backward run these instead: the same
 // blocks with the products on the bf16 units (kernels/attention_bf16),
 // each product's operands rounded to bf16, the softmax and its statistics
-// fp32. 0, or -1 when their scratch cannot be had (then fp32 runs).
+// fp32. 0, or -1 when their scratch cannot be had (then fp32 runs). Both
+// paths read qkv through kernels/matmul's bound inputs: where a bf16 pass
+// bound it (its 16-bit store alone, matmul_bind_input16_only), the bf16
+// products read the store and the fp32 path widens it.
 int attention_forward_bf16(float *out, float *lse, const float *qkv, const int *start, float *scratch, int B, int T,
                            int NH, int NKV, int HS);
 int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const int *start, const float *out,

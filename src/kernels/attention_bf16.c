@@ -8,7 +8,9 @@
 // One thread runs one (batch, head) in forward and one (batch, key/value
 // head) in backward, its products single-threaded, so results do not
 // depend on the thread count. Each thread packs the key and value forms of
-// its head once and reuses them for every block of queries.
+// its head once and reuses them for every block of queries. Where a bf16
+// pass holds q, k and v in their 16-bit store alone (a bound input,
+// kernels/matmul), the forms are packed from it: no widening pass.
 #include "kernels/attention.h"
 
 #include <math.h>
@@ -20,6 +22,7 @@
 #include "core/check.h"
 #include "core/prof.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/matmul.h"
 
 static int kp(int k) { return (k + 1) / 2; }
 
@@ -36,14 +39,43 @@ static size_t head_b_len(int K, int NC) {
     return ((pairs > pan ? pairs : pan) + 31) & ~(size_t)31;
 }
 
-// src (OP_ROWS32 or OP_COLS32) packed at dst.
+// src (rows or columns, fp32 or bf16) packed at dst.
 static HeadB head_b(uint16_t *dst, Bf16Op src, int K, int NC) {
     HeadB h = {dst, K, NC, gemm_bf16_unit() == BF16_AMX};
     if (h.panels) gemm_bf16_panels(dst, src, K, NC);
     else if (src.form == OP_COLS32) bf16_pack_pairs_t(dst, src.p, src.ld, K, NC);
-    else bf16_pack_pairs(dst, src.p, src.ld, K, NC);
+    else if (src.form == OP_ROWS32) bf16_pack_pairs(dst, src.p, src.ld, K, NC);
+    else if (src.form == OP_COLS16) bf16_pairs_t16(dst, src.p, src.ld, K, NC);
+    else bf16_pairs16(dst, src.p, src.ld, K, NC);
     return h;
 }
+
+// q, k and v as the products read them: the floats, or (h) their bf16
+// values in the same layout, where a bf16 forward left them in their 16-bit
+// store alone (matmul_bind_input16_only) and the head size is even (a pair
+// never straddles two heads).
+typedef struct {
+    const float *f;
+    const uint16_t *h;
+    int ld;
+} Qkv;
+
+// qkv's n values as the products read them; f and h both NULL when the
+// floats a bound store stands for cannot be had.
+static Qkv qkv_source(const float *qkv, size_t n, int ld, int HS) {
+    Qkv s = {NULL, HS % 2 == 0 ? matmul_input16(qkv, n) : NULL, ld};
+    if (!s.h) s.f = matmul_input_fp32(qkv, n);
+    return s;
+}
+
+// The operand from value `at` on: rows as A (the queries), rows as B, or
+// columns as B (a head's keys or values transposed).
+static Bf16Op qkv_op(Qkv s, size_t at, Bf16Form f16, Bf16Form f32) {
+    return s.h ? (Bf16Op){f16, s.h + at, s.ld} : (Bf16Op){f32, s.f + at, s.ld};
+}
+static Bf16Op rows_a(Qkv s, size_t at) { return qkv_op(s, at, OP_PAIRS16, OP_ROWS32); }
+static Bf16Op rows_b(Qkv s, size_t at) { return qkv_op(s, at, OP_ROWS16, OP_ROWS32); }
+static Bf16Op cols_b(Qkv s, size_t at) { return qkv_op(s, at, OP_COLS16, OP_COLS32); }
 
 // The operand from row k0 and column c0 on: multiples of 32 on the tiles, even on the vector units.
 static Bf16Op head_b_at(const HeadB *h, int k0, int c0) {
@@ -85,9 +117,9 @@ static void product(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc,
 // S (nq, nk) = scale · q (nq,HS) · k^T for the keys from k0, then the causal
 // softmax rows (kernels/attention's, the scale applied there: row i sees
 // columns lo[i] .. q0 + i).
-static void scores(float *S, const float *q, int ldq, const HeadB *kb, int nq, int k0, int nk, int HS, float scale,
-                   int q0, const int *lo, float *lse_out, const float *lse_in, uint16_t *room) {
-    product(nq, nk, HS, (Bf16Op){OP_ROWS32, q, ldq}, head_b_at(kb, 0, k0), S, nk, 0, room);
+static void scores(float *S, Bf16Op q, const HeadB *kb, int nq, int k0, int nk, int HS, float scale, int q0,
+                   const int *lo, float *lse_out, const float *lse_in, uint16_t *room) {
+    product(nq, nk, HS, q, head_b_at(kb, 0, k0), S, nk, 0, room);
     attention_softmax_rows(S, nq, nk, q0, lo, scale, lse_out, lse_in);
 }
 
@@ -97,10 +129,11 @@ static void scores(float *S, const float *q, int ldq, const HeadB *kb, int nq, i
 int attention_forward_bf16(float *out, float *lse, const float *qkv, const int *start, float *scratch, int B, int T,
                            int NH, int NKV, int HS) {
     int nth = omp_get_max_threads();
-    uint16_t *buf = thread_scratch(T, HS, nth);
-    if (!buf) return -1;
-    double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
+    uint16_t *buf = thread_scratch(T, HS, nth);
+    Qkv src = qkv_source(qkv, (size_t)B * T * ld, ld, HS);
+    if (!buf || (!src.f && !src.h)) return -1;
+    double t0 = prof_begin();
     float scale = 1.0f / sqrtf((float)HS);
     size_t per = thread_values(T, HS);
     #pragma omp parallel for schedule(dynamic, 1)
@@ -108,16 +141,17 @@ int attention_forward_bf16(float *out, float *lse, const float *qkv, const int *
         int b = bh / NH, h = bh % NH, g = h / group, th = omp_get_thread_num(), lo[ATT_BQ];
         const int *st = start ? start + (size_t)b * T : NULL;
         float *S = scratch + (size_t)th * 2 * ATT_BQ * T;
-        const float *row = qkv + (size_t)b * T * ld, *q = row + h * HS, *k = row + C + g * HS, *v = k + NKV * HS;
+        size_t row = (size_t)b * T * ld, q = row + (size_t)h * HS, k = row + C + (size_t)g * HS, v = k + NKV * HS;
         float *o = out + (size_t)b * T * C + h * HS;
         float *l = lse + ((size_t)b * NH + h) * T;
         uint16_t *f = buf + (size_t)th * per, *room = f + 2 * head_b_len(HS, T) + head_b_len(T, HS);
-        HeadB kb = head_b(f, (Bf16Op){OP_COLS32, k, ld}, HS, T);                    // k^T (HS, T)
-        HeadB vb = head_b(f + head_b_len(HS, T), (Bf16Op){OP_ROWS32, v, ld}, T, HS);   // v (T, HS)
+        HeadB kb = head_b(f, cols_b(src, k), HS, T);                    // k^T (HS, T)
+        HeadB vb = head_b(f + head_b_len(HS, T), rows_b(src, v), T, HS);   // v (T, HS)
         for (int q0 = 0; q0 < T; q0 += ATT_BQ) {
             int nq = T - q0 < ATT_BQ ? T - q0 : ATT_BQ, k0 = attention_block_keys(st, q0, nq, key_align(&kb), lo);
             int nk = q0 + nq - k0;
-            scores(S, q + (size_t)q0 * ld, ld, &kb, nq, k0, nk, HS, scale, q0 - k0, st ? lo : NULL, l + q0, NULL, room);
+            scores(S, rows_a(src, q + (size_t)q0 * ld), &kb, nq, k0, nk, HS, scale, q0 - k0, st ? lo : NULL, l + q0,
+                   NULL, room);
             product(nq, HS, nk, (Bf16Op){OP_ROWS32, S, nk}, head_b_at(&vb, k0, 0), o + (size_t)q0 * C, C, 0, room);
         }
     }
@@ -144,51 +178,52 @@ static void kv_rows(float *d, int ldd, const float *a, int nq, Bf16Op b, int nk,
 // One block of nq queries from q0 of query head h: dq written, dk and dv
 // added to (the group's first head writes the block's own key rows); st the
 // row's document starts or NULL.
-static void backward_block(const Forms *f, float *P, float *dP, const float *q, float *dq, int ld, const float *o,
+static void backward_block(const Forms *f, float *P, float *dP, Qkv src, size_t q, float *dq, int ld, const float *o,
                            const float *dO, int C, float *dk, float *dv, const float *l, int HS, float scale,
                            const int *st, int q0, int nq, int first) {
     int lo[ATT_BQ], k0 = attention_block_keys(st, q0, nq, key_align(&f->kt), lo), nk = q0 + nq - k0;
     int had = first ? q0 - k0 : nk;   // key rows [k0, k0 + had) hold earlier blocks' sums, the rest none yet
-    const float *qb = q + (size_t)q0 * ld, *dOb = dO + (size_t)q0 * C;
-    scores(P, qb, ld, &f->kt, nq, k0, nk, HS, scale, q0 - k0, st ? lo : NULL, NULL, l + q0, f->room);
+    size_t qb = q + (size_t)q0 * ld;
+    const float *dOb = dO + (size_t)q0 * C;
+    scores(P, rows_a(src, qb), &f->kt, nq, k0, nk, HS, scale, q0 - k0, st ? lo : NULL, NULL, l + q0, f->room);
     product(nq, nk, HS, (Bf16Op){OP_ROWS32, dOb, C}, head_b_at(&f->vt, 0, k0), dP, nk, 0, f->room);
     // dS with the scale of both its products in it
     attention_ds_rows(dP, P, o + (size_t)q0 * C, dOb, C, nq, nk, HS, scale);
     // dq = dS · k
     product(nq, HS, nk, (Bf16Op){OP_ROWS32, dP, nk}, head_b_at(&f->kr, k0, 0), dq + (size_t)q0 * ld, ld, 0, f->room);
     // dk += dS^T · q, dv += P^T · dO
-    kv_rows(dk + (size_t)k0 * ld, ld, dP, nq, (Bf16Op){OP_ROWS32, qb, ld}, nk, had, HS, f->room);
+    kv_rows(dk + (size_t)k0 * ld, ld, dP, nq, rows_b(src, qb), nk, had, HS, f->room);
     kv_rows(dv + (size_t)k0 * ld, ld, P, nq, (Bf16Op){OP_ROWS32, dOb, C}, nk, had, HS, f->room);
 }
 
 int attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const int *start, const float *out,
                             const float *lse, float *scratch, int B, int T, int NH, int NKV, int HS) {
     int nth = omp_get_max_threads();
-    uint16_t *buf = thread_scratch(T, HS, nth);
-    if (!buf) return -1;
-    double t0 = prof_begin();
     int C = NH * HS, ld = (NH + 2 * NKV) * HS, group = NH / NKV;
+    uint16_t *buf = thread_scratch(T, HS, nth);
+    Qkv src = qkv_source(qkv, (size_t)B * T * ld, ld, HS);
+    if (!buf || (!src.f && !src.h)) return -1;
+    double t0 = prof_begin();
     float scale = 1.0f / sqrtf((float)HS);
     size_t per = thread_values(T, HS), lt = head_b_len(HS, T);
     #pragma omp parallel for schedule(dynamic, 1)
     for (int bg = 0; bg < B * NKV; bg++) {
         int b = bg / NKV, g = bg % NKV, th = omp_get_thread_num();
         float *P = scratch + (size_t)th * 2 * ATT_BQ * T, *dP = P + (size_t)ATT_BQ * T;
-        size_t row = (size_t)b * T * ld, kv = row + C + (size_t)g * HS;
-        const float *k = qkv + kv, *v = k + NKV * HS;
-        float *dk = dqkv + kv, *dv = dk + NKV * HS;
+        size_t row = (size_t)b * T * ld, k = row + C + (size_t)g * HS, v = k + NKV * HS;
+        float *dk = dqkv + k, *dv = dk + NKV * HS;
         const int *st = start ? start + (size_t)b * T : NULL;
         uint16_t *base = buf + (size_t)th * per;
-        Forms f = {.kt = head_b(base, (Bf16Op){OP_COLS32, k, ld}, HS, T),
-                   .vt = head_b(base + lt, (Bf16Op){OP_COLS32, v, ld}, HS, T),
-                   .kr = head_b(base + 2 * lt, (Bf16Op){OP_ROWS32, k, ld}, T, HS),
+        Forms f = {.kt = head_b(base, cols_b(src, k), HS, T),
+                   .vt = head_b(base + lt, cols_b(src, v), HS, T),
+                   .kr = head_b(base + 2 * lt, rows_b(src, k), T, HS),
                    .room = base + 2 * lt + head_b_len(T, HS)};
         for (int h = g * group; h < (g + 1) * group; h++) {
-            const float *q = qkv + row + h * HS, *o = out + (size_t)b * T * C + h * HS;
+            const float *o = out + (size_t)b * T * C + h * HS;
             const float *dO = dout + (size_t)b * T * C + h * HS, *l = lse + ((size_t)b * NH + h) * T;
             float *dq = dqkv + row + h * HS;
             for (int q0 = 0; q0 < T; q0 += ATT_BQ)
-                backward_block(&f, P, dP, q, dq, ld, o, dO, C, dk, dv, l, HS, scale, st, q0,
+                backward_block(&f, P, dP, src, row + (size_t)h * HS, dq, ld, o, dO, C, dk, dv, l, HS, scale, st, q0,
                                T - q0 < ATT_BQ ? T - q0 : ATT_BQ, h == g * group);
         }
     }

@@ -118,7 +118,7 @@ static const Bound *input_bound(const float *x, size_t n) {
 }
 
 // The bf16 values of an input of n floats at x, or NULL when it is not bound.
-static const uint16_t *input16(const float *x, size_t n) {
+const uint16_t *matmul_input16(const float *x, size_t n) {
     const Bound *b = input_bound(x, n);
     return b ? b->src16 + (x - b->w) : NULL;
 }
@@ -129,7 +129,7 @@ static const uint16_t *input16(const float *x, size_t n) {
 static _Thread_local void *g_wide_in;
 static _Thread_local size_t g_wide_in_bytes;
 
-static const float *input_fp32(const float *x, size_t n) {
+const float *matmul_input_fp32(const float *x, size_t n) {
     const Bound *b = input_bound(x, n);
     if (!b || b->key == 1) return x;
     float *d = mem_grow(&g_wide_in, &g_wide_in_bytes, MEM_WORKSPACE, n * sizeof(float));
@@ -249,9 +249,9 @@ static int forward_bf16_t(float *out, const float *inp, const uint16_t *x16, con
 static int forward_bf16(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC) {
     int kp = pairs(C);
     const uint16_t *w16 = weight == g_held.w ? NULL : matmul_bound16(weight, (size_t)OC * C);
-    const uint16_t *x16 = C % 2 == 0 ? input16(inp, (size_t)N * C) : NULL;   // rows of 2·kp values already
+    const uint16_t *x16 = C % 2 == 0 ? matmul_input16(inp, (size_t)N * C) : NULL;   // rows of 2·kp values already
     if (w16 && C % 2 == 0 && 2 * N < C) return forward_bf16_t(out, inp, x16, w16, bias, N, C, OC);
-    if (!x16 && !(inp = input_fp32(inp, (size_t)N * C))) return -1;
+    if (!x16 && !(inp = matmul_input_fp32(inp, (size_t)N * C))) return -1;
     Bf16Op a = x16 ? (Bf16Op){OP_PAIRS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C}, b;
     uint16_t *room;
     if (weight_op(weight, C, OC, FORM_FWD, &b)) return -1;
@@ -274,7 +274,7 @@ static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N,
 // transposed, B the input's rows (its bf16 values where it is bound).
 static int dweight_bf16(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate) {
     int kp = pairs(N);
-    const uint16_t *x16 = input16(inp, (size_t)N * C);
+    const uint16_t *x16 = matmul_input16(inp, (size_t)N * C);
     Bf16Op b = x16 ? (Bf16Op){OP_ROWS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C};
     uint16_t *room;
     if (room_for((size_t)OC * 2 * kp + (size_t)kp * C * 2, &room)) return -1;
@@ -322,7 +322,7 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
     }
     weight = weight_fp32(weight, (size_t)OC * C);
     CHECKF(weight, "out of memory widening a 16-bit weight (%d×%d)", OC, C);
-    inp = input_fp32(inp, (size_t)N * C);
+    inp = matmul_input_fp32(inp, (size_t)N * C);
     CHECKF(inp, "out of memory widening a 16-bit input (%d×%d)", N, C);
     int path = matmul_fp32_path(PROD_FWD, N, C, OC);
     float *s = path == PATH_OWN ? scratch((size_t)N * C + (size_t)N * OWN_OC_BLOCK) : NULL;
@@ -432,7 +432,7 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
     if (dweight) {
         int acc = !take_fresh(dweight, (size_t)OC * C);
         if (!g_bf16 || dweight_bf16(dweight, dout, inp, N, C, OC, acc)) {
-            const float *x = input_fp32(inp, (size_t)N * C);
+            const float *x = matmul_input_fp32(inp, (size_t)N * C);
             CHECKF(x, "out of memory widening a 16-bit input (%d×%d)", N, C);
             dweight_fp32(dweight, dout, x, N, C, OC, acc);
         }
@@ -479,7 +479,7 @@ void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld
     }
     if (dweight) {   // dweight (OC,C) (+)= dout^T (OC,N) · inp (N,C): A dout read transposed
         int fresh = take_fresh(dweight, (size_t)OC * C);
-        const uint16_t *x16 = input16(inp, (size_t)N * C);
+        const uint16_t *x16 = matmul_input16(inp, (size_t)N * C);
         b = x16 ? (Bf16Op){OP_ROWS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C};
         if (gemm_bf16_op(OC, C, N, (Bf16Op){OP_COLS16, dout, ld}, b, dweight, C, !fresh, NULL, NULL)) {
             if (fresh) matmul_grad_fresh(dweight);   // untouched: the widened product writes it

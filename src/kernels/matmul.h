@@ -62,6 +62,14 @@ void matmul_bind_input16(const float *x, const uint16_t *x16, size_t n);
 // widens it first.
 void matmul_bind_input16_only(const float *x, const uint16_t *x16, size_t n);
 void matmul_unbind_inputs16(void);
+// The bf16 values of the n floats at x where they lie in a bound input
+// (either kind), else NULL: for a pass other than a product that reads the
+// store (the attention on the bf16 units reads q, k and v from it).
+const uint16_t *matmul_input16(const float *x, size_t n);
+// The floats of such an input for a pass in fp32: x itself, or where the
+// floats do not hold the values (matmul_bind_input16_only), the store
+// widened into per-thread scratch; NULL when that scratch is not to be had.
+const float *matmul_input_fp32(const float *x, size_t n);
 
 // A weight gradient not yet written this step: the next linear_backward
 // into dweight writes it (dout^T · inp, no addition) instead of adding to

@@ -137,6 +137,8 @@ void arch_attention(const BlockRun *r, float *out, float *lse, const float *qkv,
     }
     CHECK(d->B == 1 && kv->pos + d->T <= kv->S);
     int C = NH * HS, KV = NKV * HS, ld = C + 2 * KV;
+    qkv = matmul_input_fp32(qkv, (size_t)d->T * ld);   // the cache holds floats: a 16-bit store alone widened
+    CHECKF(qkv, "out of memory widening the attention's input for the cache");
     size_t base = (size_t)r->layer * kv->S * KV;
     for (int t = 0; t < d->T; t++) {   // the new positions' keys and values join the cache
         memcpy(kv->k + base + (size_t)(kv->pos + t) * KV, qkv + (size_t)t * ld + C, (size_t)KV * sizeof(float));

@@ -198,10 +198,10 @@ struct Arch {
     // output, the residual stream (as Megatron-LM's fp32 residual
     // connection). The others are stored in 16 bits.
     unsigned act_keep32;
-    // Of the others, those only the linear layers read (as their input,
-    // forward and backward): under bf16 on the bf16 units the products read
-    // their 16-bit store, and their floats are neither rounded in place nor
-    // widened again for the backward.
+    // Of the others, those only products read (the linear layers' inputs,
+    // forward and backward, and attention's q, k and v): under bf16 on the
+    // bf16 units the products read their 16-bit store, and their floats are
+    // neither rounded in place nor widened again for the backward.
     unsigned act_gemm16;
     // And the inputs only an elementwise function reads, whose output is in
     // act_gemm16 (GELU's, SwiGLU's): there the function runs from and into

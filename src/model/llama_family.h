@@ -53,7 +53,7 @@ enum {
 };
 enum { LF_NSCR = 6 };
 #define LF_KEEP32 (1u << LF_A_LN1_RSTD | 1u << LF_A_LN2_RSTD | 1u << LF_A_LSE | 1u << LF_A_RES3)
-#define LF_GEMM16 (1u << LF_A_LN1 | 1u << LF_A_LN2 | 1u << LF_A_H)
+#define LF_GEMM16 (1u << LF_A_LN1 | 1u << LF_A_QKV | 1u << LF_A_LN2 | 1u << LF_A_H)
 #define LF_FN16 (1u << LF_A_GU)
 
 size_t llama_act_floats(const LocalDims *d, int i);

@@ -129,7 +129,7 @@ void stage16_free(StageActs *a);
 // The slot's j-th block's 16-bit activations: stored from the shared set
 // after its forward (out; those whose bits are in done were stored by
 // arch_stored as they were written), or back into it before its backward (in;
-// those only linear layers read, Arch.act_gemm16, bound for the products
+// those only products read, Arch.act_gemm16, bound for the products
 // instead while the products run on the bf16 units: unbound after the backward).
 void stage16_move(StageActs *a, Slot *sl, int j, const LocalDims *d, int out, unsigned done);
 // The slot's j-th block's 16-bit stores for its backward to read

@@ -8,7 +8,6 @@
 
 #include "core/half.h"
 #include "core/rng.h"
-#include "kernels/attention.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/matmul.h"
 #include "kernels/peak.h"
@@ -449,56 +448,6 @@ static void test_bound(void) {
     matmul_set_bf16(prev);
 }
 
-// ---- attention on the bf16 units ----
-
-// ||a − b|| / ||b||
-static double norm_err(const float *a, const float *b, size_t n) {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
-    return sqrt(d / (r + 1e-300));
-}
-
-// Under bf16 the attention's products run on the bf16 units: its output and
-// gradients against the fp32 kernel's on the same bf16 values (within what
-// bf16 probabilities and score gradients allow), every input gradient
-// written, and the same bits for 1 and 2 threads.
-static void check_attention_bf16(int B, int T, int NH, int NKV, int HS) {
-    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, no = (size_t)B * T * NH * HS;
-    float *qkv = randn(nq, 1), *dout = randn(no, 1);
-    for (size_t i = 0; i < nq; i++) qkv[i] = bf16_to_f32(f32_to_bf16(qkv[i]));
-    float *o[3], *l[3], *d[3];
-    float *scratch = calloc(attention_scratch_floats(T, 2), sizeof *scratch);
-    for (int r = 0; r < 3; r++) {   // fp32; bf16 on 2 threads; bf16 on 1
-        o[r] = calloc(no, sizeof **o), l[r] = calloc((size_t)B * NH * T, sizeof **l), d[r] = malloc(nq * sizeof **d);
-        for (size_t i = 0; i < nq; i++) d[r][i] = 123.0f;
-        kernels_set_threads(r == 2 ? 1 : 2);
-        int prev = matmul_set_bf16(r > 0);
-        attention_forward(o[r], l[r], qkv, NULL, scratch, B, T, NH, NKV, HS);
-        attention_backward(d[r], dout, qkv, NULL, o[r], l[r], scratch, B, T, NH, NKV, HS);
-        matmul_set_bf16(prev);
-    }
-    kernels_set_threads(2);
-    double eo = norm_err(o[1], o[0], no), el = norm_err(l[1], l[0], (size_t)B * NH * T), ed = norm_err(d[1], d[0], nq);
-    EXPECT(eo < 5e-3 && el < 1e-6 && ed < 1e-2, "attention bf16 B=%d T=%d NH=%d NKV=%d HS=%d: out %.2e, lse %.2e, "
-           "dqkv %.2e against fp32", B, T, NH, NKV, HS, eo, el, ed);
-    int written = 1;
-    for (size_t i = 0; i < nq; i++) written &= d[1][i] != 123.0f;
-    EXPECT(written, "attention bf16 B=%d T=%d: an input gradient not written", B, T);
-    EXPECT(!memcmp(o[1], o[2], no * 4) && !memcmp(l[1], l[2], (size_t)B * NH * T * 4) && !memcmp(d[1], d[2], nq * 4),
-           "attention bf16 B=%d T=%d NH=%d NKV=%d HS=%d differs between 1 and 2 threads", B, T, NH, NKV, HS);
-    for (int r = 0; r < 3; r++) free(o[r]), free(l[r]), free(d[r]);
-    free(qkv); free(dout); free(scratch);
-}
-
-static void test_attention_bf16(void) {
-    check_attention_bf16(2, 9, 3, 3, 4);
-    check_attention_bf16(1, 70, 1, 1, 5);      // crosses a query block, odd head size
-    check_attention_bf16(2, 131, 2, 2, 4);     // three blocks, last partial, odd T
-    check_attention_bf16(2, 9, 4, 2, 3);       // grouped-query
-    check_attention_bf16(1, 70, 6, 1, 4);      // multi-query, across a block
-    check_attention_bf16(2, 128, 2, 2, 64);    // a model's head size
-}
-
 // The 16-bit variants: the bits of rounding the input, the fp32 kernel and
 // rounding its output (forward), and of the fp32 kernel on the widened store
 // (backward) — across SwiGLU's spans of 4096 and a partial last vector.
@@ -595,7 +544,6 @@ int main(void) {
         RUN(test_hold);
         RUN(test_bound);
         RUN(test_bound_input);
-        RUN(test_attention_bf16);
     }
     gemm_bf16_use(chosen);
     return test_finish();
