@@ -109,7 +109,26 @@ static void check_gemm(int R, int NC, int K, int accumulate) {
     free(A); free(B); free(C0); free(C); free(a); free(b); free(tmp);
 }
 
+// A large C over a short reduction (on the tiles: one reduction block, not
+// two) has the bits of the same product in column halves, whose C is small
+// enough for blocks: summing in blocks through C is exact.
+static void check_one_block(void) {
+    int R = 1024, NC = 4096, K = 767, kp = (K + 1) / 2, h = NC / 2;
+    float *A = randn((size_t)R * K, 1), *B = randn((size_t)K * NC, 1), *c1 = randn((size_t)R * NC, 1);
+    float *c2 = malloc((size_t)R * NC * sizeof *c2);
+    memcpy(c2, c1, (size_t)R * NC * sizeof *c2);
+    uint16_t *a = calloc((size_t)R * 2 * kp, sizeof *a), *b = calloc((size_t)kp * NC * 2, sizeof *b);
+    bf16_pack_rows(a, 2 * kp, A, K, R, K);
+    bf16_pack_pairs(b, B, NC, K, NC);
+    gemm_bf16(R, NC, kp, a, 2 * kp, b, NC, c1, NC, 1);
+    for (int c0 = 0; c0 < NC; c0 += h) gemm_bf16(R, h, kp, a, 2 * kp, b + 2 * (size_t)c0, NC, c2 + c0, NC, 1);
+    EXPECT(!memcmp(c1, c2, (size_t)R * NC * sizeof *c1), "gemm_bf16 %d×%d×%d: not the bits of its column halves", R,
+           NC, K);
+    free(A); free(B); free(c1); free(c2); free(a); free(b);
+}
+
 static void test_gemm_bf16(void) {
+    check_one_block();
     for (int R = 1; R <= 13; R++) check_gemm(R, 37, 19, R & 1);   // partial row tiles, odd K, 48-column tile
     int widths[] = {1, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 96, 100, 129, 200};
     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) check_gemm(25, widths[w], 40, 0);
