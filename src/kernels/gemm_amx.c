@@ -5,6 +5,7 @@
 
 #include "core/alloc.h"
 #include "core/check.h"
+#include "core/half.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -68,8 +69,9 @@ AMX_FN void amx_release(void) { _tile_release(); }
 typedef struct Job {
     Bf16Op a, b;
     float *C;
+    uint16_t *C16;   // or NULL: the last block's sums rounded to bf16 there, not stored in C
     const float *bias;
-    int R, NC, K, KP, ldc, p0, kp, load, rt, ct, cpb;
+    int R, NC, K, KP, ldc, p0, kp, load, last, rt, ct, cpb;
 } Job;
 
 static int imin(int a, int b) { return a < b ? a : b; }
@@ -229,6 +231,14 @@ static const float *bias_in(const float *bias, int cb, float *s, size_t *stride)
     return s;
 }
 
+// A tile's sums (s, rows 16 apart) in bf16 into dst (rows ld apart), ra
+// rows of cb: half_pack's rounding, a row at a time.
+PACK_FN static void tile_bf16(uint16_t *dst, size_t ld, const float *s, int ra, int cb) {
+    __mmask16 m = lanes(cb);
+    for (int r = 0; r < ra; r++)
+        _mm512_mask_cvtepi32_storeu_epi16(dst + (size_t)r * ld, m, f32_to_bf16_x16(_mm512_loadu_si512(s + 16 * r)));
+}
+
 // Tile T's sums in: C's (load), the bias's, or zeros.
 #define C_IN(T, ti, tj)                                                                         \
     do {                                                                                        \
@@ -239,11 +249,16 @@ static const float *bias_in(const float *bias, int cb, float *s, size_t *stride)
         else _tile_zero(T);                                                                     \
     } while (0)
 
-// Tile T's sums out: into C directly when whole, else through cs[T].
+// Tile T's sums out: into C directly when whole, else through cs[T]; the
+// last block's into C16 in bf16, through cs[T].
 #define C_OUT(T, ti, tj)                                                                        \
     do {                                                                                        \
-        float *c = j->C + (size_t)(i + 16 * (ti)) * j->ldc + col + 16 * (tj);                   \
-        if (ra[ti] == 16 && cb[tj] == 16) _tile_stored(T, c, (size_t)j->ldc * 4);               \
+        size_t at = (size_t)(i + 16 * (ti)) * j->ldc + col + 16 * (tj);                         \
+        float *c = j->C + at;                                                                   \
+        if (j->C16 && j->last) {                                                                \
+            _tile_stored(T, cs[T], 64);                                                         \
+            tile_bf16(j->C16 + at, j->ldc, cs[T], ra[ti], cb[tj]);                              \
+        } else if (ra[ti] == 16 && cb[tj] == 16) _tile_stored(T, c, (size_t)j->ldc * 4);        \
         else {                                                                                  \
             _tile_stored(T, cs[T], 64);                                                         \
             for (int r = 0; r < ra[ti]; r++) memcpy(c + (size_t)r * j->ldc, cs[T] + 16 * r, (size_t)cb[tj] * 4); \
@@ -368,7 +383,7 @@ static void job_share(const Job *j, long lo, long hi) {
 // loads only the sums it stored itself and never waits for another.
 static void job_blocks(Job *j, int KPC, int accumulate, const float *bias, long lo, long hi) {
     for (j->p0 = 0; j->p0 < j->KP; j->p0 += KPC) {
-        j->kp = imin(KPC, j->KP - j->p0), j->load = accumulate || j->p0 > 0;
+        j->kp = imin(KPC, j->KP - j->p0), j->load = accumulate || j->p0 > 0, j->last = j->p0 + KPC >= j->KP;
         j->bias = j->p0 > 0 ? NULL : bias;
         job_share(j, lo, hi);
     }
@@ -381,7 +396,8 @@ enum {
 };
 #define AMX_CBIG ((size_t)4 << 20)   // 16 MiB of sums: far past L2, each block's store and reload from memory
 
-int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias, int nt) {
+int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
+             uint16_t *C16, int nt) {
     if (a.form != OP_PAIRS16 && a.form != OP_ROWS32 && a.form != OP_COLS32 && a.form != OP_COLS16) return -1;
     // Reduction blocks of equal length in whole chunks of 16 pairs, the last shorter: only the last
     // chunk of the whole reduction is partial. A block's sums go through C to the next exactly, so
@@ -400,7 +416,7 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
     long tiles = (long)rt * ct;
     if (nt > tiles) nt = (int)tiles;
     int room = b.form == OP_PANELS ? 0 : cpb;   // B panels a thread packs
-    Job j = {.a = a, .b = b, .C = C, .bias = bias, .R = R, .NC = NC, .K = K, .KP = KP, .ldc = ldc,
+    Job j = {.a = a, .b = b, .C = C, .C16 = C16, .bias = bias, .R = R, .NC = NC, .K = K, .KP = KP, .ldc = ldc,
              .rt = rt, .ct = ct, .cpb = cpb};
     if (nt <= 1) {
         if (panels_ready(KPC, room)) return -1;
@@ -445,8 +461,9 @@ void amx_panels(uint16_t *dst, Bf16Op b, int K, int NC) {
 int amx_usable(void) { return 0; }
 void amx_configure(void) {}
 void amx_release(void) {}
-int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias, int nt) {
-    (void)R, (void)NC, (void)K, (void)a, (void)b, (void)C, (void)ldc, (void)accumulate, (void)bias, (void)nt;
+int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
+             uint16_t *C16, int nt) {
+    (void)R, (void)NC, (void)K, (void)a, (void)b, (void)C, (void)ldc, (void)accumulate, (void)bias, (void)C16, (void)nt;
     return -1;
 }
 size_t amx_panels_len(int K, int NC) {

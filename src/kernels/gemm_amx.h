@@ -32,10 +32,13 @@ void amx_release(void);
 
 // gemm_bf16_op's product on the tiles: C (R,NC) = [bias +] A (R,K) · B (K,NC)
 // [+ C when accumulate], on nt threads (1: the caller's own), the panels
-// packed from a and b in their forms. Only when amx_usable(). 0, or -1 with
-// C untouched when a thread's packed panels (about 600 KiB) are not to be
-// had: gemm_bf16 then runs the vector kernel.
-int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias, int nt);
+// packed from a and b in their forms. With C16 given, the sums go there in
+// bf16 (half_pack's rounding, ldc apart) instead, C holding only a longer
+// reduction's partial sums. Only when amx_usable(). 0, or -1 with C and C16
+// untouched when a thread's packed panels (about 600 KiB) are not to be had:
+// gemm_bf16 then runs the vector kernel.
+int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
+             uint16_t *C16, int nt);
 
 // B (K,NC) as whole panels (gemm_bf16_panels): their length in bf16 values,
 // the packing, and where row k0, column c0 (multiples of 32) begins in them.

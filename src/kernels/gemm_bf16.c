@@ -215,7 +215,7 @@ int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, in
                  uint16_t *room) {
     int KP = (K + 1) / 2;
     if (R > 0 && NC > 0 && KP > 0 && gemm_bf16_unit() == BF16_AMX &&
-        gemm_amx(R, NC, K, a, b, C, ldc, accumulate, bias, run_threads(R, NC, KP)) == 0)
+        gemm_amx(R, NC, K, a, b, C, ldc, accumulate, bias, NULL, run_threads(R, NC, KP)) == 0)
         return 0;
     if (b.form == OP_PANELS) return -1;
     const uint16_t *A = a.p, *Bp = b.p;
@@ -238,6 +238,12 @@ int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, in
     }
     gemm_run(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, bias);
     return 0;
+}
+
+int gemm_bf16_op16(int R, int NC, int K, Bf16Op a, Bf16Op b, uint16_t *C16, float *C, int ldc, const float *bias) {
+    int KP = (K + 1) / 2;
+    if (R <= 0 || NC <= 0 || KP <= 0 || gemm_bf16_unit() != BF16_AMX) return -1;
+    return gemm_amx(R, NC, K, a, b, C, ldc, 0, bias, C16, run_threads(R, NC, KP));
 }
 
 void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
@@ -488,6 +494,11 @@ void gemm_bf16_bias(int R, int NC, int KP, const uint16_t *A, int lda, const uin
 int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
                  uint16_t *room) {
     (void)R, (void)NC, (void)K, (void)a, (void)b, (void)C, (void)ldc, (void)accumulate, (void)bias, (void)room;
+    NOT_BUILT;
+    return -1;
+}
+int gemm_bf16_op16(int R, int NC, int K, Bf16Op a, Bf16Op b, uint16_t *C16, float *C, int ldc, const float *bias) {
+    (void)R, (void)NC, (void)K, (void)a, (void)b, (void)C16, (void)C, (void)ldc, (void)bias;
     NOT_BUILT;
     return -1;
 }

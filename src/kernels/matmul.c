@@ -245,17 +245,21 @@ static int forward_bf16_t(float *out, const float *inp, const uint16_t *x16, con
 }
 
 // out (N,OC) = bf16(inp) (N,C) · bf16(weight)^T + bias: A the input's rows,
-// B the weight's rows read as columns. 0, or -1 when memory is not to be had.
-static int forward_bf16(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC) {
+// B the weight's rows read as columns; with out16 given, its bf16 values
+// there instead, on the tiles alone (gemm_bf16_op16). 0, or -1 when memory
+// is not to be had (or out16 cannot be written so).
+static int forward_bf16(float *out, uint16_t *out16, const float *inp, const float *weight, const float *bias, int N,
+                        int C, int OC) {
     int kp = pairs(C);
     const uint16_t *w16 = weight == g_held.w ? NULL : matmul_bound16(weight, (size_t)OC * C);
     const uint16_t *x16 = C % 2 == 0 ? matmul_input16(inp, (size_t)N * C) : NULL;   // rows of 2·kp values already
-    if (w16 && C % 2 == 0 && 2 * N < C) return forward_bf16_t(out, inp, x16, w16, bias, N, C, OC);
+    if (w16 && C % 2 == 0 && 2 * N < C) return out16 ? -1 : forward_bf16_t(out, inp, x16, w16, bias, N, C, OC);
     if (!x16 && !(inp = matmul_input_fp32(inp, (size_t)N * C))) return -1;
     Bf16Op a = x16 ? (Bf16Op){OP_PAIRS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C}, b;
     uint16_t *room;
     if (weight_op(weight, C, OC, FORM_FWD, &b)) return -1;
     size_t na = x16 ? 0 : (size_t)N * 2 * kp, nb = b.form == OP_PAIRS16 ? 0 : (size_t)kp * OC * 2;
+    if (out16) return gemm_bf16_op16(N, OC, C, a, b, out16, out, OC, bias);
     if (room_for(na + nb, &room)) return -1;
     return gemm_bf16_op(N, OC, C, a, b, out, OC, 0, bias, room);
 }
@@ -312,11 +316,20 @@ static int take_fresh(const float *dweight, size_t n) {
 
 // ---- the linear layers ----
 
+int linear_forward16(uint16_t *out16, float *out, const float *inp, const float *weight, const float *bias, int N,
+                     int C, int OC) {
+    if (!g_bf16 || N < 2 || OC == 0 || gemm_bf16_unit() != BF16_AMX) return -1;
+    double t0 = prof_begin();
+    if (forward_bf16(out, out16, inp, weight, bias, N, C, OC)) return -1;
+    prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);
+    return 0;
+}
+
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                     int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
     double t0 = prof_begin();
-    if (g_bf16 && N > 1 && !forward_bf16(out, inp, weight, bias, N, C, OC)) {
+    if (g_bf16 && N > 1 && !forward_bf16(out, NULL, inp, weight, bias, N, C, OC)) {
         prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);
         return;
     }

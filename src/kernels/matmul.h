@@ -88,6 +88,13 @@ double kernels_sgemm_gflops(int n, int reps);
 // out (N,OC) = inp (N,C) · weight (OC,C)^T + bias (OC); bias may be NULL.
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                     int N, int C, int OC);
+// The same output straight into its 16-bit store: out16 (N,OC) = the bf16
+// values half_pack gives linear_forward's out, under matmul_set_bf16 on the
+// tiles (gemm_bf16_op16), out only their room. 0, or -1 with nothing
+// written where the product cannot run so (the vector units, one row, the
+// transposed forward of few rows): then linear_forward and a pack.
+int linear_forward16(uint16_t *out16, float *out, const float *inp, const float *weight, const float *bias, int N,
+                     int C, int OC);
 
 // dinp (N,C) = dout (N,OC) · weight (OC,C), overwritten (accumulate=0) or added to;
 // dweight (OC,C) += dout^T · inp (written, where marked unwritten: matmul_grad_fresh); dbias (OC) += column sums of dout (NULL skips it).

@@ -131,11 +131,12 @@ void gelu_forward16(uint16_t *out16, uint16_t *inp16, const float *inp, size_t n
     #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nb; b++) {
         float t[BLK];
-        round16(inp16 + b * BLK, t, inp + b * BLK, blk_len(n, b));
+        if (inp) round16(inp16 + b * BLK, t, inp + b * BLK, blk_len(n, b));
+        else widen(t, inp16 + b * BLK, blk_len(n, b));
         gelu_span(t, t, blk_len(n, b));
         half_pack_serial(PREC_BF16, out16 + b * BLK, t, (size_t)blk_len(n, b));
     }
-    prof_end(t0, PROF_POINTWISE, 0, 8.0 * n);
+    prof_end(t0, PROF_POINTWISE, 0, (inp ? 8.0 : 4.0) * n);
 }
 
 void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
@@ -174,12 +175,12 @@ void swiglu_forward16(uint16_t *out16, uint16_t *gu16, const float *gu, int N, i
             float tg[BLK], tu[BLK];
             int m = F - c < BLK ? F - c : BLK;
             size_t g = (size_t)n * 2 * F + c, u = g + F;
-            round16(gu16 + g, tg, gu + g, m);
-            round16(gu16 + u, tu, gu + u, m);
+            if (gu) round16(gu16 + g, tg, gu + g, m), round16(gu16 + u, tu, gu + u, m);
+            else widen(tg, gu16 + g, m), widen(tu, gu16 + u, m);
             swiglu_span(tg, tg, tu, m);
             half_pack_serial(PREC_BF16, out16 + (size_t)n * F + c, tg, (size_t)m);
         }
-    prof_end(t0, PROF_POINTWISE, 0, 12.0 * N * (double)F);
+    prof_end(t0, PROF_POINTWISE, 0, (gu ? 12.0 : 6.0) * N * (double)F);
 }
 
 void swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F) {

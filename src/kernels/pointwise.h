@@ -15,6 +15,7 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 // inp rounded into inp16 and out16 = bf16(gelu(the rounded inp)), no floats
 // written; the backward reads inp16. The bits of rounding inp in place,
 // gelu_forward and packing out, and of gelu_backward on the widened inp16.
+// inp NULL: inp16 holds the input already (a product wrote it there).
 void gelu_forward16(uint16_t *out16, uint16_t *inp16, const float *inp, size_t n);
 void gelu_backward16(float *dinp, const uint16_t *inp16, const float *dout, size_t n);
 

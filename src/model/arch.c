@@ -127,6 +127,13 @@ int arch_fn16(const Arch *ar, const BlockRun *r, int jx, int jy) {
     return 1;
 }
 
+int arch_linear16(const Arch *ar, const BlockRun *r, int j, const float *x, const float *w, const float *b, int N,
+                  int C, int OC) {
+    if (!alone16(r, ar->act_gemm16, j) || linear_forward16(r->act16[j], r->act[j], x, w, b, N, C, OC)) return 0;
+    bind_alone16(ar, r, j);
+    return 1;
+}
+
 void arch_attention(const BlockRun *r, float *out, float *lse, const float *qkv, float *scratch, int NH, int NKV,
                     int HS) {
     const LocalDims *d = r->d;

@@ -266,6 +266,12 @@ void arch_stored(const Arch *ar, const BlockRun *r, int j);
 // y: under bf16 on the bf16 units, both stores given); if so, both count as
 // stored and y's store is bound for the products that read it.
 int arch_fn16(const Arch *ar, const BlockRun *r, int jx, int jy);
+// Activation j (Arch.act_gemm16) = x (N,C) · w^T + b where it lives in its
+// 16-bit store alone: on the tiles the product writes the store itself
+// (linear_forward16), j counts as stored and is bound — 1; otherwise 0 and
+// nothing done (the caller multiplies into the floats and stores them).
+int arch_linear16(const Arch *ar, const BlockRun *r, int j, const float *x, const float *w, const float *b, int N,
+                  int C, int OC);
 
 // A block forward's attention: out (N,NH·HS) and lse from qkv (N,(NH +
 // 2·NKV)·HS). Without a cache, the fused causal attention over the pass's

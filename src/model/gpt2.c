@@ -104,8 +104,10 @@ static void block_forward(const BlockRun *r) {
     layernorm_forward(arch_own_rows(d, a[A_LN1]), a[A_LN1_MEAN], a[A_LN1_RSTD], r->x, w[LN1_W], w[LN1_B], Ns, C);
     tp_gather(r->tp, a[A_LN1], N, C);
     stored(r, A_LN1);
-    linear_forward(a[A_QKV], a[A_LN1], w[QKV_W], w[QKV_B], N, C, 3 * d->Cl);   // column parallel
-    stored(r, A_QKV);
+    if (!arch_linear16(&arch_gpt2, r, A_QKV, a[A_LN1], w[QKV_W], w[QKV_B], N, C, 3 * d->Cl)) {
+        linear_forward(a[A_QKV], a[A_LN1], w[QKV_W], w[QKV_B], N, C, 3 * d->Cl);   // column parallel
+        stored(r, A_QKV);
+    }
     arch_attention(r, a[A_ATTY], a[A_LSE], a[A_QKV], r->scr[S_ATT], d->NHl, d->NHl, d->Cl / d->NHl);
     stored(r, A_ATTY);
     linear_forward(r->tmp, a[A_ATTY], w[ATT_W], NULL, N, d->Cl, C);            // row parallel: partial sums
@@ -115,9 +117,11 @@ static void block_forward(const BlockRun *r) {
     layernorm_forward(arch_own_rows(d, a[A_LN2]), a[A_LN2_MEAN], a[A_LN2_RSTD], a[A_RES2], w[LN2_W], w[LN2_B], Ns, C);
     tp_gather(r->tp, a[A_LN2], N, C);
     stored(r, A_LN2);
-    linear_forward(a[A_FCH], a[A_LN2], w[FC_W], w[FC_B], N, C, d->Fl);         // column parallel
-    if (arch_fn16(&arch_gpt2, r, A_FCH, A_FCH_GELU)) {   // from and into the 16-bit stores
-        gelu_forward16(r->act16[A_FCH_GELU], r->act16[A_FCH], a[A_FCH], (size_t)N * d->Fl);
+    int fn16 = arch_fn16(&arch_gpt2, r, A_FCH, A_FCH_GELU);   // GELU from and into the 16-bit stores
+    int in16 = fn16 && !linear_forward16(r->act16[A_FCH], a[A_FCH], a[A_LN2], w[FC_W], w[FC_B], N, C, d->Fl);
+    if (!in16) linear_forward(a[A_FCH], a[A_LN2], w[FC_W], w[FC_B], N, C, d->Fl);   // column parallel
+    if (fn16) {
+        gelu_forward16(r->act16[A_FCH_GELU], r->act16[A_FCH], in16 ? NULL : a[A_FCH], (size_t)N * d->Fl);
     } else {
         stored(r, A_FCH);
         gelu_forward(a[A_FCH_GELU], a[A_FCH], (size_t)N * d->Fl);

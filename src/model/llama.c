@@ -109,9 +109,11 @@ void llama_block_forward(const BlockRun *r) {
     rmsnorm_forward(arch_own_rows(d, a[A_LN2]), a[A_LN2_RSTD], a[A_RES2], w[LN2_W], Ns, C, eps);
     tp_gather(r->tp, a[A_LN2], N, C);
     stored(r, A_LN2);
-    linear_forward(a[A_GU], a[A_LN2], w[GATE_W], NULL, N, C, 2 * d->Fl);       // column parallel
-    if (arch_fn16(arch_of(r->cfg), r, A_GU, A_H)) {   // from and into the 16-bit stores
-        swiglu_forward16(r->act16[A_H], r->act16[A_GU], a[A_GU], N, d->Fl);
+    int fn16 = arch_fn16(arch_of(r->cfg), r, A_GU, A_H);   // SwiGLU from and into the 16-bit stores
+    int in16 = fn16 && !linear_forward16(r->act16[A_GU], a[A_GU], a[A_LN2], w[GATE_W], NULL, N, C, 2 * d->Fl);
+    if (!in16) linear_forward(a[A_GU], a[A_LN2], w[GATE_W], NULL, N, C, 2 * d->Fl);   // column parallel
+    if (fn16) {
+        swiglu_forward16(r->act16[A_H], r->act16[A_GU], in16 ? NULL : a[A_GU], N, d->Fl);
     } else {
         stored(r, A_GU);
         swiglu_forward(a[A_H], a[A_GU], N, d->Fl);
