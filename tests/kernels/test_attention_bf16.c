@@ -12,6 +12,7 @@
 #include "kernels/gemm_bf16.h"
 #include "kernels/matmul.h"
 #include "test.h"
+#include "units.h"
 
 static uint64_t draw_stream = 1;
 
@@ -102,6 +103,8 @@ static void test_attention_widened(void) {
     free(qkv); free(qkv16); free(nan); free(dout); free(scratch);
 }
 
+static void on_unit(void) { RUN(test_attention_bf16); }
+
 int main(void) {
     kernels_set_threads(2);
     RUN(test_attention_widened);
@@ -109,15 +112,6 @@ int main(void) {
         printf("     the bf16 kernel is not built in (no AVX512_BF16): attention multiplies in fp32\n");
         return test_finish();
     }
-    Bf16Unit units[] = {BF16_DOT, BF16_AMX}, chosen = gemm_bf16_unit();
-    for (int u = 0; u < 2; u++) {
-        if (!gemm_bf16_use(units[u])) {
-            printf("     no AMX tiles here (CPU or OS): the products run on vdpbf16ps only\n");
-            continue;
-        }
-        printf("     products on %s\n", gemm_bf16_unit_name());
-        RUN(test_attention_bf16);
-    }
-    gemm_bf16_use(chosen);
+    each_bf16_unit(on_unit);
     return test_finish();
 }

@@ -13,6 +13,7 @@
 #include "kernels/peak.h"
 #include "kernels/pointwise.h"
 #include "test.h"
+#include "units.h"
 
 static uint64_t draw_stream = 1;
 
@@ -560,6 +561,18 @@ static void test_no_kernel(void) {
     EXPECT(matmul_set_bf16(1) == 0 && matmul_bf16() == 0, "matmul_set_bf16 is a no-op without the kernel");
 }
 
+static void on_unit(void) {
+    RUN(test_gemm_bf16);
+    RUN(test_gemm_bias);
+    RUN(test_forms);
+    RUN(test_linear_bf16);
+    RUN(test_forward16);
+    RUN(test_backward16);
+    RUN(test_hold);
+    RUN(test_bound);
+    RUN(test_bound_input);
+}
+
 int main(void) {
     kernels_set_threads(2);
     RUN(test_peak);
@@ -571,24 +584,6 @@ int main(void) {
     }
     RUN(test_pack);
     RUN(test_pack16);
-    // every product on each unit the CPU has: the vector units' vdpbf16ps, and AMX's tiles
-    Bf16Unit units[] = {BF16_DOT, BF16_AMX}, chosen = gemm_bf16_unit();
-    for (int u = 0; u < 2; u++) {
-        if (!gemm_bf16_use(units[u])) {
-            printf("     no AMX tiles here (CPU or OS): the products run on vdpbf16ps only\n");
-            continue;
-        }
-        printf("     products on %s\n", gemm_bf16_unit_name());
-        RUN(test_gemm_bf16);
-        RUN(test_gemm_bias);
-        RUN(test_forms);
-        RUN(test_linear_bf16);
-        RUN(test_forward16);
-        RUN(test_backward16);
-        RUN(test_hold);
-        RUN(test_bound);
-        RUN(test_bound_input);
-    }
-    gemm_bf16_use(chosen);
+    each_bf16_unit(on_unit);   // every product on each unit the CPU has
     return test_finish();
 }
