@@ -14,15 +14,6 @@
 #include "test.h"
 #include "units.h"
 
-static uint64_t draw_stream = 1;
-
-static float *randn(size_t n, float std) {
-    float *x = calloc(n + 1, sizeof *x);
-    uint64_t s = draw_stream++;
-    for (size_t i = 0; i < n; i++) x[i] = (float)(std * rng_normal(12, s, i));
-    return x;
-}
-
 // ||a − b|| / ||b||
 static double norm_err(const float *a, const float *b, size_t n) {
     double d = 0, r = 0;

@@ -15,15 +15,6 @@
 #include "test.h"
 #include "units.h"
 
-static uint64_t draw_stream = 1;
-
-static float *randn(size_t n, float std) {
-    float *x = calloc(n + 1, sizeof *x);
-    uint64_t s = draw_stream++;
-    for (size_t i = 0; i < n; i++) x[i] = (float)(std * rng_normal(11, s, i));
-    return x;
-}
-
 static double b16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 // ---- the packers: each element where the layout says, rounded, the odd K's pad zero ----
