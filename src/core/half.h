@@ -27,12 +27,13 @@ static inline float bf16_to_f32(uint16_t h) {
     return f;
 }
 
+// Without branches (a NaN quieted, not rounded), so loops of it vectorise.
 static inline uint16_t f32_to_bf16(float f) {
     uint32_t b;
     memcpy(&b, &f, 4);
-    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((b >> 16) | 0x40);
-    b += 0x7FFFu + ((b >> 16) & 1u);
-    return (uint16_t)(b >> 16);
+    uint32_t nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
+    uint32_t r = nan ? b | 0x400000u : b + 0x7FFFu + ((b >> 16) & 1u);
+    return (uint16_t)(r >> 16);
 }
 
 #if defined(__x86_64__)
