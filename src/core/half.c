@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/half_x16.h"
 #include "core/prof.h"
 
 #include <stdint.h>

@@ -10,9 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 // The precision of a run: what its weights and activations are stored in.
 typedef enum { PREC_FP32, PREC_BF16, PREC_FP16, PREC_COUNT } Precision;
@@ -35,19 +32,6 @@ static inline uint16_t f32_to_bf16(float f) {
     uint32_t r = nan ? b | 0x400000u : b + 0x7FFFu + ((b >> 16) & 1u);
     return (uint16_t)(r >> 16);
 }
-
-#if defined(__x86_64__)
-// f32_to_bf16 on 16 lanes: each lane's fp32 bits rounded to bf16, the result
-// in the lane's low half (for the packers that write 16 at a time: core's,
-// and the tiles' bf16 output in kernels/gemm_amx). AVX-512 callers only.
-__attribute__((target("avx512f"))) static inline __m512i f32_to_bf16_x16(__m512i b) {
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF)),
-                                            _mm512_set1_epi32(0x7F800000));
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd));
-    return _mm512_srli_epi32(_mm512_mask_or_epi32(r, nan, b, _mm512_set1_epi32(0x400000)), 16);
-}
-#endif
 
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);

@@ -5,7 +5,7 @@
 
 #include "core/alloc.h"
 #include "core/check.h"
-#include "core/half.h"
+#include "core/half_x16.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>

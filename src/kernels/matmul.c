@@ -258,8 +258,8 @@ static int forward_bf16(float *out, uint16_t *out16, const float *inp, const flo
     Bf16Op a = x16 ? (Bf16Op){OP_PAIRS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C}, b;
     uint16_t *room;
     if (weight_op(weight, C, OC, FORM_FWD, &b)) return -1;
+    if (out16) return gemm_bf16_op16(N, OC, C, a, b, out16, out, OC, bias);   // the tiles need no room
     size_t na = x16 ? 0 : (size_t)N * 2 * kp, nb = b.form == OP_PAIRS16 ? 0 : (size_t)kp * OC * 2;
-    if (out16) return gemm_bf16_op16(N, OC, C, a, b, out16, out, OC, bias);
     if (room_for(na + nb, &room)) return -1;
     return gemm_bf16_op(N, OC, C, a, b, out, OC, 0, bias, room);
 }
