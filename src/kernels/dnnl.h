@@ -16,12 +16,13 @@
 // 1 when oneDNN is linked in and works on this CPU.
 int dnnl_own(void);
 
-// C (M,NC) = A (M,K) · B (K,NC), + C when accumulate: fp32, A's element
-// (i,k) at A[i·ars + k·acs], B's (k,j) at B[k·brs + j·bcs], C row-major
-// with row stride ldc. 0, or -1 when oneDNN is not linked in or refuses
-// the product (the caller runs another path).
+// C (M,NC) = A (M,K) · B (K,NC), + C when accumulate, + bias (NC floats,
+// every row) where bias is not NULL, added as the products' sums are
+// stored: fp32, A's element (i,k) at A[i·ars + k·acs], B's (k,j) at
+// B[k·brs + j·bcs], C row-major with row stride ldc. 0, or -1 when oneDNN
+// is not linked in or refuses the product (the caller runs another path).
 int dnnl_gemm_f32(int M, int NC, int K, const float *A, long ars, long acs, const float *B, long brs, long bcs,
-                  float *C, long ldc, int accumulate);
+                  float *C, long ldc, int accumulate, const float *bias);
 
 // The oneDNN version and the instruction set it runs ("oneDNN 2.6.3
 // (avx512_core_bf16)"), or NULL when it is not linked in.

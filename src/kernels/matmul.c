@@ -353,14 +353,14 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
         prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);
         return;
     }
+    if (path == PATH_DNNL && !dnnl_gemm_f32(N, OC, C, inp, C, 1, weight, 1, C, out, OC, 0, bias)) {
+        prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);
+        return;
+    }
     if (bias) {
         #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = bias[o];
-    }
-    if (path == PATH_DNNL && !dnnl_gemm_f32(N, OC, C, inp, C, 1, weight, 1, C, out, OC, bias != NULL)) {
-        prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);
-        return;
     }
     if (N == 1)   // one row (a decoding step): a matrix-vector product reads the weight once, unpacked
         cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, bias ? 1.0f : 0.0f, out, 1);
@@ -396,12 +396,12 @@ static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N
     // (gpt2-124m B=4 T=64: 70-75 to 64-68 ms).
     if (path == PATH_DNNL && !accumulate && OC >= 8 * C) {
         float *t = scratch((size_t)C * N);
-        if (t && !dnnl_gemm_f32(C, N, OC, weight, 1, C, dout, 1, OC, t, N, 0)) {
+        if (t && !dnnl_gemm_f32(C, N, OC, weight, 1, C, dout, 1, OC, t, N, 0, NULL)) {
             transpose_add(dinp, C, t, N, NULL, C, N);
             return;
         }
     }
-    if (path == PATH_DNNL && !dnnl_gemm_f32(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, accumulate)) return;
+    if (path == PATH_DNNL && !dnnl_gemm_f32(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, accumulate, NULL)) return;
     if (path == PATH_OWN)   // both operands read in place: the weight is the vector operand
         gemm_nn(N, C, OC, dout, OC, weight, C, dinp, C, accumulate);
     else
@@ -412,7 +412,7 @@ static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N
 // dweight (OC,C) (+)= dout^T (OC,N) · inp (N,C) in fp32.
 static void dweight_fp32(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate) {
     int path = matmul_fp32_path(PROD_DWEIGHT, N, C, OC);
-    if (path == PATH_DNNL && !dnnl_gemm_f32(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, accumulate)) return;
+    if (path == PATH_DNNL && !dnnl_gemm_f32(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, accumulate, NULL)) return;
     float *s = path != PATH_BLAS ? scratch((size_t)N * OWN_OC_BLOCK) : NULL;
     if (!s) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, accumulate ? 1.0f : 0.0f,

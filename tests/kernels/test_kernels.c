@@ -195,35 +195,36 @@ static void test_grad_fresh(void) {
 }
 
 // ---- oneDNN's fp32 products (kernels/dnnl) ----
-// C (M,NC) (+)= A · B at the three stride patterns the linear layers use
-// (B read by columns: the forward; both by rows: the input gradient; A read
-// by columns: the weight gradient), against float64; a repeat call gives
-// the same bits.
-static void check_dnnl(int M, int NC, int K, int pattern, int accumulate) {
+// C (M,NC) (+)= A · B [+ bias] at the three stride patterns the linear
+// layers use (B read by columns: the forward; both by rows: the input
+// gradient; A read by columns: the weight gradient), against float64; a
+// repeat call gives the same bits.
+static void check_dnnl(int M, int NC, int K, int pattern, int accumulate, int with_bias) {
     long ars = pattern == 2 ? 1 : K, acs = pattern == 2 ? M : 1, brs = pattern == 0 ? 1 : NC, bcs = pattern == 0 ? K : 1;
     int ldc = NC + 3;
     float *A = fbuf((size_t)M * K), *B = fbuf((size_t)K * NC), *C = fbuf((size_t)M * ldc), *C0 = fbuf((size_t)M * ldc);
-    float *C2 = fbuf((size_t)M * ldc);
-    randn(A, (size_t)M * K, 1); randn(B, (size_t)K * NC, 1); randn(C0, (size_t)M * ldc, 1);
+    float *C2 = fbuf((size_t)M * ldc), *bias = fbuf((size_t)NC);
+    randn(A, (size_t)M * K, 1); randn(B, (size_t)K * NC, 1); randn(C0, (size_t)M * ldc, 1); randn(bias, NC, 2);
+    const float *b = with_bias ? bias : NULL;
     memcpy(C, C0, (size_t)M * ldc * 4);
     memcpy(C2, C0, (size_t)M * ldc * 4);
-    int rc = dnnl_gemm_f32(M, NC, K, A, ars, acs, B, brs, bcs, C, ldc, accumulate);
+    int rc = dnnl_gemm_f32(M, NC, K, A, ars, acs, B, brs, bcs, C, ldc, accumulate, b);
     EXPECT(rc == 0, "dnnl_gemm_f32 M=%d NC=%d K=%d pattern %d refused", M, NC, K, pattern);
     double worst = 0;
     int pad_ok = 1;
     for (int i = 0; i < M; i++) {
         for (int j = 0; j < NC; j++) {
-            double ref = accumulate ? C0[(size_t)i * ldc + j] : 0;
+            double ref = (accumulate ? C0[(size_t)i * ldc + j] : 0) + (b ? b[j] : 0);
             for (int k = 0; k < K; k++) ref += (double)A[i * ars + k * acs] * B[k * brs + j * bcs];
             worst = fmax(worst, fabs(C[(size_t)i * ldc + j] - ref) / (sqrt((double)K) + 1));
         }
         for (int j = NC; j < ldc; j++) pad_ok &= C[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j];
     }
-    EXPECT(worst < 1e-5 && pad_ok, "dnnl_gemm_f32 M=%d NC=%d K=%d pattern %d acc %d: err %.2e, pad %s", M, NC, K,
-           pattern, accumulate, worst, pad_ok ? "kept" : "written");
-    dnnl_gemm_f32(M, NC, K, A, ars, acs, B, brs, bcs, C2, ldc, accumulate);
+    EXPECT(worst < 1e-5 && pad_ok, "dnnl_gemm_f32 M=%d NC=%d K=%d pattern %d acc %d bias %d: err %.2e, pad %s", M, NC,
+           K, pattern, accumulate, with_bias, worst, pad_ok ? "kept" : "written");
+    dnnl_gemm_f32(M, NC, K, A, ars, acs, B, brs, bcs, C2, ldc, accumulate, b);
     EXPECT(!memcmp(C, C2, (size_t)M * ldc * 4), "dnnl_gemm_f32 M=%d NC=%d K=%d: a repeat differs", M, NC, K);
-    free(A); free(B); free(C); free(C0); free(C2);
+    free(A); free(B); free(C); free(C0); free(C2); free(bias);
 }
 
 static void test_dnnl(void) {
@@ -234,7 +235,8 @@ static void test_dnnl(void) {
     int shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {33, 65, 17}, {256, 300, 130}, {70, 1600, 40}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int pattern = 0; pattern < 3; pattern++)
-            for (int acc = 0; acc < 2; acc++) check_dnnl(shapes[s][0], shapes[s][1], shapes[s][2], pattern, acc);
+            for (int acc = 0; acc < 4; acc++)   // accumulate, then bias, each without and with
+                check_dnnl(shapes[s][0], shapes[s][1], shapes[s][2], pattern, acc & 1, acc >> 1);
 }
 
 // ---- layernorm ----
