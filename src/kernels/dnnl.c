@@ -61,7 +61,7 @@ static dnnl_status_t make(Prim *p, int M, int NC, int K, long ars, long acs, lon
     if ((s = dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_f32, ast)) != dnnl_success ||
         (s = dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_f32, bst)) != dnnl_success ||
         (s = dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cst)) != dnnl_success ||
-        (s = dnnl_memory_desc_init_by_strides(&vmd, 2, vd, dnnl_f32, vst)) != dnnl_success)
+        (bias && (s = dnnl_memory_desc_init_by_strides(&vmd, 2, vd, dnnl_f32, vst)) != dnnl_success))
         return s;
     dnnl_matmul_desc_t desc;
     if ((s = dnnl_matmul_desc_init(&desc, &amd, &bmd, bias ? &vmd : NULL, &cmd)) != dnnl_success) return s;
@@ -87,12 +87,13 @@ static dnnl_status_t make(Prim *p, int M, int NC, int K, long ars, long acs, lon
     return s;
 }
 
+// The oneDNN objects of an entry, released (its key is kept).
 static void prim_free(Prim *p) {
     if (p->prim) dnnl_primitive_destroy(p->prim);
     dnnl_memory_t m[4] = {p->a, p->b, p->c, p->v};
     for (int i = 0; i < 4; i++)
         if (m[i]) dnnl_memory_destroy(m[i]);
-    memset(p, 0, sizeof *p);
+    p->prim = NULL, p->a = p->b = p->c = p->v = NULL;
 }
 
 // The primitive of a product, made at its first call; NULL when oneDNN refuses it.
@@ -104,10 +105,8 @@ static Prim *prim_of(int M, int NC, int K, long ars, long acs, long brs, long bc
     Prim *p = &g_prim[g_nprim < PRIM_MAX ? g_nprim++ : PRIM_MAX - 1];
     prim_free(p);   // full: the last entry is replaced
     memcpy(p->key, key, sizeof key);
-    if (make(p, M, NC, K, ars, acs, brs, bcs, ldc, accumulate, bias) != dnnl_success) {
-        prim_free(p);
-        memcpy(p->key, key, sizeof key);   // remembered as refused
-    }
+    if (make(p, M, NC, K, ars, acs, brs, bcs, ldc, accumulate, bias) != dnnl_success)
+        prim_free(p);   // remembered as refused
     return p->prim ? p : NULL;
 }
 
