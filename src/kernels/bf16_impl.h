@@ -56,4 +56,26 @@ BF16_PACK_FN static inline void bf16_transpose16(__m512i r[16]) {
     }
 }
 
+// The sum of squares (float64) of a tile of C as a product just stored it:
+// rows × cols floats, rows ld apart, each row 16 lanes at a time into 8
+// float64 lanes, the lanes added in a fixed order. The gradient norm's part
+// of a weight gradient's last product (gemm_bf16_op_sq), read while the
+// tile is in L1.
+BF16_PACK_FN static inline double bf16_tile_squares(const float *c, size_t ld, int rows, int cols) {
+    __m512d acc = _mm512_setzero_pd();
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j += 16) {
+            int n = cols - j < 16 ? cols - j : 16;
+            __m512 x = _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), c + (size_t)r * ld + j);
+            __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+            __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+            acc = _mm512_fmadd_pd(lo, lo, acc);
+            acc = _mm512_fmadd_pd(hi, hi, acc);
+        }
+    double v[8], s = 0;
+    _mm512_storeu_pd(v, acc);
+    for (int i = 0; i < 8; i++) s += v[i];
+    return s;
+}
+
 #endif

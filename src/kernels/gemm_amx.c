@@ -1,6 +1,7 @@
 #include "kernels/gemm_amx.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -71,6 +72,7 @@ typedef struct Job {
     float *C;
     uint16_t *C16;   // or NULL: the last block's sums rounded to bf16 there, not stored in C
     const float *bias;
+    double *part;    // or NULL: each supertile's sum of squares of C as the last block leaves it, in tile order
     int R, NC, K, KP, ldc, p0, kp, load, last, rt, ct, cpb;
 } Job;
 
@@ -373,6 +375,9 @@ static void job_share(const Job *j, long lo, long hi) {
             pack_a_at(j, pa, i);
         }
         supertile(j, i, col, pa, given ? gb + (size_t)(col / 32) * gpan : pb + (size_t)cj * pan);
+        if (j->part && j->last)
+            j->part[x] = bf16_tile_squares(j->C + (size_t)i * j->ldc + col, (size_t)j->ldc, imin(32, j->R - i),
+                                           imin(32, j->NC - col));
     }
     amx_release();
 }
@@ -389,6 +394,17 @@ static void job_blocks(Job *j, int KPC, int accumulate, const float *bias, long 
     }
 }
 
+// *sq = the supertiles' sums of squares added in tile order (the same for
+// every thread count), where they were taken; frees them. 0.
+static int sum_parts(double *part, long tiles, double *sq) {
+    if (!part) return 0;
+    double s = 0;
+    for (long x = 0; x < tiles; x++) s += part[x];
+    *sq = s;
+    free(part);
+    return 0;
+}
+
 enum {
     AMX_KPMAX = 192,         // the longest reduction block (pairs), a multiple of 16: A's panel 24 KiB, in L1
     AMX_KPONE = 384,         // a reduction this short into a C of AMX_CBIG floats or more is one block
@@ -397,7 +413,8 @@ enum {
 #define AMX_CBIG ((size_t)4 << 20)   // 16 MiB of sums: far past L2, each block's store and reload from memory
 
 int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
-             uint16_t *C16, int nt) {
+             uint16_t *C16, int nt, double *sq) {
+    CHECKF(!sq || !C16, "gemm_amx: a sum of squares of sums kept in bf16");
     if (a.form != OP_PAIRS16 && a.form != OP_ROWS32 && a.form != OP_COLS32 && a.form != OP_COLS16) return -1;
     // Reduction blocks of equal length in whole chunks of 16 pairs, the last shorter: only the last
     // chunk of the whole reduction is partial. A block's sums go through C to the next exactly, so
@@ -418,10 +435,15 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
     int room = b.form == OP_PANELS ? 0 : cpb;   // B panels a thread packs
     Job j = {.a = a, .b = b, .C = C, .C16 = C16, .bias = bias, .R = R, .NC = NC, .K = K, .KP = KP, .ldc = ldc,
              .rt = rt, .ct = ct, .cpb = cpb};
+    // a sum of squares where its parts' room is to be had (else *sq stays as it was)
+    if (sq) j.part = malloc((size_t)tiles * sizeof *j.part);
     if (nt <= 1) {
-        if (panels_ready(KPC, room)) return -1;
+        if (panels_ready(KPC, room)) {
+            free(j.part);
+            return -1;
+        }
         job_blocks(&j, KPC, accumulate, bias, 0, tiles);
-        return 0;
+        return sum_parts(j.part, tiles, sq);
     }
     // One team for every reduction block, so each thread gets its panels once, before any sum is written.
     int failed = 0;
@@ -439,7 +461,11 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
         Job mine = j;   // each thread's own block bounds
         if (!stop) job_blocks(&mine, KPC, accumulate, bias, tiles * th / n, tiles * (th + 1) / n);
     }
-    return failed ? -1 : 0;
+    if (failed) {
+        free(j.part);
+        return -1;
+    }
+    return sum_parts(j.part, tiles, sq);
 }
 
 size_t amx_panels_len(int K, int NC) { return (size_t)(NC + 31) / 32 * panel_len((K + 1) / 2); }
@@ -462,8 +488,9 @@ int amx_usable(void) { return 0; }
 void amx_configure(void) {}
 void amx_release(void) {}
 int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
-             uint16_t *C16, int nt) {
+             uint16_t *C16, int nt, double *sq) {
     (void)R, (void)NC, (void)K, (void)a, (void)b, (void)C, (void)ldc, (void)accumulate, (void)bias, (void)C16, (void)nt;
+    (void)sq;
     return -1;
 }
 size_t amx_panels_len(int K, int NC) {

@@ -36,9 +36,13 @@ void amx_release(void);
 // bf16 (half_pack's rounding, ldc apart) instead, C holding only a longer
 // reduction's partial sums. Only when amx_usable(). 0, or -1 with C and C16
 // untouched when a thread's packed panels (about 600 KiB) are not to be had:
-// gemm_bf16 then runs the vector kernel.
+// gemm_bf16 then runs the vector kernel. With sq given (C16 NULL), *sq =
+// the sum of squares of C's values as the product leaves them, each 32 × 32
+// supertile's read as it is stored, the supertiles' added in tile order:
+// the same for every thread count (left as it was where the room for the
+// supertiles' sums is not to be had).
 int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
-             uint16_t *C16, int nt);
+             uint16_t *C16, int nt, double *sq);
 
 // B (K,NC) as whole panels (gemm_bf16_panels): their length in bf16 values,
 // the packing, and where row k0, column c0 (multiples of 32) begins in them.

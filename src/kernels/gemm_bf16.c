@@ -2,6 +2,7 @@
 
 #include <omp.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -126,7 +127,8 @@ typedef struct Block {
     const uint16_t *A, *Bp;
     float *C;
     const float *bias;
-    int R, NC, lda, ldb, ldc, p0, kp, load, rt, ct, cpb, MR, NR, pfb;
+    double *part;   // or NULL: each tile's sum of squares of C as the last block leaves it, in tile order
+    int R, NC, lda, ldb, ldc, p0, kp, load, last, rt, ct, cpb, MR, NR, pfb;
     TileFn fn;
 } Block;
 
@@ -142,7 +144,9 @@ static void block_share(const Block *b, long lo, long hi) {
         // Loaded sums come from memory when C is large (a weight gradient accumulated over micro-batches):
         // the tile below, a block's width of tiles later, is fetched while this one multiplies.
         if (b->load && i + 2 * b->MR <= b->R) t.next = t.C + (size_t)b->MR * b->ldc;
-        b->fn(b->R - i < b->MR ? b->R - i : b->MR, &t);
+        int mr = b->R - i < b->MR ? b->R - i : b->MR;
+        b->fn(mr, &t);
+        if (b->part && b->last) b->part[x] = bf16_tile_squares(t.C, (size_t)b->ldc, mr, t.nr);
     }
 }
 
@@ -154,7 +158,7 @@ static int run_threads(int R, int NC, int KP) {
 
 // The product on the vector units, operands in gemm_bf16's layouts.
 static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C,
-                     int ldc, int accumulate, const float *bias) {
+                     int ldc, int accumulate, const float *bias, double *sq) {
     if (R <= 0 || NC <= 0) return;
     if (KP <= 0) {   // an empty reduction: C = 0 or the bias, or unchanged
         for (int i = 0; i < R && !accumulate; i++) {
@@ -192,8 +196,9 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
     int pfb = R <= 512 && KP >= 128 ? 4 : 0;
     Block b = {.A = A, .Bp = Bp, .C = C, .bias = bias, .R = R, .NC = NC, .lda = lda, .ldb = ldb, .ldc = ldc,
                .rt = rt, .ct = ct, .cpb = cpb, .MR = MR, .NR = NR, .pfb = pfb, .fn = fn};
+    if (sq) b.part = malloc((size_t)tiles * sizeof *b.part);   // NULL: *sq stays as it was
     for (b.p0 = 0; b.p0 < KP; b.p0 += KPC) {
-        b.kp = KP - b.p0 < KPC ? KP - b.p0 : KPC, b.load = accumulate || b.p0 > 0;
+        b.kp = KP - b.p0 < KPC ? KP - b.p0 : KPC, b.load = accumulate || b.p0 > 0, b.last = b.p0 + KPC >= KP;
         // One thread runs the tiles itself: a region of one thread costs microseconds of OpenMP's
         // setup, thousands of times a step where attention calls small products from its threads.
         if (nt == 1) {
@@ -206,16 +211,22 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
             block_share(&b, tiles * th / n, tiles * (th + 1) / n);   // a contiguous share of the tiles
         }
     }
+    if (b.part) {   // the tiles' sums in tile order: the same for every thread count
+        double s = 0;
+        for (long x = 0; x < tiles; x++) s += b.part[x];
+        *sq = s;
+        free(b.part);
+    }
 }
 
 // The tiles first where they are the unit; the vector units with the
 // operands packed into gemm_bf16's layouts in room otherwise, or where the
 // tiles' panels were not to be had.
-int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
-                 uint16_t *room) {
+int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate,
+                    const float *bias, uint16_t *room, double *sq) {
     int KP = (K + 1) / 2;
     if (R > 0 && NC > 0 && KP > 0 && gemm_bf16_unit() == BF16_AMX &&
-        gemm_amx(R, NC, K, a, b, C, ldc, accumulate, bias, NULL, run_threads(R, NC, KP)) == 0)
+        gemm_amx(R, NC, K, a, b, C, ldc, accumulate, bias, NULL, run_threads(R, NC, KP), KP > 0 ? sq : NULL) == 0)
         return 0;
     if (b.form == OP_PANELS) return -1;
     const uint16_t *A = a.p, *Bp = b.p;
@@ -236,14 +247,19 @@ int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, in
         else bf16_pairs_t16(room, b.p, b.ld, K, NC);
         Bp = room, ldb = NC;
     }
-    gemm_run(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, bias);
+    gemm_run(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, bias, KP > 0 ? sq : NULL);
     return 0;
+}
+
+int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
+                 uint16_t *room) {
+    return gemm_bf16_op_sq(R, NC, K, a, b, C, ldc, accumulate, bias, room, NULL);
 }
 
 int gemm_bf16_op16(int R, int NC, int K, Bf16Op a, Bf16Op b, uint16_t *C16, float *C, int ldc, const float *bias) {
     int KP = (K + 1) / 2;
     if (R <= 0 || NC <= 0 || KP <= 0 || gemm_bf16_unit() != BF16_AMX) return -1;
-    return gemm_amx(R, NC, K, a, b, C, ldc, 0, bias, C16, run_threads(R, NC, KP));
+    return gemm_amx(R, NC, K, a, b, C, ldc, 0, bias, C16, run_threads(R, NC, KP), NULL);
 }
 
 void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
@@ -496,6 +512,11 @@ int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, in
     (void)R, (void)NC, (void)K, (void)a, (void)b, (void)C, (void)ldc, (void)accumulate, (void)bias, (void)room;
     NOT_BUILT;
     return -1;
+}
+int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate,
+                    const float *bias, uint16_t *room, double *sq) {
+    (void)sq;
+    return gemm_bf16_op(R, NC, K, a, b, C, ldc, accumulate, bias, room);
 }
 int gemm_bf16_op16(int R, int NC, int K, Bf16Op a, Bf16Op b, uint16_t *C16, float *C, int ldc, const float *bias) {
     (void)R, (void)NC, (void)K, (void)a, (void)b, (void)C16, (void)C, (void)ldc, (void)bias;

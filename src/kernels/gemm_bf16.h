@@ -71,6 +71,14 @@ typedef struct {
 // untouched where room is wanting or the vector units meet panels.
 int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
                  uint16_t *room);
+// gemm_bf16_op, and with sq given, *sq = the sum of squares (float64) of C's
+// values as the product leaves them, each tile's read as it is stored (the
+// pass a weight gradient's norm would make after its last product): tiles'
+// sums added in tile order, the same for every thread count. *sq is left as
+// it was where the product fails or the room for the tiles' sums is not to
+// be had.
+int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate,
+                    const float *bias, uint16_t *room, double *sq);
 
 // C16 (R,NC) = the bf16 values (half_pack's rounding) of [bias +] A · B, on
 // the tiles alone: the product's output where only its 16-bit store is kept,

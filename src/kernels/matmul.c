@@ -276,13 +276,14 @@ static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N,
 
 // dweight (OC,C) (+)= bf16(dout)^T (OC,N) · bf16(inp) (N,C): A dout read
 // transposed, B the input's rows (its bf16 values where it is bound).
-static int dweight_bf16(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate) {
+static int dweight_bf16(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate,
+                        double *sq) {
     int kp = pairs(N);
     const uint16_t *x16 = matmul_input16(inp, (size_t)N * C);
     Bf16Op b = x16 ? (Bf16Op){OP_ROWS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C};
     uint16_t *room;
     if (room_for((size_t)OC * 2 * kp + (size_t)kp * C * 2, &room)) return -1;
-    return gemm_bf16_op(OC, C, N, (Bf16Op){OP_COLS32, dout, OC}, b, dweight, C, accumulate, NULL, room);
+    return gemm_bf16_op_sq(OC, C, N, (Bf16Op){OP_COLS32, dout, OC}, b, dweight, C, accumulate, NULL, room, sq);
 }
 
 // ---- weight gradients written by their first product of a step ----
@@ -312,6 +313,58 @@ static int take_fresh(const float *dweight, size_t n) {
         }
     CHECKF(hit == 0 || (hit & 2), "a weight gradient (%zu floats) marked unwritten only in part", n);
     return hit != 0;
+}
+
+// ---- weight gradients whose last product sums their squares ----
+
+enum { SUMSQ_MAX = 64 };
+static _Thread_local float *g_sqw[SUMSQ_MAX];
+static _Thread_local double *g_sqv[SUMSQ_MAX];
+static _Thread_local int g_nsq;
+
+void matmul_grad_sumsq(float *dweight, double *sq) {
+    CHECKF(g_nsq < SUMSQ_MAX, "more than %d weight gradients marked for their sums of squares", SUMSQ_MAX);
+    g_sqw[g_nsq] = dweight, g_sqv[g_nsq++] = sq;
+}
+
+void matmul_grad_sumsq_clear(void) { g_nsq = 0; }
+
+// The marks inside a product's gradient, taken: at, the first tensor's
+// (where the product's sum goes), and the others'.
+typedef struct {
+    double *at;
+    int n;
+    float *w[SUMSQ_MAX];
+    double *v[SUMSQ_MAX];
+} SqMarks;
+
+// The marks inside the gradient of n floats at dweight, used up.
+static SqMarks take_sumsq(const float *dweight, size_t n) {
+    SqMarks m = {0};
+    for (int i = 0; i < g_nsq;)
+        if (g_sqw[i] >= dweight && g_sqw[i] < dweight + n) {
+            if (g_sqw[i] == dweight) m.at = g_sqv[i];
+            m.w[m.n] = g_sqw[i], m.v[m.n++] = g_sqv[i];
+            g_sqw[i] = g_sqw[--g_nsq], g_sqv[i] = g_sqv[g_nsq];
+        } else {
+            i++;
+        }
+    CHECKF(m.at || !m.n, "a weight gradient (%zu floats) marked for its sum of squares only in part", n);
+    return m;
+}
+
+// After the product: where it stored its sum (the marks' sums are negative
+// until stored: matmul_grad_sumsq), the other tensors' are 0, their squares
+// counted in it.
+static void sumsq_done(const SqMarks *m) {
+    if (!m->at || *m->at < 0) return;
+    for (int i = 0; i < m->n; i++)
+        if (m->v[i] != m->at) *m->v[i] = 0.0;
+}
+
+// The marks back, for the product that will write the gradient instead.
+static void sumsq_again(const SqMarks *m) {
+    for (int i = 0; i < m->n; i++) matmul_grad_sumsq(m->w[i], m->v[i]);
 }
 
 // ---- the linear layers ----
@@ -444,11 +497,13 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
     }
     if (dweight) {
         int acc = !take_fresh(dweight, (size_t)OC * C);
-        if (!g_bf16 || dweight_bf16(dweight, dout, inp, N, C, OC, acc)) {
+        SqMarks sq = take_sumsq(dweight, (size_t)OC * C);   // *sq.at left as it was by the fp32 products
+        if (!g_bf16 || dweight_bf16(dweight, dout, inp, N, C, OC, acc, sq.at)) {
             const float *x = matmul_input_fp32(inp, (size_t)N * C);
             CHECKF(x, "out of memory widening a 16-bit input (%d×%d)", N, C);
             dweight_fp32(dweight, dout, x, N, C, OC, acc);
         }
+        sumsq_done(&sq);
         prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
         t0 = prof_begin();
     }
@@ -492,13 +547,16 @@ void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld
     }
     if (dweight) {   // dweight (OC,C) (+)= dout^T (OC,N) · inp (N,C): A dout read transposed
         int fresh = take_fresh(dweight, (size_t)OC * C);
+        SqMarks sq = take_sumsq(dweight, (size_t)OC * C);
         const uint16_t *x16 = matmul_input16(inp, (size_t)N * C);
         b = x16 ? (Bf16Op){OP_ROWS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C};
-        if (gemm_bf16_op(OC, C, N, (Bf16Op){OP_COLS16, dout, ld}, b, dweight, C, !fresh, NULL, NULL)) {
+        if (gemm_bf16_op_sq(OC, C, N, (Bf16Op){OP_COLS16, dout, ld}, b, dweight, C, !fresh, NULL, NULL, sq.at)) {
             if (fresh) matmul_grad_fresh(dweight);   // untouched: the widened product writes it
+            sumsq_again(&sq);
             backward_widened(NULL, dweight, dout, ld, inp, weight, N, C, OC, accumulate);
             return;
         }
+        sumsq_done(&sq);
         prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
     }
 }

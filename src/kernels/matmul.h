@@ -79,6 +79,17 @@ const float *matmul_input_fp32(const float *x, size_t n);
 void matmul_grad_fresh(float *dweight);
 int matmul_grads_unwritten(void);
 
+// A weight gradient whose next linear_backward is its last write of the
+// step, *sq negative: where that product runs on the bf16 units it stores
+// the gradient's sum of squares (float64, gemm_bf16_op_sq; never negative)
+// in *sq as it writes it, so the gradient norm need not read it again;
+// other paths leave *sq as it was. One product may write neighbouring
+// marked tensors at once (LLaMA's q, k and v): the first one's *sq gets
+// the sum of all, the others' 0. Calling thread only;
+// matmul_grad_sumsq_clear() drops the marks not used.
+void matmul_grad_sumsq(float *dweight, double *sq);
+void matmul_grad_sumsq_clear(void);
+
 // Measured SGEMM throughput in GFLOP/s on n×n×n products with the current
 // threads (the best of `reps` timed calls after two warm-up calls, so a
 // busy moment does not lower it): the machine's practical ceiling that MFU

@@ -15,7 +15,7 @@
 static uint64_t draw_stream = 1;
 
 // n values of N(0, std²), a fresh stream each call (one float of slack past the end).
-static float *randn(size_t n, float std) {
+static inline float *randn(size_t n, float std) {
     float *x = calloc(n + 1, sizeof *x);
     uint64_t s = draw_stream++;
     for (size_t i = 0; i < n; i++) x[i] = (float)(std * rng_normal(11, s, i));
