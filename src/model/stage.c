@@ -275,6 +275,7 @@ void stage_free(Stage *s) {
         free(s->acts->blk_off);
         free(s->acts->blk_seg);
         free(s->acts->gfresh);
+        free(s->acts->gsq);
         free(s->acts->emb_rows);
         free(s->acts);
     }
@@ -455,6 +456,7 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
     int prev = matmul_set_bf16(s->acts->prec == PREC_BF16);
     double loss = forward_pass(s, slot, tokens, targets, B, T, dscale);
     CHECKF(!matmul_grads_unwritten(), "the head's gradient marked unwritten was not written");
+    matmul_grad_sumsq_clear();
     matmul_unbind16(0);
     matmul_set_bf16(prev);
     return loss;
@@ -477,6 +479,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         const float *pb = stage_seg_params(s, sg, j > 0 ? a->blk_seg[i - 1] : -1);
         block_tensors(s, i, pb, stage_seg_grads(s, sg), w, g);
         stage_grads_fresh(s, sg, PART_BLOCK, g);
+        stage_sumsq_mark(s, PART_BLOCK, g);
         float *buf[ARCH_MAX_BUFS];
         BlockRun r = stage_run(s, &d, sl, j, block_acts(a, sl, j, 1, buf), w, g);
         trace_layer(global_layer(s, sl, j));
@@ -507,13 +510,16 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         int se = a->seg_emb;
         float *ge = stage_seg_grads(s, se);
         float *gpe = a->off_pos != SIZE_MAX ? stage_at(s, ge, se, a->off_pos) : NULL;
-        embedding_backward(stage_at(s, ge, se, a->off_tok), gpe, dx, tokens, a->doc_sep >= 0 ? a->doc_pos : NULL, B, T,
-                           d.C, d.v0, d.Vl);
+        float *gtok = stage_at(s, ge, se, a->off_tok);
+        stage_emb_sumsq(s, gtok, tokens, (size_t)B * T, -1.0);   // a tied head's sum: its rows the lookups add to
+        embedding_backward(gtok, gpe, dx, tokens, a->doc_sep >= 0 ? a->doc_pos : NULL, B, T, d.C, d.v0, d.Vl);
+        stage_emb_sumsq(s, gtok, tokens, (size_t)B * T, 1.0);
         stage_note_emb_rows(s, tokens, (size_t)B * T);
         stage_seg_grads_done(s, se);
     }
     sl->rows = 0;
     CHECKF(!matmul_grads_unwritten(), "a linear layer's gradient marked unwritten was not written");
+    matmul_grad_sumsq_clear();
     matmul_unbind16(0);
     matmul_set_bf16(prev);
 }

@@ -188,8 +188,8 @@ size_t stage_act_bytes(const ModelConfig *cfg, const ModelSlice *slice, int B, i
 // values as adding to zero, one pass over them fewer); and without any
 // hook an untied token embedding's table is zeroed only in the rows the
 // last step's lookups added to. Without it the gradients accumulate onto
-// what the buffer holds.
-void stage_grads_begin(Stage *s);
+// what the buffer holds. The bytes it zeroed.
+size_t stage_grads_begin(Stage *s);
 // Gradients were written outside the passes (a test's injected inf): the
 // next stage_grads_begin zeroes every gradient it does not leave to a
 // product, the untied token embedding's whole table included.
@@ -262,6 +262,21 @@ double stage_forward(Stage *s, int slot, const int *tokens, const int *targets, 
 // losses) since the last call, and zero again. Every stage has its own;
 // the trainer adds them into the step's loss, evaluation leaves them out.
 double stage_take_aux(Stage *s);
+
+// The gradient norm's sums taken as the gradients are last written. With
+// on, where the stage adds into its own buffer (no grads hooks) and the
+// caller does nothing to the gradients between the passes and the norm
+// (one data-parallel rank, no sharding), the product that writes a linear
+// layer's weight gradient last in a step — in the backward of the step's
+// last micro-batch (stage_microbatch) — stores its sum of squares as it
+// writes it (on the bf16 units: matmul_grad_sumsq), and the norm reads
+// that gradient no more. stage_grad_sumsq: per tensor of the stage's
+// table, this step's sums so taken (negative where none was: the norm
+// reads that gradient), or NULL when off. Sums are of whole products: one
+// over neighbouring tensors (LLaMA's q, k, v) is the first's, the others 0.
+void stage_fuse_norm(Stage *s, int on);
+void stage_microbatch(Stage *s, int last);
+const double *stage_grad_sumsq(const Stage *s);
 
 // Back-propagates the slot's micro-batch through the blocks (after
 // stage_forward with dscale != 0 on the last stage, or after the caller

@@ -1,7 +1,9 @@
 // model/stage_grads — the stage's gradient buffer at the start of a step:
 // zeroed but where one product writes a gradient whole first (the linear
 // layers', a tied head's embedding), and an untied token embedding's table
-// zeroed only in the rows the lookups added to.
+// zeroed only in the rows the lookups added to; and at its end the
+// gradient norm's sums of squares taken by the products that write the
+// linear layers' gradients last.
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +12,8 @@
 #include "kernels/matmul.h"
 #include "model/stage_impl.h"
 
-// x[lo, hi) = 0, split over the threads when it is large.
-static void zero_range(float *x, size_t lo, size_t hi) {
+// x[lo, hi) = 0, split over the threads when it is large; its floats.
+static size_t zero_range(float *x, size_t lo, size_t hi) {
     size_t n = hi - lo;
     int nt = n < ((size_t)1 << 20) ? 1 : omp_get_max_threads();
     #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -19,6 +21,7 @@ static void zero_range(float *x, size_t lo, size_t hi) {
         size_t k = (size_t)omp_get_thread_num(), m = (size_t)omp_get_num_threads();
         memset(x + lo + n * k / m, 0, (n * (k + 1) / m - n * k / m) * sizeof *x);
     }
+    return n;
 }
 
 // Whether the stage has no hooks at all: its gradients are its passes' alone.
@@ -28,16 +31,18 @@ static int no_hooks(const Stage *s) {
 }
 
 // An untied token embedding's table, zeroed only in the rows the lookups
-// added to since the last call (all of it when they are not all listed).
-static void zero_emb_rows(Stage *s, const ParamInfo *t) {
+// added to since the last call (all of it when they are not all listed); its floats.
+static size_t zero_emb_rows(Stage *s, const ParamInfo *t) {
     StageActs *a = s->acts;
     int v0 = a->dim.v0, Vl = a->dim.Vl, C = s->cfg.d_model;
     CHECK(t->numel == (size_t)Vl * C);
-    if (a->emb_all) zero_range(s->grads, t->offset, t->offset + t->numel);
-    for (size_t i = 0; !a->emb_all && i < a->emb_n; i++) {
+    if (a->emb_all) return zero_range(s->grads, t->offset, t->offset + t->numel);
+    size_t n = 0;
+    for (size_t i = 0; i < a->emb_n; i++) {
         int r = a->emb_rows[i] - v0;
-        if (r >= 0 && r < Vl) memset(s->grads + t->offset + (size_t)r * C, 0, (size_t)C * sizeof(float));
+        if (r >= 0 && r < Vl) memset(s->grads + t->offset + (size_t)r * C, 0, (size_t)C * sizeof(float)), n += C;
     }
+    return n;
 }
 
 // The gradients of a step are zeroed but where one product writes them
@@ -46,8 +51,9 @@ static void zero_emb_rows(Stage *s, const ParamInfo *t) {
 // writes every row before the embeddings' backward adds the lookups' rows.
 // Without hooks an untied token embedding's rows are zeroed where the last
 // step added to them.
-void stage_grads_begin(Stage *s) {
-    if (!s->grads) return;
+size_t stage_grads_begin(Stage *s) {
+    if (!s->grads) return 0;
+    size_t n = 0;
     StageActs *a = s->acts;
     int fresh = !s->hooks.grads && a && a->gfresh;
     int tied_here = fresh && a->arch->tied_head && a->seg_fin >= 0;
@@ -59,14 +65,16 @@ void stage_grads_begin(Stage *s) {
             const ParamInfo *t = &s->table.p[i];
             int emb = t->role == ROLE_TOK_EMB;
             if (!stage_linear_only(t->role) && !(emb && (tied_here || rows))) continue;
-            zero_range(s->grads, at, t->offset);
-            if (emb && rows) zero_emb_rows(s, t);
+            n += zero_range(s->grads, at, t->offset);
+            if (emb && rows) n += zero_emb_rows(s, t);
             at = t->offset + t->numel;
         }
-        zero_range(s->grads, at, g->hi);
+        n += zero_range(s->grads, at, g->hi);
         if (fresh) a->gfresh[k] = k != a->seg_emb || tied_here;
     }
     if (a) a->emb_n = 0, a->emb_all = 0;   // every row is zero again
+    for (int i = 0; a && a->gsq && i < s->table.n; i++) a->gsq[i] = -1.0;
+    return n * sizeof(float);
 }
 
 void stage_grads_touched(Stage *s) {
@@ -95,4 +103,63 @@ void stage_grads_fresh(Stage *s, int seg, Part part, float *const *g) {
     a->gfresh[seg] = 0;
     for (int j = 0; j < a->arch->n[part]; j++)
         if (stage_linear_only(a->arch->part[part][j].role)) matmul_grad_fresh(g[j]);
+}
+
+// ---- the norm's sums, taken by the last products ----
+
+void stage_fuse_norm(Stage *s, int on) {
+    StageActs *a = s->acts;
+    if (!a) return;
+    free(a->gsq);
+    a->gsq = NULL;
+    if (!on || !s->grads || !no_hooks(s) || !(a->gsq = malloc((size_t)s->table.n * sizeof *a->gsq))) return;
+    for (int i = 0; i < s->table.n; i++) a->gsq[i] = -1.0;
+}
+
+void stage_microbatch(Stage *s, int last) {
+    if (s->acts) s->acts->mb_last = last;
+}
+
+const double *stage_grad_sumsq(const Stage *s) { return s->acts ? s->acts->gsq : NULL; }
+
+// The table's tensor at flat offset off.
+static int tensor_at(const Stage *s, size_t off) {
+    for (int i = 0; i < s->table.n; i++)
+        if (s->table.p[i].offset == off) return i;
+    CHECKF(0, "no tensor at flat offset %zu", off);
+    return -1;
+}
+
+void stage_sumsq_mark(Stage *s, Part part, float *const *g) {
+    StageActs *a = s->acts;
+    if (!a->gsq) return;
+    for (int j = 0; j < a->arch->n[part]; j++) {
+        if (!stage_linear_only(a->arch->part[part][j].role)) continue;
+        int i = tensor_at(s, (size_t)(g[j] - s->grads));
+        if (a->mb_last) matmul_grad_sumsq(g[j], &a->gsq[i]);
+        else CHECKF(a->gsq[i] < 0, "a weight gradient written after its last product of the step");
+    }
+}
+
+void stage_sumsq_head(Stage *s, float *dhead) {
+    StageActs *a = s->acts;
+    if (!a->gsq || !a->mb_last) return;
+    if (a->arch->tied_head && !(slice_is_first(&s->slice) && slice_is_last(&s->slice, &s->cfg))) return;
+    matmul_grad_sumsq(dhead, &a->gsq[tensor_at(s, a->off_head)]);
+}
+
+void stage_emb_sumsq(Stage *s, const float *gtok, const int *tokens, size_t n, double sign) {
+    StageActs *a = s->acts;
+    if (!a->gsq || !a->arch->tied_head) return;
+    int t = tensor_at(s, a->off_tok), v0 = a->dim.v0, Vl = a->dim.Vl, C = s->cfg.d_model;
+    if (a->gsq[t] < 0) return;
+    unsigned char *seen = calloc((size_t)Vl, 1);
+    CHECKF(seen, "out of memory");
+    for (size_t k = 0; k < n; k++)
+        if (tokens[k] >= v0 && tokens[k] < v0 + Vl) seen[tokens[k] - v0] = 1;
+    double sq = 0;
+    for (int r = 0; r < Vl; r++)   // in row order: the same sum for every order of the tokens
+        for (int c = 0; seen[r] && c < C; c++) sq += (double)gtok[(size_t)r * C + c] * gtok[(size_t)r * C + c];
+    free(seen);
+    a->gsq[t] += sign * sq;
 }

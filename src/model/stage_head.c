@@ -76,6 +76,7 @@ double stage_head_forward(Stage *s, Slot *sl, const LocalDims *d, int first, con
         linear_forward(a->logits, x, head, NULL, nr, C, Vl);
         tp_crossentropy(a->tp, a->logits, sl->losses + r0, targets + r0, nr, V, Vl, d->v0, dscale, g16);
         float *dx = a->tmp + (size_t)r0 * C;
+        if (dhead && r0 + nr >= N) stage_sumsq_head(s, dhead);   // its last product of the micro-batch
         if (g16) linear_backward16(dx, dhead, (const uint16_t *)a->logits, 2 * Vl, x, head, nr, C, Vl, 0);
         else if (dscale != 0.0f) linear_backward(dx, dhead, NULL, a->logits, x, head, nr, C, Vl, 0);
     }

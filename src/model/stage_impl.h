@@ -49,6 +49,9 @@ struct StageActs {
     int *emb_rows;                          // an untied token embedding's: the tokens whose gradient rows the
     size_t emb_n, emb_cap;                  // passes added to since stage_grads_begin, which zeroes only those
     int emb_all;                            // rows; 1: not all listed (or written elsewhere), zero the table
+    double *gsq;                            // per tensor: its gradient's sum of squares taken by its last product
+                                            // this step, negative where not (NULL: none taken, stage_fuse_norm)
+    int mb_last;                            // the passes are of the step's last micro-batch (stage_microbatch)
     uint16_t *w16;                          // bf16/fp16: the 16-bit copy of the weights (table.total), or NULL
     unsigned char *w16_stale;               // per segment: the copy is older than the parameters
     uint64_t w16_version;                   // names the copy's values: a new number, unique across stages,
@@ -96,6 +99,21 @@ void stage_grads_fresh(Stage *s, int seg, Part part, float *const *g);
 // untied and the stage has no hooks, for stage_grads_begin to zero their
 // rows (the whole table when the list cannot grow).
 void stage_note_emb_rows(Stage *s, const int *tokens, size_t n);
+// The linear layers' gradients of a part (g in the order of the part's
+// table) marked for their products to take their sums of squares
+// (matmul_grad_sumsq) where those products are their last of the step;
+// checked untouched since where they are not.
+void stage_sumsq_mark(Stage *s, Part part, float *const *g);
+// The head's gradient marked so before the product of its last rows in
+// the step's last micro-batch, where no other stage adds to it after: an
+// untied head's, or a tied one's on the stage that also runs the lookups
+// (whose rows stage_emb_sumsq then counts again).
+void stage_sumsq_head(Stage *s, float *dhead);
+// Around the lookups' rows added into a tied token embedding's gradient
+// gtok (Vl rows of C) whose sum the head's product took: before (sign −1)
+// and after (+1), the squares of the distinct rows the tokens name, added
+// into the sum.
+void stage_emb_sumsq(Stage *s, const float *gtok, const int *tokens, size_t n, double sign);
 float *stage_seg_grads(Stage *s, int seg);
 void stage_seg_grads_done(Stage *s, int seg);
 // Whether the take_rows hook takes this backward pass's embedding rows.

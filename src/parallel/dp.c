@@ -339,6 +339,7 @@ int dp_init(Dp **out, const Layout *l, double bucket_mb, Stage *st, Err *err) {
         if (d->es) { h.take_rows = hook_take_rows; h.rows = hook_rows; }
         stage_set_hooks(st, &h);
     }
+    stage_fuse_norm(st, d->d == 1 && zero == 0);   // the gradients the passes leave are the ones the norm reads
     *out = d;
     return 0;
 oom:
@@ -413,20 +414,51 @@ int dp_finish(Dp *d, Err *err) {
     return status(d, err);
 }
 
+// The sums of squares the stage's products took as they wrote their
+// gradients last (stage_fuse_norm), where the gradients are the ones the
+// norm reads: one rank's own, whole (no DP, no sharding); else NULL.
+static const double *taken_sums(const Dp *d) { return d->d == 1 && d->zero == 0 ? stage_grad_sumsq(d->st) : NULL; }
+
+// sum_squares, its n floats counted into *nread.
+static double squares(const float *g, size_t n, size_t *nread) {
+    *nread += n;
+    return sum_squares(g, n);
+}
+
+// The sum of squares of the flat range [lo, hi) of the gradients at g
+// (element lo), each tensor whose sum was taken (tsq[i] ≥ 0) counted by
+// it and the stretches between such tensors read (with none taken: one
+// read of the whole range).
+static double range_sumsq(const Dp *d, const float *g, size_t lo, size_t hi, const double *tsq, size_t *nread) {
+    double s = 0;
+    size_t at = lo;
+    for (int i = 0; tsq && i < d->t->n; i++) {
+        const ParamInfo *p = &d->t->p[i];
+        if (tsq[i] < 0 || p->offset < at || p->offset + p->numel > hi) continue;
+        if (p->offset > at) s += squares(g + (at - lo), p->offset - at, nread);
+        s += tsq[i];
+        at = p->offset + p->numel;
+    }
+    return at < hi ? s + squares(g + (at - lo), hi - at, nread) : s;
+}
+
 // The sum of squares of the gradients g of the flat range [lo, hi) that
 // belong to tensors split over TP: every TP rank holds the replicated ones
 // alike, and only TP rank 0 counts those.
-static double split_sumsq(const Dp *d, const float *g, size_t lo, size_t hi) {
+static double split_sumsq(const Dp *d, const float *g, size_t lo, size_t hi, size_t *nread) {
+    const double *tsq = taken_sums(d);
     double s = 0;
     for (int i = 0; i < d->t->n; i++) {
         const ParamInfo *p = &d->t->p[i];
         size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-        if (p->shard_dim >= 0 && a < b) s += sum_squares(g + (a - lo), b - a);
+        if (p->shard_dim < 0 || a >= b) continue;
+        int taken = tsq && tsq[i] >= 0 && a == p->offset && b == p->offset + p->numel;
+        s += taken ? tsq[i] : squares(g + (a - lo), b - a, nread);
     }
     return s;
 }
 
-double dp_grad_sumsq(const Dp *d) {
+double dp_grad_sumsq(const Dp *d, size_t *nread) {
     if (!d->owner) return 0.0;
     // a shared copy is the embeddings' segment, the first: start after it
     size_t from = d->shared >= 0 ? d->t->seg[d->shared].hi : 0;
@@ -436,15 +468,15 @@ double dp_grad_sumsq(const Dp *d) {
             if (d->zero && k == d->shared) continue;
             DpPiece p = dp_piece((Dp *)d, k);
             size_t lo = p.lo > from || d->zero ? p.lo : from;
-            s += split_sumsq(d, p.grads + (lo - p.lo), lo, p.hi);
+            s += split_sumsq(d, p.grads + (lo - p.lo), lo, p.hi, nread);
         }
         return s;
     }
-    if (d->zero == 0) return sum_squares(d->st->grads + from, d->t->total - from);
-    if (d->zero >= 2) return sum_squares(d->gshard + (from ? d->sk[0] : 0), d->S - (from ? d->sk[0] : 0));
+    if (d->zero == 0) return range_sumsq(d, d->st->grads + from, from, d->t->total, taken_sums(d), nread);
+    if (d->zero >= 2) return squares(d->gshard + (from ? d->sk[0] : 0), d->S - (from ? d->sk[0] : 0), nread);
     double s = 0;
     for (int k = 0; k < d->t->nseg; k++)
-        if (k != d->shared) s += sum_squares(dp_piece_grads(d, k), d->sk[k]);
+        if (k != d->shared) s += squares(dp_piece_grads(d, k), d->sk[k], nread);
     return s;
 }
 

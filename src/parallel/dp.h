@@ -105,8 +105,12 @@ int dp_finish(Dp *d, Err *err);
 // elsewhere (layout_dp_owner). On a TP rank other than 0 only the tensors
 // split over TP count (the replicated ones are the same on every TP rank:
 // layout_counts_tp_replicated). Summed over the DP and TP ranks it counts
-// every gradient exactly once.
-double dp_grad_sumsq(const Dp *d);
+// every gradient exactly once. With one DP rank and no sharding the
+// gradients the passes leave are final, and the stage's products take the
+// linear layers' sums as they write them last (dp_init turns that on:
+// stage_fuse_norm); those gradients are not read again. *nread += the
+// floats it read.
+double dp_grad_sumsq(const Dp *d, size_t *nread);
 // Whether dp_grad_sumsq reads every gradient this rank owns (those of
 // dp_owned_grads): then an inf or NaN among them makes it non-finite (the
 // squares of finite floats cannot overflow a double), and no other pass

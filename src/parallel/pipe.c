@@ -332,6 +332,7 @@ int pipe_step(Pipe *p, Dp *dp, const int *tokens, const int *targets, int B, int
         int *slot = &p->slot_of[op.chunk * p->M + op.mb];
         const int *tok = tokens + op.mb * bt, *tgt = targets + op.mb * bt;
         dp_microbatch(dp, op.mb, p->M);
+        stage_microbatch(st, op.mb == p->M - 1);
         if (!op.bwd) {
             CHECKF(p->nfree > 0, "no free slot for micro-batch %d of chunk %d", op.mb, op.chunk);
             *slot = p->free_slots[--p->nfree];

@@ -110,12 +110,13 @@ static int step_sums(Trainer *t, double loss_sum, double g[4], Err *err) {
     double p0 = prof_begin();
     double aux = stage_take_aux(&t->st);
     int counts = layout_counts_loss(t->lay, t->last);
-    double sq = dp_grad_sumsq(t->dp);
+    size_t nread = 0;
+    double sq = dp_grad_sumsq(t->dp, &nread);
     g[0] = (counts ? loss_sum : 0.0) + (layout_counts_tp_replicated(t->lay) ? aux : 0.0);
     g[1] = sq;
     g[2] = !t->fp16 ? 0.0 : dp_grad_sumsq_covers(t->dp) ? (double)!isfinite(sq) : grads_overflow(t);
     g[3] = t->doc_sep >= 0 && counts ? doc_pairs(t->inp, tc->accum * tc->batch, tc->seq, t->doc_sep) : 0.0;
-    prof_end(p0, PROF_GRADS, 0, 0);
+    prof_end(p0, PROF_GRADS, 0, (double)nread * sizeof(float));
     return trainer_sum_all(t, g, t->doc_sep >= 0 ? 4 : 3, err);
 }
 
@@ -144,8 +145,8 @@ int trainer_step(Trainer *t, StepMetrics *m, Err *err) {
     for (int k = 0; k < K; k++) loader_next(t->ld, t->inp + k * bt, t->tgt + k * bt);
     prof_end(p0, PROF_LOADER, 0, 0);
     p0 = prof_begin();
-    stage_grads_begin(st);
-    prof_end(p0, PROF_GRADS, 0, st->grads ? st->table.total * sizeof(float) : 0);
+    size_t zeroed = stage_grads_begin(st);
+    prof_end(p0, PROF_GRADS, 0, (double)zeroed);
     // d(mean loss over the global batch)/d(loss sum), times fp16's loss scale
     double scale = t->fp16 ? t->sc.scale : 1.0;
     float dscale = (float)(scale / t->tokens_per_step);
@@ -522,6 +523,7 @@ int trainer_open(Trainer **out, const TrainConfig *tc, const Layout *l, Err *err
     }
     if (stage_set_doc_mask(&t->st, t->doc_sep, err)) goto fail;   // before dp_init: embsync reads it
     if (dp_init(&t->dp, l, tc->bucket_mb, &t->st, err)) goto fail;
+    if (tc->overflow_step) stage_fuse_norm(&t->st, 0);   // its inf is written after the passes: the norm reads all
     if (pipe_init(&t->pipe, l, tc->accum, &t->st, err)) goto fail;
     if (layout_holds_tied_copy(l, &t->mc)) dp_set_shared(t->dp, 0);   // the first stage counts the embeddings
     // the moments of the owned pieces: in memory, or on disk
