@@ -226,7 +226,7 @@ int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc,
                     const float *bias, uint16_t *room, double *sq) {
     int KP = (K + 1) / 2;
     if (R > 0 && NC > 0 && KP > 0 && gemm_bf16_unit() == BF16_AMX &&
-        gemm_amx(R, NC, K, a, b, C, ldc, accumulate, bias, NULL, run_threads(R, NC, KP), KP > 0 ? sq : NULL) == 0)
+        gemm_amx(R, NC, K, a, b, C, ldc, accumulate, bias, NULL, run_threads(R, NC, KP), sq) == 0)
         return 0;
     if (b.form == OP_PANELS) return -1;
     const uint16_t *A = a.p, *Bp = b.p;
@@ -247,7 +247,7 @@ int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc,
         else bf16_pairs_t16(room, b.p, b.ld, K, NC);
         Bp = room, ldb = NC;
     }
-    gemm_run(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, bias, KP > 0 ? sq : NULL);
+    gemm_run(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, bias, sq);
     return 0;
 }
 

@@ -513,8 +513,8 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
         float *gtok = stage_at(s, ge, se, a->off_tok);
         stage_emb_sumsq(s, gtok, tokens, (size_t)B * T, -1.0);   // a tied head's sum: its rows the lookups add to
         embedding_backward(gtok, gpe, dx, tokens, a->doc_sep >= 0 ? a->doc_pos : NULL, B, T, d.C, d.v0, d.Vl);
-        stage_emb_sumsq(s, gtok, tokens, (size_t)B * T, 1.0);
         stage_note_emb_rows(s, tokens, (size_t)B * T);
+        stage_emb_sumsq(s, gtok, tokens, (size_t)B * T, 1.0);
         stage_seg_grads_done(s, se);
     }
     sl->rows = 0;

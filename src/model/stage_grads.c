@@ -148,18 +148,33 @@ void stage_sumsq_head(Stage *s, float *dhead) {
     matmul_grad_sumsq(dhead, &a->gsq[tensor_at(s, a->off_head)]);
 }
 
-void stage_emb_sumsq(Stage *s, const float *gtok, const int *tokens, size_t n, double sign) {
-    StageActs *a = s->acts;
-    if (!a->gsq || !a->arch->tied_head) return;
-    int t = tensor_at(s, a->off_tok), v0 = a->dim.v0, Vl = a->dim.Vl, C = s->cfg.d_model;
-    if (a->gsq[t] < 0) return;
+// The sum of squares of the distinct rows of the token embedding's
+// gradient gtok (Vl rows of C) that the n tokens name, in row order: the
+// same sum for every order of the tokens.
+static double rows_sumsq(const Stage *s, const float *gtok, const int *tokens, size_t n) {
+    const StageActs *a = s->acts;
+    int v0 = a->dim.v0, Vl = a->dim.Vl, C = s->cfg.d_model;
     unsigned char *seen = calloc((size_t)Vl, 1);
     CHECKF(seen, "out of memory");
     for (size_t k = 0; k < n; k++)
         if (tokens[k] >= v0 && tokens[k] < v0 + Vl) seen[tokens[k] - v0] = 1;
     double sq = 0;
-    for (int r = 0; r < Vl; r++)   // in row order: the same sum for every order of the tokens
+    for (int r = 0; r < Vl; r++)
         for (int c = 0; seen[r] && c < C; c++) sq += (double)gtok[(size_t)r * C + c] * gtok[(size_t)r * C + c];
     free(seen);
-    a->gsq[t] += sign * sq;
+    return sq;
+}
+
+void stage_emb_sumsq(Stage *s, const float *gtok, const int *tokens, size_t n, double sign) {
+    StageActs *a = s->acts;
+    if (!a->gsq) return;
+    int t = tensor_at(s, a->off_tok);
+    if (a->arch->tied_head) {
+        if (a->gsq[t] >= 0) a->gsq[t] += sign * rows_sumsq(s, gtok, tokens, n);
+        return;
+    }
+    // untied, after the last micro-batch's lookups: the table is zero but in
+    // the rows the step's lookups added to (stage_grads_begin zeroed the last
+    // step's), all listed where the list is whole
+    if (sign > 0 && a->mb_last && no_hooks(s) && !a->emb_all) a->gsq[t] = rows_sumsq(s, gtok, a->emb_rows, a->emb_n);
 }

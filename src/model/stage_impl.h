@@ -109,10 +109,12 @@ void stage_sumsq_mark(Stage *s, Part part, float *const *g);
 // untied head's, or a tied one's on the stage that also runs the lookups
 // (whose rows stage_emb_sumsq then counts again).
 void stage_sumsq_head(Stage *s, float *dhead);
-// Around the lookups' rows added into a tied token embedding's gradient
-// gtok (Vl rows of C) whose sum the head's product took: before (sign −1)
-// and after (+1), the squares of the distinct rows the tokens name, added
-// into the sum.
+// Around the lookups' rows added into the token embedding's gradient gtok
+// (Vl rows of C): tied, where the head's product took its sum, before
+// (sign −1) and after (+1), the squares of the distinct rows the tokens
+// name added into the sum; untied, after the last micro-batch's (+1, the
+// tokens noted: stage_note_emb_rows), its sum from the rows the step's
+// lookups added to, the others being zero.
 void stage_emb_sumsq(Stage *s, const float *gtok, const int *tokens, size_t n, double sign);
 float *stage_seg_grads(Stage *s, int seg);
 void stage_seg_grads_done(Stage *s, int seg);
