@@ -169,7 +169,11 @@ typedef struct Held {
 } Held;
 static _Thread_local Held g_held;
 
-void matmul_hold(const float *weight, uint64_t version) {
+void matmul_hold(const float *weight, uint64_t version, int uses) {
+    if (uses == 1 && gemm_bf16_unit() == BF16_AMX) {   // read as it lies: no pass of its own
+        g_held.w = NULL;
+        return;
+    }
     if (!version || weight != g_held.last || version != g_held.version)
         g_held.have[FORM_FWD] = g_held.have[FORM_DINP] = 0;
     g_held.w = g_held.last = weight;

@@ -270,12 +270,14 @@ double stage_take_aux(Stage *s);
 // layer's weight gradient last in a step — in the backward of the step's
 // last micro-batch (stage_microbatch) — stores its sum of squares as it
 // writes it (on the bf16 units: matmul_grad_sumsq), and the norm reads
-// that gradient no more. stage_grad_sumsq: per tensor of the stage's
+// that gradient no more. stage_microbatch: the passes to come are of
+// micro-batch mb of the step's M (M 0: outside a training step, as
+// evaluation and sampling run). stage_grad_sumsq: per tensor of the stage's
 // table, this step's sums so taken (negative where none was: the norm
 // reads that gradient), or NULL when off. Sums are of whole products: one
 // over neighbouring tensors (LLaMA's q, k, v) is the first's, the others 0.
 void stage_fuse_norm(Stage *s, int on);
-void stage_microbatch(Stage *s, int last);
+void stage_microbatch(Stage *s, int mb, int M);
 const double *stage_grad_sumsq(const Stage *s);
 
 // Back-propagates the slot's micro-batch through the blocks (after

@@ -116,8 +116,10 @@ void stage_fuse_norm(Stage *s, int on) {
     for (int i = 0; i < s->table.n; i++) a->gsq[i] = -1.0;
 }
 
-void stage_microbatch(Stage *s, int last) {
-    if (s->acts) s->acts->mb_last = last;
+void stage_microbatch(Stage *s, int mb, int M) {
+    if (!s->acts) return;
+    s->acts->mb_last = M > 0 && mb == M - 1;
+    s->acts->mb_count = M;
 }
 
 const double *stage_grad_sumsq(const Stage *s) { return s->acts ? s->acts->gsq : NULL; }

@@ -69,7 +69,8 @@ double stage_head_forward(Stage *s, Slot *sl, const LocalDims *d, int first, con
     // products' operands as they would round the floats).
     int nchunk = (N + a->head_rows - 1) / a->head_rows, per = (N + nchunk - 1) / nchunk;
     int g16 = dscale != 0.0f && matmul_grad16();
-    matmul_hold(head, stage16_version(s));   // every chunk, every micro-batch of a step: the same weight
+    // every chunk, every micro-batch of a step: the same weight (the step's micro-batches: stage_microbatch)
+    matmul_hold(head, stage16_version(s), dscale != 0.0f && a->mb_count > 0 ? nchunk * a->mb_count : 0);
     for (int r0 = 0; r0 < N; r0 += per) {
         int nr = N - r0 < per ? N - r0 : per;
         const float *x = lnf + (size_t)r0 * C;

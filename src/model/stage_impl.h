@@ -51,7 +51,8 @@ struct StageActs {
     int emb_all;                            // rows; 1: not all listed (or written elsewhere), zero the table
     double *gsq;                            // per tensor: its gradient's sum of squares taken by its last product
                                             // this step, negative where not (NULL: none taken, stage_fuse_norm)
-    int mb_last;                            // the passes are of the step's last micro-batch (stage_microbatch)
+    int mb_last, mb_count;                  // the passes are of the step's last micro-batch; its micro-batches
+                                            // (0: outside a training step) (stage_microbatch)
     uint16_t *w16;                          // bf16/fp16: the 16-bit copy of the weights (table.total), or NULL
     unsigned char *w16_stale;               // per segment: the copy is older than the parameters
     uint64_t w16_version;                   // names the copy's values: a new number, unique across stages,

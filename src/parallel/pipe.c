@@ -332,7 +332,7 @@ int pipe_step(Pipe *p, Dp *dp, const int *tokens, const int *targets, int B, int
         int *slot = &p->slot_of[op.chunk * p->M + op.mb];
         const int *tok = tokens + op.mb * bt, *tgt = targets + op.mb * bt;
         dp_microbatch(dp, op.mb, p->M);
-        stage_microbatch(st, op.mb == p->M - 1);
+        stage_microbatch(st, op.mb, p->M);
         if (!op.bwd) {
             CHECKF(p->nfree > 0, "no free slot for micro-batch %d of chunk %d", op.mb, op.chunk);
             *slot = p->free_slots[--p->nfree];
@@ -344,6 +344,7 @@ int pipe_step(Pipe *p, Dp *dp, const int *tokens, const int *targets, int B, int
         if (send_grad(p, *slot, grad_to(p, op.chunk), n, err)) return -1;
         p->free_slots[p->nfree++] = *slot;
     }
+    stage_microbatch(st, 0, 0);   // the passes after the step's are not the step's
     for (int k = 0; k < st->slots; k++)
         if (settle(p, k, err)) return -1;
     for (int k = 0; k < p->ngrad; k++)

@@ -360,7 +360,7 @@ static void test_backward16(void) {
 // version reuses the forms (the values under it are taken as unchanged).
 static void held_chunks(float *y, float *d, const float *x, const float *w, const float *dy, int N, int C, int OC,
                         uint64_t version) {
-    matmul_hold(w, version);
+    matmul_hold(w, version, 0);
     for (int r0 = 0; r0 < N; r0 += 33) {   // chunks of rows, as the head runs
         int nr = N - r0 < 33 ? N - r0 : 33;
         linear_forward(y + (size_t)r0 * OC, x + (size_t)r0 * C, w, NULL, nr, C, OC);
@@ -468,7 +468,7 @@ static void test_bound(void) {
             y[b] = calloc((size_t)N * OC, sizeof **y), dx[b] = calloc((size_t)N * C, sizeof **dx);
             const float *wb = b ? nan : w;
             if (b) matmul_bind16(7, nan, w16, (size_t)OC * C);
-            if (b && N > 20) matmul_hold(nan, 0);
+            if (b && N > 20) matmul_hold(nan, 0, 0);
             linear_forward(y[b], x, wb, bias, N, C, OC);
             linear_backward(dx[b], NULL, NULL, dy, x, wb, N, C, OC, 0);
             matmul_release();

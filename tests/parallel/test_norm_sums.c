@@ -59,12 +59,12 @@ static void check_model(ModelConfig c, unsigned flags, int gpipe, const char *wh
     for (int step = 0; step < 2; step++) {
         stage_grads_begin(&st);
         for (int k = 0; k < M; k++) {
-            stage_microbatch(&st, k == M - 1);
+            stage_microbatch(&st, k, M);
             stage_forward(&st, gpipe ? k : 0, tok + k * BT, tgt + k * BT, B, T, 0.1f);
             if (!gpipe) stage_backward(&st, 0, tok + k * BT, B, T);
         }
         for (int k = 0; gpipe && k < M; k++) {
-            stage_microbatch(&st, k == M - 1);
+            stage_microbatch(&st, k, M);
             stage_backward(&st, k, tok + k * BT, B, T);
         }
     }
