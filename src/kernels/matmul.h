@@ -35,10 +35,11 @@ void matmul_bf16_allow(int on);
 // every micro-batch of a step, packed once a step). 0: packed anew at each
 // hold. uses: the calls of each product (forward, input gradient) the
 // caller expects while the version lasts, 0 where it cannot tell. On the
-// tiles a weight used once is not held: its product packs the panels it
-// needs as it runs, which costs less than a pass that packs them all first
-// and a product that reads them (the head at 256 rows: 16 against 20 ms
-// forward, 22 against 27 input gradient); the bits are the same.
+// tiles a weight used once is not held: its product reads it in place, as
+// any unheld weight's does, which costs less than a pass that packs all of
+// its panels first and a product that reads them (gpt2-124m's head at 256
+// rows, in the step: 17-18 against 19-21 ms forward, 19-20 against 26-27
+// input gradient); the bits are the same.
 void matmul_hold(const float *weight, uint64_t version, int uses);
 void matmul_release(void);
 
