@@ -30,6 +30,28 @@ typedef struct Tile {
     const float *pa;   // the next row tile of A to prefetch (NULL: none), mr rows lda apart
 } Tile;
 
+// The k-steps of a tile, each B vector loaded by LOAD, with the prefetches
+// of the lines the next tiles read: a line per k-step of each run.
+#define TILE_STEPS(NV, LOAD)                                                                                   \
+    for (int k = 0; k < kc; k++) {                                                                             \
+        const float *b = B + (size_t)k * ldb;                                                                  \
+        __m512 y[NV];                                                                                          \
+        if (pc && k < mr * NV)                                                                                 \
+            _mm_prefetch((const char *)(pc + (size_t)(k / NV) * ldc + 16 * (k % NV)), _MM_HINT_T0);            \
+        if (pa && k < mr * kl)                                                                                 \
+            _mm_prefetch((const char *)(pa + (size_t)(k / kl) * lda + 16 * (k % kl)), _MM_HINT_T0);            \
+        if (pf && pfl + k < NV * kc)                                                                           \
+            _mm_prefetch((const char *)(pf + (size_t)((pfl + k) / NV) * ldb + 16 * ((pfl + k) % NV)), _MM_HINT_T1); \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) y[v] = LOAD;                                      \
+        _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {                                                \
+            __m512 x = _mm512_set1_ps(A[(size_t)i * lda + k]);                                                 \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(x, y[v], c[i][v]);   \
+        }                                                                                                      \
+    }
+
+// The edge panel's loads of B are masked, a full panel's not: on Intel's
+// cores the masked loads cost the full tiles 5-12% (a pipeline stage's
+// products of 64 rows, gpt2-124m, in the step).
 #define GEMM_TILE(NV, MRMAX)                                                                                   \
     static inline __attribute__((always_inline)) void tile##NV(int mr, const Tile *t) {                        \
         const float *A = t->A, *B = t->B, *pf = t->pf, *pc = t->pc, *pa = t->pa;                               \
@@ -42,22 +64,8 @@ typedef struct Tile {
         _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[i][v] =                                     \
                 t->load ? _mm512_maskz_loadu_ps(m[v], C + (size_t)i * ldc + 16 * v) : _mm512_setzero_ps();     \
-        for (int k = 0; k < kc; k++) {                                                                         \
-            const float *b = B + (size_t)k * ldb;                                                              \
-            __m512 y[NV];                                                                                      \
-            if (pc && k < mr * NV)                                                                             \
-                _mm_prefetch((const char *)(pc + (size_t)(k / NV) * ldc + 16 * (k % NV)), _MM_HINT_T0);        \
-            if (pa && k < mr * kl)                                                                             \
-                _mm_prefetch((const char *)(pa + (size_t)(k / kl) * lda + 16 * (k % kl)), _MM_HINT_T0);        \
-            if (pf && pfl + k < NV * kc)                                                                       \
-                _mm_prefetch((const char *)(pf + (size_t)((pfl + k) / NV) * ldb + 16 * ((pfl + k) % NV)),       \
-                             _MM_HINT_T1);                                                                     \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) y[v] = _mm512_maskz_loadu_ps(m[v], b + 16 * v); \
-            _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {                                            \
-                __m512 x = _mm512_set1_ps(A[(size_t)i * lda + k]);                                             \
-                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(x, y[v], c[i][v]); \
-            }                                                                                                  \
-        }                                                                                                      \
+        if (t->nr == 16 * NV) TILE_STEPS(NV, _mm512_loadu_ps(b + 16 * v))                                      \
+        else TILE_STEPS(NV, _mm512_maskz_loadu_ps(m[v], b + 16 * v))                                           \
         _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                               \
                 _mm512_mask_storeu_ps(C + (size_t)i * ldc + 16 * v, m[v], c[i][v]);                            \
