@@ -233,7 +233,7 @@ demo:
 	$(MAKE) tessera
 	bash scripts/demo.sh
 
-BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm $(BUILD)/bench/peaks $(BUILD)/bench/bench_bf16 $(BUILD)/bench/bench_tokenizer $(BUILD)/bench/bench_gemm
+BENCH_BIN := $(BUILD)/bench/bench_train $(BUILD)/bench/sgemm $(BUILD)/bench/peaks $(BUILD)/bench/ceilings $(BUILD)/bench/bench_bf16 $(BUILD)/bench/bench_tokenizer $(BUILD)/bench/bench_gemm
 ifneq ($(MPI_PC),)
   BENCH_BIN += $(BUILD)/bench/mpi_allreduce
 endif

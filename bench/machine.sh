@@ -22,6 +22,15 @@ fp32peak=$(awk -v a="$p256" -v b="$p512" 'BEGIN { print (b > a ? b : a) }')
 echo "The whole machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), $isa"
 echo "  register-only peaks, $THREADS threads: fp32 FMA $p256 GFLOP/s (256-bit), $p512 (512-bit); bf16 dot product $pbf; AMX bf16 tiles $pamx"
 echo "  MFU/pk: fp32 rows against $fp32peak, bf16 rows against $bfpeak ($bfunit: the peak of the arithmetic the products use)"
+# What a GEMM's inner loop reaches here with nothing to wait for but L1, and with its panels streaming from L2.
+IFS='|' read -r c32a c32b cdota cdotb camxa camxb <<<"$($B/ceilings "$THREADS")"
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", (b > 0 ? 100 * a / b : 0) }'; }
+ceil32="$(pct "$c32a" "$fp32peak") in L1, $(pct "$c32b" "$fp32peak") from L2"
+if [ "$bfunit" = "bf16 tiles (AMX tdpbf16ps)" ]; then ceilbf="$(pct "$camxa" "$bfpeak") in L1, $(pct "$camxb" "$bfpeak") from L2"
+else ceilbf="$(pct "$cdota" "$bfpeak") in L1, $(pct "$cdotb" "$bfpeak") from L2"; fi
+echo "  ceilings (bench/ceilings: a register tile over packed operands, loads and products together, $THREADS threads):"
+echo "    fp32 12x32 tile $c32a GFLOP/s in L1, $c32b from L2 ($ceil32 of the fp32 peak);" \
+     "bf16 dot tile $cdota / $cdotb; AMX 2x2 supertile $camxa / $camxb"
 echo
 
 # ms of a row printed by bench_train or torch_ref.py (field 2)
@@ -87,4 +96,4 @@ for p in fp32 bf16; do
   prof "$p tp=2 B=4 T=64 (rank RANK, 1 thread)" 1 --batch 4 --seq 64 --nproc 2 --tp 2 --precision $p
   prof "$p pp=2 B=1 T=64 x8 (stage RANK, 1 thread)" 2 --batch 1 --seq 64 --nproc 2 --pp 2 --micro-batches 8 --precision $p
 done
-echo "  goals: fp32 GEMMs >= 85% of the fp32 peak; bf16 GEMMs >= 65% of the bf16 peak"
+echo "  goals: fp32 GEMMs >= 85% of the fp32 peak (the tile alone: $ceil32); bf16 GEMMs >= 65% of the bf16 peak (the tile alone: $ceilbf)"
