@@ -50,8 +50,8 @@ typedef struct Tile {
     }
 
 // The edge panel's loads of B are masked, a full panel's not: on Intel's
-// cores the masked loads cost the full tiles 5-12% (a pipeline stage's
-// products of 64 rows, gpt2-124m, in the step).
+// cores masked loads throughout made a pipeline stage's products of 64 rows
+// (gpt2-124m, in the step) 2-12% slower.
 #define GEMM_TILE(NV, MRMAX)                                                                                   \
     static inline __attribute__((always_inline)) void tile##NV(int mr, const Tile *t) {                        \
         const float *A = t->A, *B = t->B, *pf = t->pf, *pc = t->pc, *pa = t->pa;                               \
