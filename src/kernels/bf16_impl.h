@@ -1,11 +1,13 @@
 // kernels/bf16_impl.h — the register shuffles the bf16 packers share
-// (kernels/gemm_bf16's layouts, kernels/gemm_amx's panels). x86-64 only;
+// (kernels/gemm_bf16's layouts, kernels/gemm_amx's panels), and the sums of
+// squares both kernels take of a weight gradient's tiles. x86-64 only;
 // each function carries the instruction sets it needs, so a file built for
 // an older target may still hold packers that run only on newer CPUs.
 #ifndef TSR_KERNELS_BF16_IMPL_H
 #define TSR_KERNELS_BF16_IMPL_H
 
 #include <immintrin.h>
+#include <stdlib.h>
 
 #define BF16_PACK_FN __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
@@ -76,6 +78,18 @@ BF16_PACK_FN static inline double bf16_tile_squares(const float *c, size_t ld, i
     _mm512_storeu_pd(v, acc);
     for (int i = 0; i < 8; i++) s += v[i];
     return s;
+}
+
+
+// *sq = the tiles' sums of squares (bf16_tile_squares) added in tile order,
+// the same for every thread count; frees them. Nothing where part is NULL
+// (its room was not to be had: *sq stays as it was).
+static inline void bf16_sum_parts(double *part, long tiles, double *sq) {
+    if (!part) return;
+    double s = 0;
+    for (long x = 0; x < tiles; x++) s += part[x];
+    *sq = s;
+    free(part);
 }
 
 #endif

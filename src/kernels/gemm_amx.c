@@ -394,17 +394,6 @@ static void job_blocks(Job *j, int KPC, int accumulate, const float *bias, long 
     }
 }
 
-// *sq = the supertiles' sums of squares added in tile order (the same for
-// every thread count), where they were taken; frees them. 0.
-static int sum_parts(double *part, long tiles, double *sq) {
-    if (!part) return 0;
-    double s = 0;
-    for (long x = 0; x < tiles; x++) s += part[x];
-    *sq = s;
-    free(part);
-    return 0;
-}
-
 enum {
     AMX_KPMAX = 192,         // the longest reduction block (pairs), a multiple of 16: A's panel 24 KiB, in L1
     AMX_KPONE = 384,         // a reduction this short into a C of AMX_CBIG floats or more is one block
@@ -443,7 +432,8 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
             return -1;
         }
         job_blocks(&j, KPC, accumulate, bias, 0, tiles);
-        return sum_parts(j.part, tiles, sq);
+        bf16_sum_parts(j.part, tiles, sq);
+        return 0;
     }
     // One team for every reduction block, so each thread gets its panels once, before any sum is written.
     int failed = 0;
@@ -465,7 +455,8 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
         free(j.part);
         return -1;
     }
-    return sum_parts(j.part, tiles, sq);
+    bf16_sum_parts(j.part, tiles, sq);
+    return 0;
 }
 
 size_t amx_panels_len(int K, int NC) { return (size_t)(NC + 31) / 32 * panel_len((K + 1) / 2); }

@@ -211,12 +211,7 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
             block_share(&b, tiles * th / n, tiles * (th + 1) / n);   // a contiguous share of the tiles
         }
     }
-    if (b.part) {   // the tiles' sums in tile order: the same for every thread count
-        double s = 0;
-        for (long x = 0; x < tiles; x++) s += b.part[x];
-        *sq = s;
-        free(b.part);
-    }
+    bf16_sum_parts(b.part, tiles, sq);
 }
 
 // The tiles first where they are the unit; the vector units with the

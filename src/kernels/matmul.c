@@ -334,12 +334,14 @@ void matmul_grad_sumsq(float *dweight, double *sq) {
 void matmul_grad_sumsq_clear(void) { g_nsq = 0; }
 
 // The marks inside a product's gradient, taken: at, the first tensor's
-// (where the product's sum goes), and the others'.
+// (where the product's sum goes), and the others' (one product writes a
+// few neighbouring tensors at most: LLaMA's q, k and v).
+enum { SQ_PER_PRODUCT = 8 };
 typedef struct {
     double *at;
     int n;
-    float *w[SUMSQ_MAX];
-    double *v[SUMSQ_MAX];
+    float *w[SQ_PER_PRODUCT];
+    double *v[SQ_PER_PRODUCT];
 } SqMarks;
 
 // The marks inside the gradient of n floats at dweight, used up.
@@ -347,6 +349,7 @@ static SqMarks take_sumsq(const float *dweight, size_t n) {
     SqMarks m = {0};
     for (int i = 0; i < g_nsq;)
         if (g_sqw[i] >= dweight && g_sqw[i] < dweight + n) {
+            CHECKF(m.n < SQ_PER_PRODUCT, "more than %d marked weight gradients in one product", SQ_PER_PRODUCT);
             if (g_sqw[i] == dweight) m.at = g_sqv[i];
             m.w[m.n] = g_sqw[i], m.v[m.n++] = g_sqv[i];
             g_sqw[i] = g_sqw[--g_nsq], g_sqv[i] = g_sqv[g_nsq];
