@@ -64,16 +64,19 @@ AMX_FN void amx_configure(void) { _tile_loadconfig(&g_cfg); }
 
 AMX_FN void amx_release(void) { _tile_release(); }
 
-// One reduction block's supertiles of C (32 rows × 32 columns: 2 × 2 tiles),
-// the tile order of gemm_bf16 (column blocks of B outermost, then row
-// supertiles, then the block's column supertiles).
+// One outer reduction block's supertiles of C (32 rows × 32 columns: 2 × 2
+// tiles), the tile order of gemm_bf16 (column blocks of B outermost, then
+// row supertiles, then the block's column supertiles). An outer block is
+// summed in inner blocks of kpc pairs, a row's supertiles at a time: each
+// inner block's A panel stays in L1 while the row's supertiles take their
+// pairs, and their sums wait in this thread's strip, in L2, for the next.
 typedef struct Job {
     Bf16Op a, b;
     float *C;
     uint16_t *C16;   // or NULL: the last block's sums rounded to bf16 there, not stored in C
     const float *bias;
     double *part;    // or NULL: each supertile's sum of squares of C as the last block leaves it, in tile order
-    int R, NC, K, KP, ldc, p0, kp, load, last, rt, ct, cpb;
+    int R, NC, K, KP, ldc, p0, kp, kpc, load, last, rt, ct, cpb;
 } Job;
 
 static int imin(int a, int b) { return a < b ? a : b; }
@@ -267,20 +270,30 @@ PACK_FN static void tile_bf16(uint16_t *dst, size_t ld, const float *s, int ra, 
         }                                                                                       \
     } while (0)
 
-// The supertile at row i, column col from the panels pa (its rows) and pb
-// (its columns): up to 2 × 2 tiles, the reduction in chunks of 16 pairs in
-// ascending order, each chunk's products added by the tile unit into the
-// fp32 sums.
-AMX_FN static void supertile(const Job *j, int i, int col, const uint16_t *pa, const uint16_t *pb) {
+// The supertile at row i, column col over kq pairs from the panels pa (its
+// rows) and pb (its columns): up to 2 × 2 tiles, the reduction in chunks of
+// 16 pairs in ascending order, each chunk's products added by the tile unit
+// into the fp32 sums. They start from C's (or the bias's, or zeros) in an
+// outer block's first inner block (first), else from the 4 whole tiles at
+// held; they end in C (last), else at held.
+AMX_FN static void supertile(const Job *j, int i, int col, const uint16_t *pa, const uint16_t *pb, int kq, int first,
+                             int last, float *held) {
     int ra[2] = {imin(16, j->R - i), imin(16, j->R - i - 16)};
     int cb[2] = {imin(16, j->NC - col), imin(16, j->NC - col - 16)};
     int two_r = ra[1] > 0, two_c = cb[1] > 0;
     float cs[4][256];
-    C_IN(0, 0, 0);
-    if (two_c) C_IN(1, 0, 1);
-    if (two_r) C_IN(2, 1, 0);
-    if (two_r && two_c) C_IN(3, 1, 1);
-    int chunks = (j->kp + 15) / 16;
+    if (first) {
+        C_IN(0, 0, 0);
+        if (two_c) C_IN(1, 0, 1);
+        if (two_r) C_IN(2, 1, 0);
+        if (two_r && two_c) C_IN(3, 1, 1);
+    } else {
+        _tile_loadd(0, held, 64);
+        if (two_c) _tile_loadd(1, held + 256, 64);
+        if (two_r) _tile_loadd(2, held + 512, 64);
+        if (two_r && two_c) _tile_loadd(3, held + 768, 64);
+    }
+    int chunks = (kq + 15) / 16;
     for (int c = 0; c < chunks; c++, pa += PANEL, pb += PANEL) {
         _tile_loadd(4, pa, 64);
         _tile_loadd(6, pb, 64);
@@ -295,29 +308,47 @@ AMX_FN static void supertile(const Job *j, int i, int col, const uint16_t *pa, c
             if (two_c) _tile_dpbf16ps(3, 5, 7);
         }
     }
-    C_OUT(0, 0, 0);
-    if (two_c) C_OUT(1, 0, 1);
-    if (two_r) C_OUT(2, 1, 0);
-    if (two_r && two_c) C_OUT(3, 1, 1);
+    if (last) {
+        C_OUT(0, 0, 0);
+        if (two_c) C_OUT(1, 0, 1);
+        if (two_r) C_OUT(2, 1, 0);
+        if (two_r && two_c) C_OUT(3, 1, 1);
+    } else {
+        _tile_stored(0, held, 64);
+        if (two_c) _tile_stored(1, held + 256, 64);
+        if (two_r) _tile_stored(2, held + 512, 64);
+        if (two_r && two_c) _tile_stored(3, held + 768, 64);
+    }
 }
 
-// A thread's panels: its current row supertile's A panel, and the B panels
-// of the column block it works in, each packed on first use (none where B
-// comes as panels already).
+// A thread's workspace: the strip of a row's sums between inner blocks (4
+// whole tiles for each of the column block's supertiles), its current A
+// panel over an inner block, and the B panels of the column block it works
+// in over the outer block, each packed on first use (none where B comes as
+// panels already).
 static _Thread_local void *g_pan;
 static _Thread_local size_t g_pan_bytes;
+
+enum { HELD = 4 * 256 };   // floats of a supertile's sums in the strip
 
 // uint16 per panel of kp pairs.
 static size_t panel_len(int kp) { return (size_t)(kp + 15) / 16 * PANEL; }
 
-// This thread's panels for a job of reduction blocks of kp pairs and cpb
-// column panels: 0, or -1 when the memory is not to be had.
-static int panels_ready(int kp, int cpb) {
-    return mem_grow(&g_pan, &g_pan_bytes, MEM_WORKSPACE, (size_t)(cpb + 1) * panel_len(kp) * sizeof(uint16_t)) ? 0 : -1;
+// Supertiles a job's strip holds: a column block's where an outer block of
+// kp pairs has more than one inner block of kpc, else none.
+static int strip_len(int kp, int kpc, int cpb) { return kp > kpc ? cpb : 0; }
+
+// This thread's workspace for a job of outer blocks of kp pairs, inner
+// blocks of kpc, cpb column supertiles (room of them B panels to pack): 0,
+// or -1 when the memory is not to be had.
+static int panels_ready(int kp, int kpc, int cpb, int room) {
+    size_t n = (size_t)strip_len(kp, kpc, cpb) * HELD * sizeof(float) +
+               (panel_len(kpc) + (size_t)room * panel_len(kp)) * sizeof(uint16_t);
+    return mem_grow(&g_pan, &g_pan_bytes, MEM_WORKSPACE, n) ? 0 : -1;
 }
 
-// B's column panel k of column block b over the block's pairs, packed into
-// slot k from B in its form.
+// B's column panel k of column block b over the outer block's pairs, packed
+// into slot k from B in its form.
 static void pack_b_at(const Job *j, uint16_t *pb, size_t pan, int b, int k) {
     int col = (b * j->cpb + k) * 32, cb = imin(32, j->NC - col), left = j->K - 2 * j->p0, ld = j->b.ld;
     uint16_t *d = pb + (size_t)k * pan;
@@ -333,88 +364,104 @@ static void pack_b_at(const Job *j, uint16_t *pb, size_t pan, int b, int k) {
     }
 }
 
-// Row supertile i's A panel over the block's pairs, from A in its form.
-static void pack_a_at(const Job *j, uint16_t *pa, int i) {
-    int ra = imin(32, j->R - i), left = j->K - 2 * j->p0, ld = j->a.ld;
+// Row supertile i's A panel over pairs [p, p + kp), from A in its form.
+static void pack_a_at(const Job *j, uint16_t *pa, int i, int p, int kp) {
+    int ra = imin(32, j->R - i), left = j->K - 2 * p, ld = j->a.ld;
     switch (j->a.form) {
-    case OP_PAIRS16: pack_a(pa, (const uint16_t *)j->a.p + (size_t)i * ld + 2 * j->p0, ld, ra, j->kp); break;
-    case OP_ROWS32: pack_a_rows32(pa, (const float *)j->a.p + (size_t)i * ld + 2 * j->p0, ld, ra, j->kp, left); break;
-    case OP_COLS32: pack_a_cols(pa, (const float *)j->a.p + (size_t)2 * j->p0 * ld + i, ld, 1, ra, j->kp, left); break;
-    case OP_COLS16:
-        pack_a_cols(pa, (const uint16_t *)j->a.p + (size_t)2 * j->p0 * ld + i, ld, 0, ra, j->kp, left);
-        break;
+    case OP_PAIRS16: pack_a(pa, (const uint16_t *)j->a.p + (size_t)i * ld + 2 * p, ld, ra, kp); break;
+    case OP_ROWS32: pack_a_rows32(pa, (const float *)j->a.p + (size_t)i * ld + 2 * p, ld, ra, kp, left); break;
+    case OP_COLS32: pack_a_cols(pa, (const float *)j->a.p + (size_t)2 * p * ld + i, ld, 1, ra, kp, left); break;
+    case OP_COLS16: pack_a_cols(pa, (const uint16_t *)j->a.p + (size_t)2 * p * ld + i, ld, 0, ra, kp, left); break;
     default: CHECK(0); break;
     }
 }
 
-// Supertiles [lo, hi) of the job in tile order, on this thread's tiles.
+// B's column panels [c0, c1) of column block b packed, those not yet: the
+// block's packed ones are [*bmin, *bmax] (a share starts or ends inside a
+// row, so its columns come in order from *bmin on).
+static void pack_b_range(const Job *j, uint16_t *pb, size_t pan, int b, int c0, int c1, int *bblock, int *bmin,
+                         int *bmax) {
+    if (b != *bblock) *bblock = b, *bmin = c0, *bmax = c0 - 1;
+    for (int k = *bmax + 1; k < c1; k++) pack_b_at(j, pb, pan, b, k);
+    for (int k = c0; k < *bmin; k++) pack_b_at(j, pb, pan, b, k);
+    if (c1 - 1 > *bmax) *bmax = c1 - 1;
+    if (c0 < *bmin) *bmin = c0;
+}
+
+// Supertiles [lo, hi) of the outer block in tile order, on this thread's
+// tiles: a row's run of them at a time, through the inner blocks in order.
 static void job_share(const Job *j, long lo, long hi) {
     if (lo >= hi) return;
-    size_t pan = panel_len(j->kp);
-    uint16_t *pa = g_pan, *pb = pa + pan;   // panels_ready() for the job's first (longest) block
-    int given = j->b.form == OP_PANELS;     // B's panels over the whole reduction, from the block's chunk on
+    size_t pan = panel_len(j->kp);   // a B panel over the outer block
+    float *held = g_pan;             // panels_ready() for the job's first (longest) block
+    uint16_t *pa = (uint16_t *)(held + (size_t)strip_len(j->kp, j->kpc, j->cpb) * HELD), *pb = pa + panel_len(j->kpc);
+    int given = j->b.form == OP_PANELS;   // B's panels over the whole reduction, from the block's chunk on
     const uint16_t *gb = given ? (const uint16_t *)j->b.p + (size_t)j->p0 / 16 * PANEL : NULL;
     size_t gpan = panel_len(j->b.ld);   // a column panel of the given ones: over the pairs they were packed over
-    int arow = -1, bblock = -1, bmin = 0, bmax = -1;   // the A panel's row supertile; the B panels packed: [bmin, bmax] of block bblock
+    int bblock = -1, bmin = 0, bmax = -1;
     amx_configure();
     long full = (long)j->rt * j->cpb;   // supertiles in a full column block
-    for (long x = lo; x < hi; x++) {
+    for (long x = lo; x < hi;) {
         int b = (int)(x / full), w = imin(j->ct - b * j->cpb, j->cpb);
         long r = x - b * full;
-        int ri = (int)(r / w), cj = (int)(r % w), i = ri * 32, col = (b * j->cpb + cj) * 32;
-        if (!given) {
-            if (b != bblock) bblock = b, bmin = cj, bmax = cj - 1;
-            // a share starts or ends inside a row: its columns come in order, from bmin on
-            for (int k = bmax + 1; k <= cj; k++) pack_b_at(j, pb, pan, b, k);
-            for (int k = cj; k < bmin; k++) pack_b_at(j, pb, pan, b, k);
-            if (cj > bmax) bmax = cj;
-            if (cj < bmin) bmin = cj;
+        int ri = (int)(r / w), c0 = (int)(r % w), c1 = (int)(c0 + (hi - x < w - c0 ? hi - x : w - c0)), i = ri * 32;
+        for (int q = 0; q < j->kp; q += j->kpc) {
+            int kq = imin(j->kpc, j->kp - q);
+            pack_a_at(j, pa, i, j->p0 + q, kq);
+            for (int cj = c0; cj < c1; cj++) {
+                int col = (b * j->cpb + cj) * 32;
+                if (!given && q == 0) pack_b_range(j, pb, pan, b, cj, cj + 1, &bblock, &bmin, &bmax);
+                const uint16_t *bp = given ? gb + (size_t)(col / 32) * gpan : pb + (size_t)cj * pan;
+                supertile(j, i, col, pa, bp + (size_t)q / 16 * PANEL, kq, q == 0, q + kq >= j->kp,
+                          held + (size_t)(cj - c0) * HELD);
+            }
         }
-        if (ri + b * j->rt != arow) {
-            arow = ri + b * j->rt;
-            pack_a_at(j, pa, i);
+        for (int cj = c0; cj < c1 && j->part && j->last; cj++) {
+            int col = (b * j->cpb + cj) * 32;
+            j->part[x + cj - c0] = bf16_tile_squares(j->C + (size_t)i * j->ldc + col, (size_t)j->ldc,
+                                                     imin(32, j->R - i), imin(32, j->NC - col));
         }
-        supertile(j, i, col, pa, given ? gb + (size_t)(col / 32) * gpan : pb + (size_t)cj * pan);
-        if (j->part && j->last)
-            j->part[x] = bf16_tile_squares(j->C + (size_t)i * j->ldc + col, (size_t)j->ldc, imin(32, j->R - i),
-                                           imin(32, j->NC - col));
+        x += c1 - c0;
     }
     amx_release();
 }
 
-// The reduction blocks in order, this thread's supertiles [lo, hi) of each:
-// a block's sums are C's (or the bias's) plus its pairs, stored for the next
-// block to load. The tile order is the same in every block, so a thread
-// loads only the sums it stored itself and never waits for another.
-static void job_blocks(Job *j, int KPC, int accumulate, const float *bias, long lo, long hi) {
-    for (j->p0 = 0; j->p0 < j->KP; j->p0 += KPC) {
-        j->kp = imin(KPC, j->KP - j->p0), j->load = accumulate || j->p0 > 0, j->last = j->p0 + KPC >= j->KP;
+// The outer reduction blocks in order, this thread's supertiles [lo, hi) of
+// each: a block's sums are C's (or the bias's) plus its pairs, stored for
+// the next block to load. The tile order is the same in every block, so a
+// thread loads only the sums it stored itself and never waits for another.
+static void job_blocks(Job *j, int KPS, int accumulate, const float *bias, long lo, long hi) {
+    for (j->p0 = 0; j->p0 < j->KP; j->p0 += KPS) {
+        j->kp = imin(KPS, j->KP - j->p0), j->load = accumulate || j->p0 > 0, j->last = j->p0 + KPS >= j->KP;
         j->bias = j->p0 > 0 ? NULL : bias;
         job_share(j, lo, hi);
     }
 }
 
 enum {
-    AMX_KPMAX = 192,         // the longest reduction block (pairs), a multiple of 16: A's panel 24 KiB, in L1
-    AMX_KPONE = 384,         // a reduction this short into a C of AMX_CBIG floats or more is one block
-    AMX_BLOCK = 512 << 10,   // bytes of packed B a column block holds, about: a quarter of a core's L2
+    AMX_KPMAX = 192,          // the longest inner block (pairs), a multiple of 16: A's panel 24 KiB, in L1
+    AMX_KPOUT = 384,          // a reduction this short is one outer block; a longer one, outer blocks of one inner
+    AMX_BLOCK = 512 << 10,    // bytes of packed B a column block holds, about: a quarter of a core's L2
+    AMX_BLOCK_ROWS = 1024,    // from this many rows, a one-block reduction's column blocks twice that
 };
-#define AMX_CBIG ((size_t)4 << 20)   // 16 MiB of sums: far past L2, each block's store and reload from memory
 
 int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
              uint16_t *C16, int nt, double *sq) {
     CHECKF(!sq || !C16, "gemm_amx: a sum of squares of sums kept in bf16");
     if (a.form != OP_PAIRS16 && a.form != OP_ROWS32 && a.form != OP_COLS32 && a.form != OP_COLS16) return -1;
-    // Reduction blocks of equal length in whole chunks of 16 pairs, the last shorter: only the last
-    // chunk of the whole reduction is partial. A block's sums go through C to the next exactly, so
-    // the bits do not depend on the blocks: a large C over a short reduction (the head's forward, the
-    // MLP's first product and its input gradient at thousands of rows) is summed in one block, written
-    // once rather than stored, reloaded and stored again (10-20% faster for them; where C is smaller
-    // or the reduction longer, A's panel leaving L1 costs more than that saves).
-    int KP = (K + 1) / 2, kpmax = KP <= AMX_KPONE && (size_t)R * NC >= AMX_CBIG ? AMX_KPONE : AMX_KPMAX;
-    int nkb = (KP + kpmax - 1) / kpmax, KPC = ((KP + nkb - 1) / nkb + 15) / 16 * 16;
+    // Inner blocks of equal length in whole chunks of 16 pairs, the last shorter: only the last chunk
+    // of the whole reduction is partial. A block's sums go to the next exactly (through the strip or
+    // C), so the bits do not depend on the blocks. A short reduction (the forwards of the attention
+    // and MLP inputs, the MLP output's input gradient, the head's forward) is one outer block: its C
+    // is written once, not stored and reloaded from memory (10-20% faster for those at 2,048 rows).
+    // A longer one goes through C block by block: one outer block would hold its B panels over the
+    // whole reduction, so fewer of them per column block, and A would be packed again for each
+    // (the weight gradients, A transposed, were 10-25% slower so).
+    int KP = (K + 1) / 2, nkb = (KP + AMX_KPMAX - 1) / AMX_KPMAX, KPC = ((KP + nkb - 1) / nkb + 15) / 16 * 16;
+    int KPS = KP <= AMX_KPOUT ? KP : KPC, kps = imin(KPS, KP);
     int rt = (R + 31) / 32, ct = (NC + 31) / 32;
-    int cpb = (int)(AMX_BLOCK / ((size_t)KPC * 32 * 4));
+    size_t block = KPS == KP && R >= AMX_BLOCK_ROWS ? 2 * (size_t)AMX_BLOCK : AMX_BLOCK;
+    int cpb = (int)(block / ((size_t)kps * 32 * 4));
     if (cpb < 1) cpb = 1;
     if (cpb > ct) cpb = ct;
     int nb = (ct + cpb / 2) / cpb;
@@ -423,15 +470,15 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
     if (nt > tiles) nt = (int)tiles;
     int room = b.form == OP_PANELS ? 0 : cpb;   // B panels a thread packs
     Job j = {.a = a, .b = b, .C = C, .C16 = C16, .bias = bias, .R = R, .NC = NC, .K = K, .KP = KP, .ldc = ldc,
-             .rt = rt, .ct = ct, .cpb = cpb};
+             .kpc = KPC, .rt = rt, .ct = ct, .cpb = cpb};
     // a sum of squares where its parts' room is to be had (else *sq stays as it was)
     if (sq) j.part = malloc((size_t)tiles * sizeof *j.part);
     if (nt <= 1) {
-        if (panels_ready(KPC, room)) {
+        if (panels_ready(kps, KPC, cpb, room)) {
             free(j.part);
             return -1;
         }
-        job_blocks(&j, KPC, accumulate, bias, 0, tiles);
+        job_blocks(&j, KPS, accumulate, bias, 0, tiles);
         bf16_sum_parts(j.part, tiles, sq);
         return 0;
     }
@@ -440,7 +487,7 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
     #pragma omp parallel num_threads(nt)
     {
         int th = omp_get_thread_num(), n = omp_get_num_threads();
-        if (panels_ready(KPC, room)) {
+        if (panels_ready(kps, KPC, cpb, room)) {
             #pragma omp atomic write
             failed = 1;
         }
@@ -449,7 +496,7 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
         #pragma omp atomic read
         stop = failed;
         Job mine = j;   // each thread's own block bounds
-        if (!stop) job_blocks(&mine, KPC, accumulate, bias, tiles * th / n, tiles * (th + 1) / n);
+        if (!stop) job_blocks(&mine, KPS, accumulate, bias, tiles * th / n, tiles * (th + 1) / n);
     }
     if (failed) {
         free(j.part);

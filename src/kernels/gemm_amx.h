@@ -35,7 +35,7 @@ void amx_release(void);
 // packed from a and b in their forms. With C16 given, the sums go there in
 // bf16 (half_pack's rounding, ldc apart) instead, C holding only a longer
 // reduction's partial sums. Only when amx_usable(). 0, or -1 with C and C16
-// untouched when a thread's packed panels (about 600 KiB) are not to be had:
+// untouched when a thread's workspace (up to about 1.2 MiB) is not to be had:
 // gemm_bf16 then runs the vector kernel. With sq given (C16 NULL), *sq =
 // the sum of squares of C's values as the product leaves them, each 32 × 32
 // supertile's read as it is stored, the supertiles' added in tile order:
