@@ -52,91 +52,6 @@ static uint16_t *scratch16(size_t n) {
 
 static int pairs(int K) { return (K + 1) / 2; }
 
-// ---- 16-bit weights the passes bind ----
-
-// n floats at w whose bf16 values are at src16: a weight the passes address
-// through w, whose floats may not hold them (matmul_bind16), or an input
-// (key 1: its floats hold them, matmul_bind_input16; 2: they do not,
-// matmul_bind_input16_only).
-typedef struct Bound {
-    int key;               // the caller's key, 0 for a free entry
-    const float *w;
-    const uint16_t *src16;
-    size_t n;
-} Bound;
-enum { BOUND_MAX = 32 };
-static _Thread_local Bound g_bound[BOUND_MAX];
-
-void matmul_bind16(int key, const float *w, const uint16_t *src16, size_t n) {
-    CHECK(key > 0);
-    for (int i = 0; i < BOUND_MAX; i++)
-        if (!g_bound[i].key) {
-            g_bound[i] = (Bound){key, w, src16, n};
-            return;
-        }
-    CHECKF(0, "more than %d bound 16-bit weights", BOUND_MAX);
-}
-
-void matmul_unbind16(int key) {
-    for (int i = 0; i < BOUND_MAX; i++)
-        if (g_bound[i].key == key || key == 0) g_bound[i].key = 0;
-}
-
-const uint16_t *matmul_bound16(const float *w, size_t n) {
-    for (int i = 0; i < BOUND_MAX; i++) {
-        const Bound *b = &g_bound[i];
-        if (b->key && w >= b->w && w + n <= b->w + b->n) return b->src16 + (w - b->w);
-    }
-    return NULL;
-}
-
-// ---- 16-bit inputs the passes bind ----
-
-enum { INPUTS_MAX = 16 };
-static _Thread_local Bound g_inputs[INPUTS_MAX];
-static _Thread_local int g_ninputs;
-
-void matmul_bind_input16(const float *x, const uint16_t *x16, size_t n) {
-    CHECKF(g_ninputs < INPUTS_MAX, "more than %d bound 16-bit inputs", INPUTS_MAX);
-    g_inputs[g_ninputs++] = (Bound){1, x, x16, n};
-}
-
-void matmul_bind_input16_only(const float *x, const uint16_t *x16, size_t n) {
-    CHECKF(g_ninputs < INPUTS_MAX, "more than %d bound 16-bit inputs", INPUTS_MAX);
-    g_inputs[g_ninputs++] = (Bound){2, x, x16, n};
-}
-
-void matmul_unbind_inputs16(void) { g_ninputs = 0; }
-
-// The binding an input of n floats at x lies in, or NULL.
-static const Bound *input_bound(const float *x, size_t n) {
-    for (int i = 0; i < g_ninputs; i++) {
-        const Bound *b = &g_inputs[i];
-        if (x >= b->w && x + n <= b->w + b->n) return b;
-    }
-    return NULL;
-}
-
-// The bf16 values of an input of n floats at x, or NULL when it is not bound.
-const uint16_t *matmul_input16(const float *x, size_t n) {
-    const Bound *b = input_bound(x, n);
-    return b ? b->src16 + (x - b->w) : NULL;
-}
-
-// The fp32 values of an input for the fp32 paths: in place, or a bound
-// one's whose floats do not hold them widened into per-thread scratch. NULL
-// when the scratch is not to be had.
-static _Thread_local void *g_wide_in;
-static _Thread_local size_t g_wide_in_bytes;
-
-const float *matmul_input_fp32(const float *x, size_t n) {
-    const Bound *b = input_bound(x, n);
-    if (!b || b->key == 1) return x;
-    float *d = mem_grow(&g_wide_in, &g_wide_in_bytes, MEM_WORKSPACE, n * sizeof(float));
-    if (d) half_unpack(PREC_BF16, d, b->src16 + (x - b->w), n);
-    return d;
-}
-
 // The fp32 values of a weight (OC,C) for the fp32 paths: in place, or a bound
 // one's widened into per-thread scratch. NULL when the scratch is not to be had.
 static _Thread_local void *g_wide;
@@ -182,18 +97,57 @@ void matmul_hold(const float *weight, uint64_t version, int uses) {
 
 void matmul_release(void) { g_held.w = NULL; }
 
-// The B operand a weight (OC,C) gives a product: the forward's, its
-// transpose (C,OC); the input gradient's, itself (OC,C). A held weight's is
-// packed once while held — the tiles' panels where they are the unit, else
-// gemm_bf16's pairs — and reused; any other is read in its own form. Either
-// comes from the weight's bf16 values where it is bound (no rounding, half
-// the bytes read), else from its floats. -1 when the held form's memory is
-// not to be had.
-static int weight_op(const float *weight, int C, int OC, int form, Bf16Op *op) {
+// Bound weights' input-gradient panels kept across calls (matmul_keep16),
+// by their 16-bit values' address.
+typedef struct Kept {
+    const uint16_t *w16;
+    uint64_t version;   // of the values the panels were packed from
+    int K, NC;
+    void *buf;
+    size_t bytes;
+} Kept;
+enum { KEPT_MAX = 256, KEEP_ROWS = 256 };
+static _Thread_local Kept g_kept[KEPT_MAX];
+static _Thread_local int g_nkept;
+static _Thread_local uint64_t g_keep;
+
+void matmul_keep16(uint64_t version) { g_keep = version; }
+
+// The kept panels of the bound weight at w16, B (K,NC) in the form src,
+// packed where they are older than the version: NULL where there is no
+// room for them (the product then reads the weight as it lies).
+static const uint16_t *kept_panels(const uint16_t *w16, int K, int NC, Bf16Op src) {
+    int e = 0;
+    while (e < g_nkept && g_kept[e].w16 != w16) e++;
+    if (e == KEPT_MAX) return NULL;
+    Kept *k = &g_kept[e];
+    if (e == g_nkept) g_nkept++, *k = (Kept){.w16 = w16};
+    if (k->version == g_keep && k->K == K && k->NC == NC) return k->buf;
+    uint16_t *d = mem_grow(&k->buf, &k->bytes, MEM_WORKSPACE, gemm_bf16_panels_len(K, NC) * sizeof(uint16_t));
+    if (!d) return NULL;
+    gemm_bf16_panels(d, src, K, NC);
+    k->version = g_keep, k->K = K, k->NC = NC;
+    return d;
+}
+
+// The B operand a weight (OC,C) gives a product of N rows: the forward's,
+// its transpose (C,OC); the input gradient's, itself (OC,C). A held
+// weight's is packed once while held — the tiles' panels where they are the
+// unit, else gemm_bf16's pairs — and reused, as a kept one's are
+// (matmul_keep16); any other is read in its own form. Either comes from the
+// weight's bf16 values where it is bound (no rounding, half the bytes
+// read), else from its floats. -1 when the held form's memory is not to be
+// had.
+static int weight_op(const float *weight, int N, int C, int OC, int form, Bf16Op *op) {
     const uint16_t *w16 = matmul_bound16(weight, (size_t)OC * C);
     int fwd = form == FORM_FWD, K = fwd ? C : OC, NC = fwd ? OC : C;
     *op = (Bf16Op){fwd ? (w16 ? OP_COLS16 : OP_COLS32) : (w16 ? OP_ROWS16 : OP_ROWS32), w16 ? (const void *)w16 : weight, C};
-    if (weight != g_held.w) return 0;
+    if (weight != g_held.w) {
+        const uint16_t *p = NULL;
+        if (!fwd && w16 && g_keep && N <= KEEP_ROWS && gemm_bf16_unit() == BF16_AMX) p = kept_panels(w16, K, NC, *op);
+        if (p) *op = gemm_bf16_panels_at(p, K, 0, 0);
+        return 0;
+    }
     int panels = gemm_bf16_unit() == BF16_AMX;
     if (g_held.OC != OC || g_held.C != C || g_held.panels != panels) g_held.have[FORM_FWD] = g_held.have[FORM_DINP] = 0;
     if (!g_held.have[form]) {
@@ -261,7 +215,7 @@ static int forward_bf16(float *out, uint16_t *out16, const float *inp, const flo
     if (!x16 && !(inp = matmul_input_fp32(inp, (size_t)N * C))) return -1;
     Bf16Op a = x16 ? (Bf16Op){OP_PAIRS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C}, b;
     uint16_t *room;
-    if (weight_op(weight, C, OC, FORM_FWD, &b)) return -1;
+    if (weight_op(weight, N, C, OC, FORM_FWD, &b)) return -1;
     if (out16) return gemm_bf16_op16(N, OC, C, a, b, out16, out, OC, bias);   // the tiles need no room
     size_t na = x16 ? 0 : (size_t)N * 2 * kp, nb = b.form == OP_PAIRS16 ? 0 : (size_t)kp * OC * 2;
     if (room_for(na + nb, &room)) return -1;
@@ -273,7 +227,7 @@ static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N,
     int kp = pairs(OC);
     Bf16Op b;
     uint16_t *room;
-    if (weight_op(weight, C, OC, FORM_DINP, &b)) return -1;
+    if (weight_op(weight, N, C, OC, FORM_DINP, &b)) return -1;
     if (room_for((size_t)N * 2 * kp + (b.form == OP_PAIRS16 ? 0 : (size_t)kp * C * 2), &room)) return -1;
     return gemm_bf16_op(N, C, OC, (Bf16Op){OP_ROWS32, dout, OC}, b, dinp, C, accumulate, NULL, room);
 }
@@ -544,7 +498,7 @@ void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld
     double t0 = prof_begin();
     Bf16Op b;
     if (dinp) {   // dinp (N,C) (+)= dout (N,OC) · weight (OC,C): A dout's rows as they lie
-        if (weight_op(weight, C, OC, FORM_DINP, &b) ||
+        if (weight_op(weight, N, C, OC, FORM_DINP, &b) ||
             gemm_bf16_op(N, C, OC, (Bf16Op){OP_PAIRS16, dout, ld}, b, dinp, C, accumulate, NULL, NULL)) {
             backward_widened(dinp, dweight, dout, ld, inp, weight, N, C, OC, accumulate);
             return;

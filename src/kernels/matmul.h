@@ -43,6 +43,16 @@ void matmul_bf16_allow(int on);
 void matmul_hold(const float *weight, uint64_t version, int uses);
 void matmul_release(void);
 
+// From matmul_keep16(version) on (nonzero: the bound 16-bit copy's values,
+// the same for the step's micro-batches), the input gradient of a bound
+// weight (matmul_bind16) on the tiles, of at most 256 rows, reads the
+// weight's panels packed once per version and kept (MEM_WORKSPACE: about
+// the bound weights' bytes again), not packed from its rows in every call,
+// where a micro-batch's few rows make that packing most of the product
+// (gpt2-124m's, 64 rows a micro-batch: 2x faster). 0 stops it; the panels
+// stay for the next version. The bits are the same.
+void matmul_keep16(uint64_t version);
+
 // A weight of n floats at w whose bf16 values are at src16: until
 // matmul_unbind16(key), the linear layers read it from src16 (the bf16
 // products pack it from there; the fp32 paths widen it into scratch) and

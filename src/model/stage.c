@@ -466,6 +466,7 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
     int prev = matmul_set_bf16(s->acts->prec == PREC_BF16);
     CHECK(B >= 1 && B <= s->B && T >= 1 && T <= s->T);
     StageActs *a = s->acts;
+    matmul_keep16(a->mb_count > 1 ? stage16_version(s) : 0);   // the step's micro-batches: the same weights
     Slot *sl = stage_slot(s, slot);
     LocalDims d = call_dims(s, B, T);
     stage_doc_pass(a, tokens, B, T);   // the forward's, again from the tokens
@@ -521,5 +522,6 @@ void stage_backward(Stage *s, int slot, const int *tokens, int B, int T) {
     CHECKF(!matmul_grads_unwritten(), "a linear layer's gradient marked unwritten was not written");
     matmul_grad_sumsq_clear();
     matmul_unbind16(0);
+    matmul_keep16(0);
     matmul_set_bf16(prev);
 }

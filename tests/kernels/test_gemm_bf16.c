@@ -453,6 +453,50 @@ static void test_bound_input(void) {
     matmul_set_bf16(prev);
 }
 
+// matmul_keep16: a bound weight's input gradient of few rows reads panels
+// kept per version with the bits of reading the weight in place; a new
+// version packs them again, the same version keeps them (on the tiles,
+// which keep them), and many rows or version 0 read the weight in place.
+static void kept_dinp(float *dx, const float *dy, const float *nan, const uint16_t *w16, int N, int C, int OC,
+                      uint64_t version) {
+    matmul_bind16(7, nan, w16, (size_t)OC * C);
+    matmul_keep16(version);
+    linear_backward(dx, NULL, NULL, dy, NULL, nan, N, C, OC, 0);
+    matmul_keep16(0);
+    matmul_unbind16(7);
+}
+
+static void test_keep(void) {
+    int C = 40, OC = 130, prev = matmul_set_bf16(1);
+    for (int N = 70; N <= 300; N += 230) {
+        float *w = randn((size_t)OC * C, 1), *nan = malloc((size_t)OC * C * sizeof *nan), *dy = randn((size_t)N * OC, 1);
+        uint16_t *w16 = malloc((size_t)OC * C * sizeof *w16);
+        float *ref = calloc((size_t)N * C, sizeof *ref), *dx = calloc((size_t)N * C, sizeof *dx);
+        size_t nd = (size_t)N * C * sizeof *dx;
+        for (int round = 0; round < 2; round++) {   // versions 5 and 6 over new values
+            for (size_t i = 0; i < (size_t)OC * C; i++) w16[i] = f32_to_bf16(w[i] * (1 - 3 * round)), nan[i] = NAN;
+            kept_dinp(ref, dy, nan, w16, N, C, OC, 0);
+            for (int mb = 0; mb < 2; mb++) {   // two micro-batches of the version
+                memset(dx, 0, nd);
+                kept_dinp(dx, dy, nan, w16, N, C, OC, 5 + (uint64_t)round);
+                EXPECT(!memcmp(ref, dx, nd), "kept panels N=%d, version %d, micro-batch %d: not the bits of the weight "
+                       "read in place", N, 5 + round, mb);
+            }
+        }
+        for (size_t i = 0; i < (size_t)OC * C; i++) w16[i] = f32_to_bf16(-w[i]);
+        memset(dx, 0, nd);
+        kept_dinp(dx, dy, nan, w16, N, C, OC, 6);   // the same version over changed values
+        if (N <= 256 && gemm_bf16_unit() == BF16_AMX)
+            EXPECT(!memcmp(ref, dx, nd), "kept panels N=%d: the same version packed again", N);
+        kept_dinp(ref, dy, nan, w16, N, C, OC, 0);
+        memset(dx, 0, nd);
+        kept_dinp(dx, dy, nan, w16, N, C, OC, 7);
+        EXPECT(!memcmp(ref, dx, nd), "kept panels N=%d: a new version not packed again", N);
+        free(w); free(nan); free(dy); free(w16); free(ref); free(dx);
+    }
+    matmul_set_bf16(prev);
+}
+
 static void test_bound(void) {
     // {C, OC, N}: one row; few rows (the transposed forward, 2N < C), over two blocks of output channels; many
     int shapes[][3] = {{40, 70, 1}, {40, 70, 2}, {64, 1600, 20}, {40, 70, 70}};
@@ -560,6 +604,7 @@ static void on_unit(void) {
     RUN(test_forward16);
     RUN(test_backward16);
     RUN(test_hold);
+    RUN(test_keep);
     RUN(test_bound);
     RUN(test_bound_input);
 }
