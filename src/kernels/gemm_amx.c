@@ -270,6 +270,19 @@ PACK_FN static void tile_bf16(uint16_t *dst, size_t ld, const float *s, int ra, 
         }                                                                                       \
     } while (0)
 
+// M(T, ti, tj) for each sum tile T the supertile has (two_r, two_c): row ti, column tj of its 2 × 2.
+#define EACH_TILE(M)                         \
+    do {                                     \
+        M(0, 0, 0);                          \
+        if (two_c) M(1, 0, 1);               \
+        if (two_r) M(2, 1, 0);               \
+        if (two_r && two_c) M(3, 1, 1);      \
+    } while (0)
+
+// Sum tile T to or from the strip at held: 4 whole tiles, 1 KiB apart.
+#define STRIP_OUT(T, ti, tj) _tile_stored(T, held + 256 * (T), 64)
+#define STRIP_IN(T, ti, tj) _tile_loadd(T, held + 256 * (T), 64)
+
 // The supertile at row i, column col over kq pairs from the panels pa (its
 // rows) and pb (its columns): up to 2 × 2 tiles, the reduction in chunks of
 // 16 pairs in ascending order, each chunk's products added by the tile unit
@@ -282,17 +295,8 @@ AMX_FN static void supertile(const Job *j, int i, int col, const uint16_t *pa, c
     int cb[2] = {imin(16, j->NC - col), imin(16, j->NC - col - 16)};
     int two_r = ra[1] > 0, two_c = cb[1] > 0;
     float cs[4][256];
-    if (first) {
-        C_IN(0, 0, 0);
-        if (two_c) C_IN(1, 0, 1);
-        if (two_r) C_IN(2, 1, 0);
-        if (two_r && two_c) C_IN(3, 1, 1);
-    } else {
-        _tile_loadd(0, held, 64);
-        if (two_c) _tile_loadd(1, held + 256, 64);
-        if (two_r) _tile_loadd(2, held + 512, 64);
-        if (two_r && two_c) _tile_loadd(3, held + 768, 64);
-    }
+    if (first) EACH_TILE(C_IN);
+    else EACH_TILE(STRIP_IN);
     int chunks = (kq + 15) / 16;
     for (int c = 0; c < chunks; c++, pa += PANEL, pb += PANEL) {
         _tile_loadd(4, pa, 64);
@@ -308,17 +312,8 @@ AMX_FN static void supertile(const Job *j, int i, int col, const uint16_t *pa, c
             if (two_c) _tile_dpbf16ps(3, 5, 7);
         }
     }
-    if (last) {
-        C_OUT(0, 0, 0);
-        if (two_c) C_OUT(1, 0, 1);
-        if (two_r) C_OUT(2, 1, 0);
-        if (two_r && two_c) C_OUT(3, 1, 1);
-    } else {
-        _tile_stored(0, held, 64);
-        if (two_c) _tile_stored(1, held + 256, 64);
-        if (two_r) _tile_stored(2, held + 512, 64);
-        if (two_r && two_c) _tile_stored(3, held + 768, 64);
-    }
+    if (last) EACH_TILE(C_OUT);
+    else EACH_TILE(STRIP_OUT);
 }
 
 // A thread's workspace: the strip of a row's sums between inner blocks (4
