@@ -371,16 +371,15 @@ static void pack_a_at(const Job *j, uint16_t *pa, int i, int p, int kp) {
     }
 }
 
-// B's column panels [c0, c1) of column block b packed, those not yet: the
-// block's packed ones are [*bmin, *bmax] (a share starts or ends inside a
-// row, so its columns come in order from *bmin on).
-static void pack_b_range(const Job *j, uint16_t *pb, size_t pan, int b, int c0, int c1, int *bblock, int *bmin,
-                         int *bmax) {
-    if (b != *bblock) *bblock = b, *bmin = c0, *bmax = c0 - 1;
-    for (int k = *bmax + 1; k < c1; k++) pack_b_at(j, pb, pan, b, k);
-    for (int k = c0; k < *bmin; k++) pack_b_at(j, pb, pan, b, k);
-    if (c1 - 1 > *bmax) *bmax = c1 - 1;
-    if (c0 < *bmin) *bmin = c0;
+// B's column panel cj of column block b packed, with those before it not
+// yet packed: the block's packed ones are [*bmin, *bmax] (a share starts or
+// ends inside a row, so its columns come in order from *bmin on).
+static void pack_b_upto(const Job *j, uint16_t *pb, size_t pan, int b, int cj, int *bblock, int *bmin, int *bmax) {
+    if (b != *bblock) *bblock = b, *bmin = cj, *bmax = cj - 1;
+    for (int k = *bmax + 1; k <= cj; k++) pack_b_at(j, pb, pan, b, k);
+    for (int k = cj; k < *bmin; k++) pack_b_at(j, pb, pan, b, k);
+    if (cj > *bmax) *bmax = cj;
+    if (cj < *bmin) *bmin = cj;
 }
 
 // Supertiles [lo, hi) of the outer block in tile order, on this thread's
@@ -405,7 +404,7 @@ static void job_share(const Job *j, long lo, long hi) {
             pack_a_at(j, pa, i, j->p0 + q, kq);
             for (int cj = c0; cj < c1; cj++) {
                 int col = (b * j->cpb + cj) * 32;
-                if (!given && q == 0) pack_b_range(j, pb, pan, b, cj, cj + 1, &bblock, &bmin, &bmax);
+                if (!given && q == 0) pack_b_upto(j, pb, pan, b, cj, &bblock, &bmin, &bmax);
                 const uint16_t *bp = given ? gb + (size_t)(col / 32) * gpan : pb + (size_t)cj * pan;
                 supertile(j, i, col, pa, bp + (size_t)q / 16 * PANEL, kq, q == 0, q + kq >= j->kp,
                           held + (size_t)(cj - c0) * HELD);
@@ -448,15 +447,16 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
     // of the whole reduction is partial. A block's sums go to the next exactly (through the strip or
     // C), so the bits do not depend on the blocks. A short reduction (the forwards of the attention
     // and MLP inputs, the MLP output's input gradient, the head's forward) is one outer block: its C
-    // is written once, not stored and reloaded from memory (10-20% faster for those at 2,048 rows).
+    // is written once, not stored and reloaded from memory (at 2,048 rows the fc and qkv forwards and
+    // the MLP output's input gradient 9-17% faster in the step, the head's level).
     // A longer one goes through C block by block: one outer block would hold its B panels over the
     // whole reduction, so fewer of them per column block, and A would be packed again for each
     // (the weight gradients, A transposed, were 10-25% slower so).
     int KP = (K + 1) / 2, nkb = (KP + AMX_KPMAX - 1) / AMX_KPMAX, KPC = ((KP + nkb - 1) / nkb + 15) / 16 * 16;
-    int KPS = KP <= AMX_KPOUT ? KP : KPC, kps = imin(KPS, KP);
+    int KPS = KP <= AMX_KPOUT ? KP : KPC;   // KPC < KP past AMX_KPOUT
     int rt = (R + 31) / 32, ct = (NC + 31) / 32;
     size_t block = KPS == KP && R >= AMX_BLOCK_ROWS ? 2 * (size_t)AMX_BLOCK : AMX_BLOCK;
-    int cpb = (int)(block / ((size_t)kps * 32 * 4));
+    int cpb = (int)(block / ((size_t)KPS * 32 * 4));
     if (cpb < 1) cpb = 1;
     if (cpb > ct) cpb = ct;
     int nb = (ct + cpb / 2) / cpb;
@@ -469,7 +469,7 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
     // a sum of squares where its parts' room is to be had (else *sq stays as it was)
     if (sq) j.part = malloc((size_t)tiles * sizeof *j.part);
     if (nt <= 1) {
-        if (panels_ready(kps, KPC, cpb, room)) {
+        if (panels_ready(KPS, KPC, cpb, room)) {
             free(j.part);
             return -1;
         }
@@ -482,7 +482,7 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
     #pragma omp parallel num_threads(nt)
     {
         int th = omp_get_thread_num(), n = omp_get_num_threads();
-        if (panels_ready(kps, KPC, cpb, room)) {
+        if (panels_ready(KPS, KPC, cpb, room)) {
             #pragma omp atomic write
             failed = 1;
         }
