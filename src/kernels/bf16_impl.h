@@ -1,5 +1,6 @@
 // kernels/bf16_impl.h — the register shuffles the bf16 packers share
-// (kernels/gemm_bf16's layouts, kernels/gemm_amx's panels), and the sums of
+// (kernels/gemm_bf16's layouts, kernels/gemm_amx's panels; the 16×16
+// transpose kernels/gemm_pack's fp32 packer shares too), and the sums of
 // squares both kernels take of a weight gradient's tiles. x86-64 only;
 // each function carries the instruction sets it needs, so a file built for
 // an older target may still hold packers that run only on newer CPUs.
@@ -36,7 +37,8 @@ BF16_PACK_FN static inline __m512i bf16_row32(const float *s, __mmask16 lo, __mm
 
 // r[0..16) = the 16×16 matrix of 32-bit elements in r transposed: pairs of
 // rows interleaved by 32 and 64 bits, then the 128-bit lanes gathered.
-BF16_PACK_FN static inline void bf16_transpose16(__m512i r[16]) {
+// AVX-512F alone: kernels/gemm_pack's fp32 packer runs it too.
+__attribute__((target("avx512f"))) static inline void transpose16_epi32(__m512i r[16]) {
     __m512i t[16], u[16];
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
@@ -62,8 +64,8 @@ BF16_PACK_FN static inline void bf16_transpose16(__m512i r[16]) {
 // rows × cols floats, rows ld apart, each row 16 lanes at a time into 8
 // float64 lanes, the lanes added in a fixed order. The gradient norm's part
 // of a weight gradient's last product (gemm_bf16_op_sq), read while the
-// tile is in L1.
-BF16_PACK_FN static inline double bf16_tile_squares(const float *c, size_t ld, int rows, int cols) {
+// tile is in L1. AVX-512F alone: kernels/gemm_pack's fp32 tiles take it too.
+__attribute__((target("avx512f"))) static inline double bf16_tile_squares(const float *c, size_t ld, int rows, int cols) {
     __m512d acc = _mm512_setzero_pd();
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j += 16) {

@@ -1,6 +1,7 @@
 #include "kernels/matmul.h"
 
 #include "kernels/gemm.h"
+#include "kernels/gemm_pack.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/dnnl.h"
 #include "kernels/matmul_impl.h"
@@ -404,18 +405,7 @@ void colsum_add(float *colsum, const float *a, int N, int M) {
 // dinp (N,C) (+)= dout (N,OC) · weight (OC,C) in fp32.
 static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N, int C, int OC, int accumulate) {
     int path = matmul_fp32_path(PROD_DINP, N, C, OC);
-    // A layer eight times wider out than in (the head: a reduction over the
-    // vocabulary) as the transposed product dinp^T (C,N) = weight^T · dout^T,
-    // then transposed: oneDNN's blocking runs it 6% faster in the step
-    // (gpt2-124m B=4 T=64: 70-75 to 64-68 ms).
-    if (path == PATH_DNNL && !accumulate && OC >= 8 * C) {
-        float *t = scratch((size_t)C * N);
-        if (t && !dnnl_gemm_f32(C, N, OC, weight, 1, C, dout, 1, OC, t, N, 0, NULL)) {
-            transpose_add(dinp, C, t, N, NULL, C, N);
-            return;
-        }
-    }
-    if (path == PATH_DNNL && !dnnl_gemm_f32(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, accumulate, NULL)) return;
+    if (path == PATH_PACK && !gemm_pack(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, accumulate, NULL)) return;
     if (path == PATH_OWN)   // both operands read in place: the weight is the vector operand
         gemm_nn(N, C, OC, dout, OC, weight, C, dinp, C, accumulate);
     else
@@ -423,10 +413,13 @@ static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N
                     accumulate ? 1.0f : 0.0f, dinp, C);
 }
 
-// dweight (OC,C) (+)= dout^T (OC,N) · inp (N,C) in fp32.
-static void dweight_fp32(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate) {
+// dweight (OC,C) (+)= dout^T (OC,N) · inp (N,C) in fp32; on gemm_pack, with sq
+// given, *sq = dweight's sum of squares as it is stored (else left as it was).
+static void dweight_fp32(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate,
+                         double *sq) {
     int path = matmul_fp32_path(PROD_DWEIGHT, N, C, OC);
     if (path == PATH_DNNL && !dnnl_gemm_f32(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, accumulate, NULL)) return;
+    if (path == PATH_PACK && !gemm_pack(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, accumulate, sq)) return;
     float *s = path != PATH_BLAS ? scratch((size_t)N * OWN_OC_BLOCK) : NULL;
     if (!s) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, accumulate ? 1.0f : 0.0f,
@@ -458,11 +451,11 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
     }
     if (dweight) {
         int acc = !take_fresh(dweight, (size_t)OC * C);
-        SqMarks sq = take_sumsq(dweight, (size_t)OC * C);   // *sq.at left as it was by the fp32 products
+        SqMarks sq = take_sumsq(dweight, (size_t)OC * C);   // *sq.at left as it was by the unfused products
         if (!g_bf16 || dweight_bf16(dweight, dout, inp, N, C, OC, acc, sq.at)) {
             const float *x = matmul_input_fp32(inp, (size_t)N * C);
             CHECKF(x, "out of memory widening a 16-bit input (%d×%d)", N, C);
-            dweight_fp32(dweight, dout, x, N, C, OC, acc);
+            dweight_fp32(dweight, dout, x, N, C, OC, acc, sq.at);
         }
         sumsq_done(&sq);
         prof_gemm(t0, PROF_GEMM_DW, OC, C, N);

@@ -97,8 +97,9 @@ void matmul_grad_fresh(float *dweight);
 int matmul_grads_unwritten(void);
 
 // A weight gradient whose next linear_backward is its last write of the
-// step, *sq negative: where that product runs on the bf16 units it stores
-// the gradient's sum of squares (float64, gemm_bf16_op_sq; never negative)
+// step, *sq negative: where that product runs on the bf16 units, or in
+// fp32 on kernels/gemm_pack (matmul_fp32_sumsq), it stores the gradient's
+// sum of squares (float64, gemm_bf16_op_sq or gemm_pack; never negative)
 // in *sq as it writes it, so the gradient norm need not read it again;
 // other paths leave *sq as it was. One product may write neighbouring
 // marked tensors at once (LLaMA's q, k and v): the first one's *sq gets
@@ -106,6 +107,9 @@ int matmul_grads_unwritten(void);
 // matmul_grad_sumsq_clear() drops the marks not used.
 void matmul_grad_sumsq(float *dweight, double *sq);
 void matmul_grad_sumsq_clear(void);
+// 1 where an fp32 weight gradient of N rows takes its sum of squares so
+// (its product on kernels/gemm_pack), else 0.
+int matmul_fp32_sumsq(int N);
 
 // Measured SGEMM throughput in GFLOP/s on n×n×n products with the current
 // threads (the best of `reps` timed calls after two warm-up calls, so a

@@ -13,7 +13,7 @@
 // OPENBLAS_CORETYPE=Haswell picks) reach half the own kernel's rate there.
 enum { OWN_MAX_ROWS = 256, OWN_OC_BLOCK = 1536 };
 
-enum { PATH_BLAS, PATH_OWN, PATH_DNNL };
+enum { PATH_BLAS, PATH_OWN, PATH_DNNL, PATH_PACK };
 enum { PROD_FWD = 1, PROD_DINP = 2, PROD_DWEIGHT = 4 };
 
 // The path of product (PROD_*) of N rows, input width C, output width OC.

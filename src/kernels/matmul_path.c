@@ -14,6 +14,7 @@
 #include "core/timer.h"
 #include "kernels/dnnl.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_pack.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_impl.h"
 
@@ -72,27 +73,33 @@ static int intel_cpu(void) {
 //   for a weight gradient whose output is narrower than its input (C > OC)
 //   or eight times taller (the head), where it is 7–10% ahead of oneDNN.
 // On Intel's cores (a Xeon with AMX, 2 threads) the own kernel's tiles,
-// tuned on Zen 5, reach 59–69% at 256 rows where oneDNN reaches 76–84%, and
-// oneDNN's input gradient 70–77% at 2048 rows against the own 57–62%, and
-// at 128 rows 63–73% against 58–66%: there oneDNN runs the products of more
-// than 64 rows, but the input and weight gradients of a layer whose input is
-// wider than its output (mlp.proj at 256 rows: oneDNN 127–204 GFLOP/s,
-// the own kernel 211–214, OpenBLAS's AVX-512 kernels 328–361), which run
-// on OpenBLAS where it runs 512-bit kernels, else on the own. At 64 rows
-// (a pipeline's one-sequence micro-batches) the own kernel's forward is
-// ahead, 61–67% against 53–65%, and the step's stages ran at 53–54% on it
-// against 43% on oneDNN.
+// tuned on Zen 5, reach 59–69% at 256 rows where oneDNN reaches 76–84%; at
+// 64 rows (a pipeline's one-sequence micro-batches) the own kernel's
+// forward is ahead, 61–67% against 53–65%, and the step's stages ran at
+// 53–54% on it against 43% on oneDNN. There, past 64 rows:
+// - oneDNN runs the forwards;
+// - kernels/gemm_pack the input gradients (gpt2-124m in the step, against
+//   oneDNN's: 5–14% faster at B=4 T=64, 1–5% at B=8 T=256) and the weight
+//   gradients of at most 512 rows (2–17% faster at B=4 T=64);
+// - oneDNN the longer weight gradients, where gemm_pack ran 1–8% behind,
+//   but a layer's whose input is wider than its output (mlp.proj, where
+//   oneDNN fell to half: 127–204 GFLOP/s at 256 rows, OpenBLAS's AVX-512
+//   kernels 328–361), which runs on OpenBLAS where it runs 512-bit
+//   kernels, else on the own.
 int matmul_fp32_path(int product, int N, int C, int OC) {
     if (!gemm_own() || N < 2) return PATH_BLAS;
-    if (intel_cpu() && dnnl_own() && N > 64) {
-        if (product == PROD_FWD || C <= OC) return PATH_DNNL;
-        if (blas_512()) return PATH_BLAS;
+    if (intel_cpu() && N > 64) {
+        if (gemm_pack_own() && (product == PROD_DINP || (product == PROD_DWEIGHT && N <= 512))) return PATH_PACK;
+        if (dnnl_own() && (product == PROD_FWD || C <= OC)) return PATH_DNNL;
+        if (dnnl_own() && blas_512()) return PATH_BLAS;
     }
     if (N <= OWN_MAX_ROWS || product == PROD_DINP) return PATH_OWN;
     if (blas_512()) return PATH_BLAS;
     if (!dnnl_own() || (product == PROD_DWEIGHT && (C > OC || OC >= 8 * C))) return PATH_OWN;
     return PATH_DNNL;
 }
+
+int matmul_fp32_sumsq(int N) { return matmul_fp32_path(PROD_DWEIGHT, N, 1, 1) == PATH_PACK; }
 
 // The BLAS and, where oneDNN runs some of the fp32 products, oneDNN.
 const char *kernels_blas_info(void) {
@@ -106,8 +113,8 @@ const char *kernels_blas_info(void) {
 #endif
     size_t n = strlen(buf);
     if (matmul_fp32_path(PROD_FWD, 65, 1, 1) == PATH_DNNL)   // Intel's cores: oneDNN from 65 rows on
-        snprintf(buf + n, sizeof buf - n, "; %s for fp32 products of more than 64 rows but the gradients of layers "
-                 "wider in than out", dnnl_info());
+        snprintf(buf + n, sizeof buf - n, "; %s for fp32 forwards of more than 64 rows and weight gradients of more "
+                 "than 512 (not a layer's wider in than out)", dnnl_info());
     else if (matmul_fp32_path(PROD_FWD, OWN_MAX_ROWS + 1, 1, 1) == PATH_DNNL) {
         snprintf(buf + n, sizeof buf - n, "; %s for fp32 forward and weight-gradient products of more than %d rows",
                  dnnl_info(), OWN_MAX_ROWS);

@@ -5,7 +5,9 @@
 // every forward first), each taken sum is the float64 sum of squares of
 // what its product left — a tied head's with the lookups' rows added after
 // it, LLaMA's q, k and v in one — every linear layer's is taken on the
-// bf16 units and none in fp32; an untied token embedding's is taken from
+// bf16 units, and in fp32 where kernels/gemm_pack runs the weight gradients
+// (matmul_fp32_sumsq: Intel's cores, 65-512 rows); an untied token
+// embedding's is taken from
 // the rows the step's lookups added to; and dp_grad_sumsq, reading the
 // rest and only the rest, is the float64 sum of squares of every gradient.
 #include <math.h>
@@ -13,6 +15,7 @@
 
 #include "core/rng.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/matmul.h"
 #include "model/stage.h"
 #include "parallel/dp.h"
 #include "test.h"
@@ -40,9 +43,9 @@ static int linear_role(Role r) { return r == ROLE_QKV || r == ROLE_LINEAR || r =
 // Two steps of M = 3 micro-batches of B×T, forwards and backwards
 // interleaved (gpipe 0) or every forward first, then the checks on the
 // second step's sums.
-static void check_model(ModelConfig c, unsigned flags, int gpipe, const char *what) {
+static void check_model(ModelConfig c, unsigned flags, int gpipe, int B, const char *what) {
     enum { M = 3 };
-    int B = 2, T = c.max_seq, BT = B * T;
+    int T = c.max_seq, BT = B * T;
     Err e;
     Stage st;
     ModelSlice s = slice_whole(&c);
@@ -51,7 +54,7 @@ static void check_model(ModelConfig c, unsigned flags, int gpipe, const char *wh
     Layout l = {.dp = 1, .tp = 1, .pp = 1, .precision = st.prec};
     Dp *d = NULL;
     EXPECT(dp_init(&d, &l, 25.0, &st, &e) == 0, "%s", e.msg);
-    int tok[M * 64], tgt[M * 64];
+    int tok[M * 128], tgt[M * 128];
     for (int i = 0; i < M * BT; i++) {
         tok[i] = (int)rng_below(3, 1, i, c.vocab);
         tgt[i] = (int)rng_below(3, 2, i, c.vocab);
@@ -71,13 +74,14 @@ static void check_model(ModelConfig c, unsigned flags, int gpipe, const char *wh
     const double *sq = stage_grad_sumsq(&st);
     EXPECT(sq != NULL, "%s: no sums taken with one rank", what);
     int bf16 = st.prec == PREC_BF16 && gemm_bf16_own(), untaken = 0, bad = 0, tied = arch_of(&c)->tied_head;
+    int fused = bf16 || matmul_fp32_sumsq(BT);   // the linear layers' products take their sums
     double all = 0;
     size_t unread = 0;
     for (int i = 0; sq && i < st.table.n; i++) {
         const ParamInfo *p = &st.table.p[i];
         double own = squares64(st.grads + p->offset, p->numel);
         all += own;
-        int want = (bf16 && linear_role(p->role)) || (p->role == ROLE_TOK_EMB && (bf16 || !tied));
+        int want = (fused && linear_role(p->role)) || (p->role == ROLE_TOK_EMB && (fused || !tied));
         untaken += want != (sq[i] >= 0);
         unread += sq[i] >= 0 ? p->numel : 0;
         if (sq[i] <= 0) continue;
@@ -103,23 +107,29 @@ static void check_model(ModelConfig c, unsigned flags, int gpipe, const char *wh
     stage_free(&st);
 }
 
-static void each_model(unsigned flags) {
+// Micro-batches of B sequences of 16.
+static void each_model(unsigned flags, int B) {
     for (int gpipe = 0; gpipe < 2; gpipe++) {
         const char *order = gpipe ? "every forward first" : "forward, backward";
         char what[96];
-        snprintf(what, sizeof what, "gpt2 (tied head), %s", order);
-        check_model(cfg(ARCH_GPT2, 2, 2, 32, 64, 16, 50), flags, gpipe, what);
-        snprintf(what, sizeof what, "llama (untied head, q k v in one product), %s", order);
-        check_model(cfg(ARCH_LLAMA, 2, 4, 32, 48, 16, 50), flags, gpipe, what);
+        snprintf(what, sizeof what, "gpt2 (tied head), %d rows, %s", 16 * B, order);
+        check_model(cfg(ARCH_GPT2, 2, 2, 32, 64, 16, 50), flags, gpipe, B, what);
+        snprintf(what, sizeof what, "llama (untied head, q k v in one product), %d rows, %s", 16 * B, order);
+        check_model(cfg(ARCH_LLAMA, 2, 4, 32, 48, 16, 50), flags, gpipe, B, what);
     }
 }
 
-static void test_bf16(void) { each_model(STAGE_BF16); }
+static void test_bf16(void) { each_model(STAGE_BF16, 2); }
 
 static void on_unit(void) { RUN(test_bf16); }
 
-// fp32: no product takes a sum; the norm reads every gradient.
-static void test_fp32(void) { each_model(0); }
+// fp32 at 32 rows: no product takes a sum, the norm reads every gradient;
+// at 128 rows the weight gradients' products take theirs where they run on
+// kernels/gemm_pack.
+static void test_fp32(void) {
+    each_model(0, 2);
+    each_model(0, 8);
+}
 
 int main(void) {
     RUN(test_fp32);
