@@ -145,7 +145,7 @@ $(TEST_BUILD): %: %.o $(LIB)
 # The parsers' tests again under AddressSanitizer and UBSan (part of make test).
 ASAN_DIR   := $(BUILD)/asan
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-ASAN_TESTS := tests/core/test_core tests/kernels/test_vmath tests/io/test_safetensors tests/io/test_checkpoint tests/data/test_bpe tests/data/test_spm tests/data/test_loader tests/data/test_mixture tests/parallel/test_offload
+ASAN_TESTS := tests/core/test_core tests/kernels/test_vmath tests/kernels/test_gemm_pack tests/io/test_safetensors tests/io/test_checkpoint tests/data/test_bpe tests/data/test_spm tests/data/test_loader tests/data/test_mixture tests/parallel/test_offload
 ASAN_BIN   := $(ASAN_TESTS:%=$(ASAN_DIR)/%)
 ASAN_OBJ   := $(LIB_SRC:%.c=$(ASAN_DIR)/%.o)
 ASAN_TOBJ  := $(ASAN_TESTS:%=$(ASAN_DIR)/%.o) $(TEST_SHARED:%.c=$(ASAN_DIR)/%.o)
