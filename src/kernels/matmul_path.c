@@ -101,9 +101,10 @@ int matmul_fp32_path(int product, int N, int C, int OC) {
 
 int matmul_fp32_sumsq(int N) { return matmul_fp32_path(PROD_DWEIGHT, N, 1, 1) == PATH_PACK; }
 
-// The BLAS and, where oneDNN runs some of the fp32 products, oneDNN.
+// The BLAS and, where oneDNN or the own packed kernel runs some of the fp32
+// products, which.
 const char *kernels_blas_info(void) {
-    static char buf[256];
+    static char buf[512];
 #ifdef TSR_OPENBLAS
     static const char *par[] = {"sequential", "pthreads", "openmp"};
     int p = openblas_get_parallel();
@@ -115,10 +116,13 @@ const char *kernels_blas_info(void) {
     if (matmul_fp32_path(PROD_FWD, 65, 1, 1) == PATH_DNNL)   // Intel's cores: oneDNN from 65 rows on
         snprintf(buf + n, sizeof buf - n, "; %s for fp32 forwards of more than 64 rows and weight gradients of more "
                  "than 512 (not a layer's wider in than out)", dnnl_info());
-    else if (matmul_fp32_path(PROD_FWD, OWN_MAX_ROWS + 1, 1, 1) == PATH_DNNL) {
+    else if (matmul_fp32_path(PROD_FWD, OWN_MAX_ROWS + 1, 1, 1) == PATH_DNNL)
         snprintf(buf + n, sizeof buf - n, "; %s for fp32 forward and weight-gradient products of more than %d rows",
                  dnnl_info(), OWN_MAX_ROWS);
-    }
+    n = strlen(buf);
+    if (matmul_fp32_path(PROD_DINP, 65, 1, 1) == PATH_PACK)
+        snprintf(buf + n, sizeof buf - n, "; the own packed kernel for fp32 input gradients of more than 64 rows "
+                 "and weight gradients of 65-512");
     return buf;
 }
 
