@@ -7,6 +7,7 @@
 #include "core/alloc.h"
 #include "core/check.h"
 #include "core/half_x16.h"
+#include "kernels/threads.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -482,16 +483,9 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
     #pragma omp parallel num_threads(nt)
     {
         int th = omp_get_thread_num(), n = omp_get_num_threads();
-        if (panels_ready(KPS, KPC, cpb, room)) {
-            #pragma omp atomic write
-            failed = 1;
-        }
-        #pragma omp barrier
-        int stop;
-        #pragma omp atomic read
-        stop = failed;
         Job mine = j;   // each thread's own block bounds
-        if (!stop) job_blocks(&mine, KPS, accumulate, bias, tiles * th / n, tiles * (th + 1) / n);
+        if (!threads_any_failed(&failed, !panels_ready(KPS, KPC, cpb, room)))
+            job_blocks(&mine, KPS, accumulate, bias, tiles * th / n, tiles * (th + 1) / n);
     }
     if (failed) {
         free(j.part);

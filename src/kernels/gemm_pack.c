@@ -168,12 +168,17 @@ static void product(const Operands *o, int M, int N, int K, float *Bp, float *Ap
 static _Thread_local void *g_buf;
 static _Thread_local size_t g_buf_bytes;
 
+// The calling thread's packing buffers, B's block then A's; NULL when not to be had.
+static float *buffers(void) {
+    return mem_grow(&g_buf, &g_buf_bytes, MEM_WORKSPACE, ((size_t)B_FLOATS + (size_t)KC * MCB) * sizeof(float));
+}
+
 // Thread th of nt: its share of the rows (split into panels of MR) when C is
 // taller than wide, else of the columns (strips of NR). Each thread packs
 // its own blocks: splitting the longer side repeats the packing of the
 // smaller operand (B, or A) in each thread rather than the larger.
 static int run_share(const Operands *o, int M, int N, int K, int th, int nt) {
-    float *Bp = mem_grow(&g_buf, &g_buf_bytes, MEM_WORKSPACE, ((size_t)B_FLOATS + (size_t)KC * MCB) * sizeof(float));
+    float *Bp = buffers();
     if (!Bp) return -1;
     float *Ap = Bp + (size_t)B_FLOATS;
     Operands mine = *o;
@@ -211,15 +216,7 @@ int gemm_pack(int M, int N, int K, const float *A, long ars, long acs, const flo
     #pragma omp parallel num_threads(nt)
     {
         int th = omp_get_thread_num(), n = omp_get_num_threads();
-        if (!mem_grow(&g_buf, &g_buf_bytes, MEM_WORKSPACE, ((size_t)B_FLOATS + (size_t)KC * MCB) * sizeof(float))) {
-            #pragma omp atomic write
-            failed = 1;
-        }
-        #pragma omp barrier
-        int stop;
-        #pragma omp atomic read
-        stop = failed;
-        if (!stop) run_share(&o, M, N, K, th, n);
+        if (!threads_any_failed(&failed, buffers() != NULL)) run_share(&o, M, N, K, th, n);
     }
     if (failed) {
         free(o.part);

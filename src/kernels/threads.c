@@ -20,3 +20,15 @@ void kernels_set_threads(int n) {
 }
 
 int kernels_threads(void) { return g_threads ? g_threads : omp_get_max_threads(); }
+
+int threads_any_failed(int *failed, int ok) {
+    if (!ok) {
+        #pragma omp atomic write
+        *failed = 1;
+    }
+    #pragma omp barrier
+    int stop;
+    #pragma omp atomic read
+    stop = *failed;
+    return stop;
+}

@@ -11,4 +11,11 @@ void kernels_set_threads(int n);
 // The threads set, or OpenMP's default before any.
 int kernels_threads(void);
 
+// Inside a parallel region, every thread of the team with the same
+// *failed (0 at the region's start) and its own ok: 1 for every thread
+// when any thread's ok is 0, else 0 — the answer after a barrier, so the
+// team stops or goes on together (a thread that could not have its
+// buffers leaves the output untouched for every other).
+int threads_any_failed(int *failed, int ok);
+
 #endif

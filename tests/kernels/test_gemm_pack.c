@@ -6,6 +6,7 @@
 #include <float.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "kernels/gemm_pack.h"
 #include "kernels/threads.h"
 #include "test.h"
@@ -114,6 +115,25 @@ static void test_empty(void) {
     EXPECT(gemm_pack(0, 3, 2, A, 2, 1, B, 3, 1, C, 3, 0, NULL) == -1 && C[0] == 1, "M=0");
 }
 
+// A thread whose packing buffers cannot be had (the process's first
+// product, the second thread's allocation failing): the product refused on
+// every thread, C untouched; then, with memory, run.
+static void test_no_room(void) {
+    enum { M = 64, N = 200, K = 400 };   // 5.1M multiply-adds: two threads
+    float *A = malloc(M * K * sizeof(float)), *B = malloc(K * N * sizeof(float)), *C = malloc(M * N * sizeof(float));
+    for (int i = 0; i < M * K; i++) A[i] = rnd();
+    for (int i = 0; i < K * N; i++) B[i] = rnd();
+    for (int i = 0; i < M * N; i++) C[i] = 7.0f;
+    kernels_set_threads(2);
+    mem_fail_after(2);
+    int r = gemm_pack(M, N, K, A, K, 1, B, N, 1, C, N, 0, NULL), untouched = 1;
+    mem_fail_after(0);
+    for (int i = 0; i < M * N; i++) untouched &= C[i] == 7.0f;
+    EXPECT(r == -1 && untouched, "no room: %d, C %s", r, untouched ? "untouched" : "written");
+    EXPECT(gemm_pack(M, N, K, A, K, 1, B, N, 1, C, N, 0, NULL) == 0 && C[0] != 7.0f, "with room: run");
+    free(A), free(B), free(C);
+}
+
 // Built without AVX-512: every product refused, C untouched (kernels/matmul runs another path).
 static void test_refused(void) {
     float C[1] = {5}, A[1] = {1}, B[1] = {1};
@@ -126,6 +146,7 @@ int main(void) {
         RUN(test_refused);
         return test_finish();
     }
+    RUN(test_no_room);   // first: no thread has its buffers yet
     RUN(test_edges);
     RUN(test_threads);
     RUN(test_empty);
