@@ -107,9 +107,10 @@ int matmul_grads_unwritten(void);
 // matmul_grad_sumsq_clear() drops the marks not used.
 void matmul_grad_sumsq(float *dweight, double *sq);
 void matmul_grad_sumsq_clear(void);
-// 1 where an fp32 weight gradient of N rows takes its sum of squares so
-// (its product on kernels/gemm_pack), else 0.
-int matmul_fp32_sumsq(int N);
+// 1 where the fp32 weight gradient of a layer of N rows, input width C and
+// output width OC takes its sum of squares so (its product on
+// kernels/gemm_pack), else 0.
+int matmul_fp32_sumsq(int N, int C, int OC);
 
 // Measured SGEMM throughput in GFLOP/s on n×n×n products with the current
 // threads (the best of `reps` timed calls after two warm-up calls, so a

@@ -80,18 +80,17 @@ static int intel_cpu(void) {
 // - oneDNN runs the forwards;
 // - kernels/gemm_pack the input gradients (gpt2-124m in the step, against
 //   oneDNN's: 5–14% faster at B=4 T=64, 1–5% at B=8 T=256) and the weight
-//   gradients of at most 512 rows (2–17% faster at B=4 T=64);
-// - oneDNN the longer weight gradients, where gemm_pack ran 1–8% behind,
-//   but a layer's whose input is wider than its output (mlp.proj, where
-//   oneDNN fell to half: 127–204 GFLOP/s at 256 rows, OpenBLAS's AVX-512
-//   kernels 328–361), which runs on OpenBLAS where it runs 512-bit
-//   kernels, else on the own.
+//   gradients but the head's past 512 rows (at B=4 T=64 2–17% faster than
+//   oneDNN's and, for mlp.proj, OpenBLAS's; at B=8 T=256 level with them,
+//   and its sums of squares save the norm's read: 15 → 5 ms a step);
+// - oneDNN the head's weight gradient past 512 rows, where gemm_pack ran
+//   4–10% behind.
 int matmul_fp32_path(int product, int N, int C, int OC) {
     if (!gemm_own() || N < 2) return PATH_BLAS;
     if (intel_cpu() && N > 64) {
-        if (gemm_pack_own() && (product == PROD_DINP || (product == PROD_DWEIGHT && N <= 512))) return PATH_PACK;
-        if (dnnl_own() && (product == PROD_FWD || C <= OC)) return PATH_DNNL;
-        if (dnnl_own() && blas_512()) return PATH_BLAS;
+        if (gemm_pack_own() && (product == PROD_DINP || (product == PROD_DWEIGHT && (N <= 512 || OC < 8 * C))))
+            return PATH_PACK;
+        if (dnnl_own()) return PATH_DNNL;   // the forwards, and the head's weight gradient
     }
     if (N <= OWN_MAX_ROWS || product == PROD_DINP) return PATH_OWN;
     if (blas_512()) return PATH_BLAS;
@@ -99,7 +98,7 @@ int matmul_fp32_path(int product, int N, int C, int OC) {
     return PATH_DNNL;
 }
 
-int matmul_fp32_sumsq(int N) { return matmul_fp32_path(PROD_DWEIGHT, N, 1, 1) == PATH_PACK; }
+int matmul_fp32_sumsq(int N, int C, int OC) { return matmul_fp32_path(PROD_DWEIGHT, N, C, OC) == PATH_PACK; }
 
 // The BLAS and, where oneDNN or the own packed kernel runs some of the fp32
 // products, which.
@@ -114,15 +113,14 @@ const char *kernels_blas_info(void) {
 #endif
     size_t n = strlen(buf);
     if (matmul_fp32_path(PROD_FWD, 65, 1, 1) == PATH_DNNL)   // Intel's cores: oneDNN from 65 rows on
-        snprintf(buf + n, sizeof buf - n, "; %s for fp32 forwards of more than 64 rows and weight gradients of more "
-                 "than 512 (not a layer's wider in than out)", dnnl_info());
+        snprintf(buf + n, sizeof buf - n, "; %s for fp32 forwards of more than 64 rows and the head's weight gradient "
+                 "of more than 512", dnnl_info());
     else if (matmul_fp32_path(PROD_FWD, OWN_MAX_ROWS + 1, 1, 1) == PATH_DNNL)
         snprintf(buf + n, sizeof buf - n, "; %s for fp32 forward and weight-gradient products of more than %d rows",
                  dnnl_info(), OWN_MAX_ROWS);
     n = strlen(buf);
     if (matmul_fp32_path(PROD_DINP, 65, 1, 1) == PATH_PACK)
-        snprintf(buf + n, sizeof buf - n, "; the own packed kernel for fp32 input gradients of more than 64 rows "
-                 "and weight gradients of 65-512");
+        snprintf(buf + n, sizeof buf - n, "; the own packed kernel for the other fp32 gradients of more than 64 rows");
     return buf;
 }
 

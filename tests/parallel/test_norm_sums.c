@@ -6,7 +6,7 @@
 // what its product left — a tied head's with the lookups' rows added after
 // it, LLaMA's q, k and v in one — every linear layer's is taken on the
 // bf16 units, and in fp32 where kernels/gemm_pack runs the weight gradients
-// (matmul_fp32_sumsq: Intel's cores, 65-512 rows); an untied token
+// (matmul_fp32_sumsq: Intel's cores, past 64 rows); an untied token
 // embedding's is taken from
 // the rows the step's lookups added to; and dp_grad_sumsq, reading the
 // rest and only the rest, is the float64 sum of squares of every gradient.
@@ -74,13 +74,15 @@ static void check_model(ModelConfig c, unsigned flags, int gpipe, int B, const c
     const double *sq = stage_grad_sumsq(&st);
     EXPECT(sq != NULL, "%s: no sums taken with one rank", what);
     int bf16 = st.prec == PREC_BF16 && gemm_bf16_own(), untaken = 0, bad = 0, tied = arch_of(&c)->tied_head;
-    int fused = bf16 || matmul_fp32_sumsq(BT);   // the linear layers' products take their sums
     double all = 0;
     size_t unread = 0;
     for (int i = 0; sq && i < st.table.n; i++) {
         const ParamInfo *p = &st.table.p[i];
         double own = squares64(st.grads + p->offset, p->numel);
         all += own;
+        // the product writing it takes its sum (a tied embedding's: the head's); its input width the last dimension
+        int in = (int)p->shape[p->ndim - 1];
+        int fused = bf16 || (p->ndim >= 2 && matmul_fp32_sumsq(BT, in, (int)(p->numel / (size_t)in)));
         int want = (fused && linear_role(p->role)) || (p->role == ROLE_TOK_EMB && (fused || !tied));
         untaken += want != (sq[i] >= 0);
         unread += sq[i] >= 0 ? p->numel : 0;
