@@ -1,9 +1,9 @@
 // kernels/bf16_impl.h — the register shuffles the bf16 packers share
-// (kernels/gemm_bf16's layouts, kernels/gemm_amx's panels; the 16×16
-// transpose kernels/gemm_pack's fp32 packer shares too), and the sums of
-// squares both kernels take of a weight gradient's tiles. x86-64 only;
-// each function carries the instruction sets it needs, so a file built for
-// an older target may still hold packers that run only on newer CPUs.
+// (kernels/gemm_bf16's layouts, kernels/gemm_amx's panels), and the sums of
+// squares both kernels, and kernels/gemm_pack's fp32 tiles, take of a weight
+// gradient's tiles. x86-64 only; each function carries the instruction sets
+// it needs, so a file built for an older target may still hold packers that
+// run only on newer CPUs.
 #ifndef TSR_KERNELS_BF16_IMPL_H
 #define TSR_KERNELS_BF16_IMPL_H
 
@@ -37,8 +37,7 @@ BF16_PACK_FN static inline __m512i bf16_row32(const float *s, __mmask16 lo, __mm
 
 // r[0..16) = the 16×16 matrix of 32-bit elements in r transposed: pairs of
 // rows interleaved by 32 and 64 bits, then the 128-bit lanes gathered.
-// AVX-512F alone: kernels/gemm_pack's fp32 packer runs it too.
-__attribute__((target("avx512f"))) static inline void transpose16_epi32(__m512i r[16]) {
+BF16_PACK_FN static inline void bf16_transpose16(__m512i r[16]) {
     __m512i t[16], u[16];
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
@@ -65,7 +64,8 @@ __attribute__((target("avx512f"))) static inline void transpose16_epi32(__m512i 
 // float64 lanes, the lanes added in a fixed order. The gradient norm's part
 // of a weight gradient's last product (gemm_bf16_op_sq), read while the
 // tile is in L1. AVX-512F alone: kernels/gemm_pack's fp32 tiles take it too.
-__attribute__((target("avx512f"))) static inline double bf16_tile_squares(const float *c, size_t ld, int rows, int cols) {
+__attribute__((target("avx512f"))) static inline double bf16_tile_squares(const float *c, size_t ld, int rows,
+                                                                         int cols) {
     __m512d acc = _mm512_setzero_pd();
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j += 16) {

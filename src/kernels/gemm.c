@@ -5,15 +5,13 @@
 #include <stddef.h>
 
 #include "kernels/threads.h"
+#include "kernels/vmath_impl.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
 int gemm_own(void) { return 1; }
 
-static inline __mmask16 lane_mask(int n) {
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
 
 // One register tile: C (mr, nr) (+)= A (mr, kc) · B (kc, nr), nr <= 16·NV.
 // Per k: NV vectors of B's row k, and for each of the mr rows one broadcast
@@ -60,7 +58,7 @@ typedef struct Tile {
         const int lda = t->lda, ldb = t->ldb, ldc = t->ldc, kc = t->kc, pfl = t->pfl;                          \
         __m512 c[MRMAX][NV];                                                                                   \
         __mmask16 m[NV];                                                                                       \
-        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) m[v] = lane_mask(t->nr - 16 * v);                \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) m[v] = vlanes16(t->nr - 16 * v);                 \
         _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[i][v] =                                     \
                 t->load ? _mm512_maskz_loadu_ps(m[v], C + (size_t)i * ldc + 16 * v) : _mm512_setzero_ps();     \

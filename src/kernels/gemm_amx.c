@@ -161,7 +161,7 @@ PACK_FN static void pack_a_cols(uint16_t *dst, const void *s, int lds, int f32, 
                     v[p] = bf16_pairs16v(_mm512_castsi512_si256(ve), _mm512_castsi512_si256(vo));
                 }
             }
-            transpose16_epi32(v);
+            bf16_transpose16(v);
             uint16_t *d = dst + (size_t)c * PANEL + 512 * t;
             for (int r = 0; r < 16; r++) _mm512_storeu_si512(d + 32 * r, v[r]);
         }
@@ -208,7 +208,7 @@ PACK_FN static void pack_b_cols(uint16_t *dst, const void *s, int ld, int f32, i
                 else if (f32) v[r] = bf16_row32((const float *)s + o, lanes(n), lanes(n - 16));
                 else v[r] = _mm512_maskz_loadu_epi16(lanes32(n), (const uint16_t *)s + o);
             }
-            transpose16_epi32(v);
+            bf16_transpose16(v);
             uint16_t *d = dst + (size_t)c * PANEL + 512 * t;
             for (int q = 0; q < 16; q++) _mm512_storeu_si512(d + 32 * q, v[q]);
         }

@@ -340,7 +340,7 @@ static void rows_t_pass(const Pack *pk, int lo, int hi) {
                     const float *e = src + (size_t)(k0 + 2 * p) * lds + r0;
                     v[p] = bf16_pairs32(_mm512_loadu_ps(e), _mm512_loadu_ps(e + lds));
                 }
-                transpose16_epi32(v);
+                bf16_transpose16(v);
                 for (int r = 0; r < 16; r++) _mm512_storeu_si512(pk->dst + (size_t)(r0 + r) * ldd + k0, v[r]);
             }
     }
@@ -389,7 +389,7 @@ static void pairs_t_pass(const Pack *pk, int lo, int hi) {
                 const float *s = (const float *)pk->src + (size_t)(n0 + n) * pk->lds + k0;
                 v[n] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 16), _mm512_loadu_ps(s));   // pairs (k, k+1)
             }
-            transpose16_epi32(v);
+            bf16_transpose16(v);
             for (int p = 0; p < 16; p++) _mm512_storeu_si512(pk->dst + 2 * ((size_t)(k0 / 2 + p) * NC + n0), v[p]);
         }
     }
@@ -443,7 +443,7 @@ static void pairs_t16_pass(const Pack *pk, int lo, int hi) {
             __m512i v[16];
             for (int n = 0; n < 16; n++)
                 v[n] = _mm512_loadu_si512((const uint16_t *)pk->src + (size_t)(n0 + n) * pk->lds + k0);
-            transpose16_epi32(v);
+            bf16_transpose16(v);
             for (int p = 0; p < 16; p++) _mm512_storeu_si512(pk->dst + 2 * ((size_t)(k0 / 2 + p) * NC + n0), v[p]);
         }
     }

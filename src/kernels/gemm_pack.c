@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include "kernels/bf16_impl.h"
+#include "kernels/vmath_impl.h"
 
 // The blocking, from the step's shapes at 256 and 2,048 rows on 2 threads
 // (a Xeon with 48 KiB of L1 and 2 MiB of L2 a core): the reduction in
@@ -33,10 +34,6 @@ enum {
 
 int gemm_pack_own(void) { return 1; }
 
-static inline __mmask16 lane_mask(int n) {
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
-
 // One tile: C (mr, nr) (+)= Ap (MR, kc) · Bp (kc, NR), the strip's lanes
 // past nr zero in Bp and never stored, rows past mr zero in Ap and never
 // stored. A panel's element (i,k) is at Ap[i·AI + k·AK]: [i][kc] when A's
@@ -47,7 +44,7 @@ static inline __mmask16 lane_mask(int n) {
                      int nr, int load) {                                                                       \
         __m512 c[MR][NV];                                                                                      \
         __mmask16 m[NV];                                                                                       \
-        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) m[v] = lane_mask(nr - 16 * v);                   \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) m[v] = vlanes16(nr - 16 * v);                   \
         _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++)                                                   \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[i][v] =                                     \
                 load && i < mr ? _mm512_maskz_loadu_ps(m[v], C + i * ldc + 16 * v) : _mm512_setzero_ps();      \
@@ -85,7 +82,7 @@ static void pack_a(float *Ap, const float *A, long ars, long acs, int mc, int kc
         for (int k = 0; k < kc; k++) {
             const float *a = A + i0 * ars + k * acs;
             if (ars == 1)
-                _mm256_storeu_ps(d + k * MR, _mm256_maskz_loadu_ps((__mmask8)lane_mask(mr), a));
+                _mm256_storeu_ps(d + k * MR, _mm256_maskz_loadu_ps((__mmask8)vlanes16(mr), a));
             else
                 for (int i = 0; i < MR; i++) d[k * MR + i] = i < mr ? a[i * ars] : 0.0f;
         }
@@ -94,9 +91,8 @@ static void pack_a(float *Ap, const float *A, long ars, long acs, int mc, int kc
 
 // A B block: columns [0, nc) of B over the reduction steps [0, kc) as strips
 // of NR columns, each [k][NR], lanes past nc zero. Rows of B contiguous
-// (bcs == 1): copied a row at a time; columns contiguous (brs == 1: the
-// forward's weight^T): whole strips by 16 × 16 transposes; else element by
-// element.
+// (bcs == 1, as both gradients' B is): copied a row at a time; else element
+// by element.
 static void pack_b(float *Bp, const float *B, long brs, long bcs, int kc, int nc) {
     for (int j0 = 0; j0 < nc; j0 += NR) {
         float *d = Bp + (size_t)(j0 / NR) * kc * NR;
@@ -105,15 +101,7 @@ static void pack_b(float *Bp, const float *B, long brs, long bcs, int kc, int nc
             for (int k = 0; k < kc; k++)
                 for (int v = 0; v < NV; v++)
                     _mm512_store_ps(d + k * NR + 16 * v,
-                                    _mm512_maskz_loadu_ps(lane_mask(nr - 16 * v), B + k * brs + j0 + 16 * v));
-        } else if (brs == 1 && nr == NR && kc % 16 == 0) {
-            for (int v = 0; v < NV; v++)
-                for (int k0 = 0; k0 < kc; k0 += 16) {
-                    __m512i r[16];
-                    for (int j = 0; j < 16; j++) r[j] = _mm512_loadu_si512(B + (j0 + 16 * v + j) * bcs + k0);
-                    transpose16_epi32(r);
-                    for (int k = 0; k < 16; k++) _mm512_store_si512(d + (k0 + k) * NR + 16 * v, r[k]);
-                }
+                                    _mm512_maskz_loadu_ps(vlanes16(nr - 16 * v), B + k * brs + j0 + 16 * v));
         } else {
             for (int k = 0; k < kc; k++)
                 for (int j = 0; j < NR; j++) d[k * NR + j] = j < nr ? B[k * brs + (j0 + j) * bcs] : 0.0f;

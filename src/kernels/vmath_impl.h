@@ -64,8 +64,10 @@ static inline __m512 vrecip16(__m512 d) {
     return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
 }
 
-// The lanes [0, n) of 16.
-static inline __mmask16 vlanes16(size_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+// The lanes [0, n) of 16 (none for n <= 0).
+static inline __mmask16 vlanes16(long n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
 #endif
 
 // Rows of a softmax (attention's scores, the head's logits): the largest
