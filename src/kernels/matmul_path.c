@@ -76,20 +76,24 @@ static int intel_cpu(void) {
 // tuned on Zen 5, reach 59–69% at 256 rows where oneDNN reaches 76–84%; at
 // 64 rows (a pipeline's one-sequence micro-batches) the own kernel's
 // forward is ahead, 61–67% against 53–65%, and the step's stages ran at
-// 53–54% on it against 43% on oneDNN. There, past 64 rows:
+// 53–54% on it against 43% on oneDNN. There:
+// - kernels/gemm_pack runs every weight gradient but the head's past 512
+//   rows (at B=4 T=64 2–17% faster than oneDNN's and, for mlp.proj,
+//   OpenBLAS's; at B=8 T=256 level with them; at 4–64 rows, pipeline
+//   stages' micro-batches adding into the gradient, 11–45% faster than the
+//   own unpacked kernel, which waits on C's rows; and its sums of squares
+//   save the norm's read: 15 → 5 ms a step at B=8 T=256);
+// past 64 rows:
 // - oneDNN runs the forwards;
 // - kernels/gemm_pack the input gradients (gpt2-124m in the step, against
-//   oneDNN's: 5–14% faster at B=4 T=64, 1–5% at B=8 T=256) and the weight
-//   gradients but the head's past 512 rows (at B=4 T=64 2–17% faster than
-//   oneDNN's and, for mlp.proj, OpenBLAS's; at B=8 T=256 level with them,
-//   and its sums of squares save the norm's read: 15 → 5 ms a step);
+//   oneDNN's: 5–14% faster at B=4 T=64, 1–5% at B=8 T=256);
 // - oneDNN the head's weight gradient past 512 rows, where gemm_pack ran
 //   4–10% behind.
 int matmul_fp32_path(int product, int N, int C, int OC) {
     if (!gemm_own() || N < 2) return PATH_BLAS;
+    if (intel_cpu() && gemm_pack_own() && product == PROD_DWEIGHT && (N <= 512 || OC < 8 * C)) return PATH_PACK;
     if (intel_cpu() && N > 64) {
-        if (gemm_pack_own() && (product == PROD_DINP || (product == PROD_DWEIGHT && (N <= 512 || OC < 8 * C))))
-            return PATH_PACK;
+        if (gemm_pack_own() && product == PROD_DINP) return PATH_PACK;
         if (dnnl_own()) return PATH_DNNL;   // the forwards, and the head's weight gradient
     }
     if (N <= OWN_MAX_ROWS || product == PROD_DINP) return PATH_OWN;
@@ -120,7 +124,8 @@ const char *kernels_blas_info(void) {
                  dnnl_info(), OWN_MAX_ROWS);
     n = strlen(buf);
     if (matmul_fp32_path(PROD_DINP, 65, 1, 1) == PATH_PACK)
-        snprintf(buf + n, sizeof buf - n, "; the own packed kernel for the other fp32 gradients of more than 64 rows");
+        snprintf(buf + n, sizeof buf - n, "; the own packed kernel for the other fp32 weight gradients and the input "
+                 "gradients of more than 64 rows");
     return buf;
 }
 

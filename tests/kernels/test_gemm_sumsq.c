@@ -110,9 +110,11 @@ static void on_unit(void) {
     RUN(test_marks);
 }
 
-// In fp32 the products (OpenBLAS, oneDNN, the own kernel) take no sum: the
-// marks are used up and the sums left as they were; a clear drops a mark
-// no product met.
+// In fp32 a weight gradient's product on kernels/gemm_pack (Intel's cores:
+// matmul_fp32_sumsq) takes the sum, equal to a float64 pass over what it
+// left; the others (OpenBLAS, oneDNN, the own kernel) take none and leave
+// the sum as it was. Either way the mark is used up, and a clear drops a
+// mark no product met.
 static void test_fp32(void) {
     int prev = matmul_set_bf16(0), N = 8, C = 16, OC = 24;
     float *x = randn((size_t)N * C, 1), *w = randn((size_t)OC * C, 1), *dy = randn((size_t)N * OC, 1);
@@ -120,7 +122,14 @@ static void test_fp32(void) {
     double s = -1;
     matmul_grad_sumsq(dw, &s);
     linear_backward(NULL, dw, NULL, dy, x, w, N, C, OC, 0);
-    EXPECT(s == -1, "an fp32 product set the sum of squares to %g", s);
+    if (matmul_fp32_sumsq(N, C, OC)) {
+        double want = squares64(dw, OC, C, C);
+        EXPECT(fabs(s - want) <= 1e-12 * want, "gemm_pack's sum of squares %.17g, a float64 pass %.17g", s, want);
+    } else
+        EXPECT(s == -1, "an fp32 product off gemm_pack set the sum of squares to %g", s);
+    s = -1;
+    linear_backward(NULL, dw, NULL, dy, x, w, N, C, OC, 0);
+    EXPECT(s == -1, "a used mark was used again (%g)", s);
     matmul_grad_sumsq(dw, &s);
     matmul_grad_sumsq_clear();
     matmul_set_bf16(1);

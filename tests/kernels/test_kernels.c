@@ -170,7 +170,8 @@ static void test_linear_rows(void) {
 // A weight gradient marked unwritten (matmul_grad_fresh) is written by its
 // next product, whatever it held (NaN here), with the bits of adding to
 // zero; the mark is used up, so the next product adds. At 64 rows (own
-// kernel) and 300 (BLAS or oneDNN), fp32 and bf16.
+// kernel; gemm_pack on Intel's cores) and 300 (BLAS, oneDNN or gemm_pack),
+// fp32 and bf16.
 static void test_grad_fresh(void) {
     int C = 40, OC = 70, rows[] = {64, 300};
     for (int ri = 0; ri < 2; ri++)

@@ -6,7 +6,7 @@
 // what its product left — a tied head's with the lookups' rows added after
 // it, LLaMA's q, k and v in one — every linear layer's is taken on the
 // bf16 units, and in fp32 where kernels/gemm_pack runs the weight gradients
-// (matmul_fp32_sumsq: Intel's cores, past 64 rows); an untied token
+// (matmul_fp32_sumsq: Intel's cores, but the head's past 512 rows); an untied token
 // embedding's is taken from
 // the rows the step's lookups added to; and dp_grad_sumsq, reading the
 // rest and only the rest, is the float64 sum of squares of every gradient.
