@@ -12,7 +12,6 @@
 
 int gemm_own(void) { return 1; }
 
-
 // One register tile: C (mr, nr) (+)= A (mr, kc) · B (kc, nr), nr <= 16·NV.
 // Per k: NV vectors of B's row k, and for each of the mr rows one broadcast
 // of A[i][k] into NV fused multiply-adds; mr·NV accumulators (24 of the 32
