@@ -63,6 +63,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     ptable_init(&st.table, st.params, 1);
+    stage_fuse_norm(&st, 1);   // as one rank's trainer: the last products take the norm's sums
     int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
     AdamWConfig oc = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     float lr = 1e-4f;
@@ -75,11 +76,15 @@ int main(int argc, char **argv) {
         }
         double t0 = timer_now();
         // the trainer's step on one process: the first backward writes the gradients (no zeroing
-        // pass), and the update writes the 16-bit copy the passes read (bf16/fp16) as it goes
+        // pass), the update writes the 16-bit copy the passes read (bf16/fp16) as it goes, and the
+        // norm reads only the gradients whose sums the products did not take
         stage_grads_begin(&st);
+        stage_microbatch(&st, 0, 1);
         stage_forward(&st, 0, tok, tgt, B, T, 1.0f / (B * T));
         stage_backward(&st, 0, tok, B, T);
-        double norm = sqrt(sum_squares(st.grads, st.table.total));
+        stage_microbatch(&st, 0, 0);
+        size_t nread = 0;
+        double norm = sqrt(sum_squares_taken(&st.table, st.grads, 0, st.table.total, stage_grad_sumsq(&st), &nread));
         Precision prec16 = PREC_FP32;
         uint16_t *p16 = stage_params16(&st, &prec16);
         OptPiece piece = {0, st.table.total, st.params, st.grads, 0, p16, prec16, NULL, NULL};

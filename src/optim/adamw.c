@@ -130,3 +130,21 @@ double sum_squares(const float *g, size_t n) {
     free(part);
     return s;
 }
+
+static double squares(const float *g, size_t n, size_t *nread) {
+    *nread += n;
+    return sum_squares(g, n);
+}
+
+double sum_squares_taken(const ParamTable *t, const float *g, size_t lo, size_t hi, const double *tsq, size_t *nread) {
+    double s = 0;
+    size_t at = lo;
+    for (int i = 0; tsq && i < t->n; i++) {
+        const ParamInfo *p = &t->p[i];
+        if (tsq[i] < 0 || p->offset < at || p->offset + p->numel > hi) continue;
+        if (p->offset > at) s += squares(g + (at - lo), p->offset - at, nread);
+        s += tsq[i];
+        at = p->offset + p->numel;
+    }
+    return at < hi ? s + squares(g + (at - lo), hi - at, nread) : s;
+}

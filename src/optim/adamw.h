@@ -70,5 +70,11 @@ int adamw_state_read(AdamW *a, const Json *meta, const char *dir, Err *err);
 // Sum of squares of g (n) in double, in a fixed order (blocks summed in
 // order), so the value does not depend on the thread count.
 double sum_squares(const float *g, size_t n);
+// The same of the flat range [lo, hi) of a table's gradients at g
+// (element lo), each tensor whose sum was taken as its gradient was last
+// written (tsq[i] ≥ 0: stage_grad_sumsq) counted by it and the stretches
+// between such tensors read (tsq NULL: one read of the whole range); the
+// floats read are added to *nread.
+double sum_squares_taken(const ParamTable *t, const float *g, size_t lo, size_t hi, const double *tsq, size_t *nread);
 
 #endif

@@ -425,23 +425,6 @@ static double squares(const float *g, size_t n, size_t *nread) {
     return sum_squares(g, n);
 }
 
-// The sum of squares of the flat range [lo, hi) of the gradients at g
-// (element lo), each tensor whose sum was taken (tsq[i] ≥ 0) counted by
-// it and the stretches between such tensors read (with none taken: one
-// read of the whole range).
-static double range_sumsq(const Dp *d, const float *g, size_t lo, size_t hi, const double *tsq, size_t *nread) {
-    double s = 0;
-    size_t at = lo;
-    for (int i = 0; tsq && i < d->t->n; i++) {
-        const ParamInfo *p = &d->t->p[i];
-        if (tsq[i] < 0 || p->offset < at || p->offset + p->numel > hi) continue;
-        if (p->offset > at) s += squares(g + (at - lo), p->offset - at, nread);
-        s += tsq[i];
-        at = p->offset + p->numel;
-    }
-    return at < hi ? s + squares(g + (at - lo), hi - at, nread) : s;
-}
-
 // The sum of squares of the gradients g of the flat range [lo, hi) that
 // belong to tensors split over TP: every TP rank holds the replicated ones
 // alike, and only TP rank 0 counts those.
@@ -472,7 +455,7 @@ double dp_grad_sumsq(const Dp *d, size_t *nread) {
         }
         return s;
     }
-    if (d->zero == 0) return range_sumsq(d, d->st->grads + from, from, d->t->total, taken_sums(d), nread);
+    if (d->zero == 0) return sum_squares_taken(d->t, d->st->grads + from, from, d->t->total, taken_sums(d), nread);
     if (d->zero >= 2) return squares(d->gshard + (from ? d->sk[0] : 0), d->S - (from ? d->sk[0] : 0), nread);
     double s = 0;
     for (int k = 0; k < d->t->nseg; k++)
