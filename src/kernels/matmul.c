@@ -1,5 +1,6 @@
 #include "kernels/matmul.h"
 
+#include "kernels/chunks.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_pack.h"
 #include "kernels/gemm_bf16.h"
@@ -385,20 +386,27 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
     prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);
 }
 
+// By kernels/chunks: by blocks of 64 columns, each down all the rows, the
+// bias gradients of gpt2-124m's layers at 2,048 rows read 30-40% slower.
 void colsum_add(float *colsum, const float *a, int N, int M) {
-    // Columns are split into blocks of 64; each block is summed over rows in
-    // order by one thread.
-    int nblk = (M + 63) / 64;
-    #pragma omp parallel for schedule(static)
-    for (int blk = 0; blk < nblk; blk++) {
-        int m0 = blk * 64, m1 = m0 + 64 < M ? m0 + 64 : M;
-        float acc[64] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *row = a + (size_t)n * M;
-            #pragma omp simd
-            for (int m = m0; m < m1; m++) acc[m - m0] += row[m];
+    if (N <= 0 || M <= 0) return;
+    int nc = chunks_of(N);
+    float *part = chunk_parts((size_t)nc * M);
+    CHECKF(part, "out of memory summing %d columns in %d chunks", M, nc);
+    #pragma omp parallel
+    {
+        #pragma omp for schedule(static)
+        for (int c = 0; c < nc; c++) {
+            int n0 = chunk_lo(N, nc, c), n1 = chunk_lo(N, nc, c + 1);
+            float *p = part + (size_t)c * M;
+            memcpy(p, a + (size_t)n0 * M, (size_t)M * sizeof *p);
+            for (int n = n0 + 1; n < n1; n++) {
+                const float *row = a + (size_t)n * M;
+                #pragma omp simd
+                for (int m = 0; m < M; m++) p[m] += row[m];
+            }
         }
-        for (int m = m0; m < m1; m++) colsum[m] += acc[m - m0];
+        chunks_add(colsum, part, nc, (size_t)M, M);
     }
 }
 

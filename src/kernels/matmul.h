@@ -148,8 +148,8 @@ int matmul_grad16(void);
 void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld, const float *inp,
                        const float *weight, int N, int C, int OC, int accumulate);
 
-// colsum (M) += column sums of a (N,M); each column summed in row order, so
-// the result does not depend on the thread count.
+// colsum (M) += column sums of a (N,M), by kernels/chunks: the result does
+// not depend on the thread count.
 void colsum_add(float *colsum, const float *a, int N, int M);
 
 #endif

@@ -8,8 +8,8 @@
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                        const float *weight, const float *bias, int N, int C);
 
-// Adds to dinp (N,C), dweight (C), dbias (C). dweight/dbias columns are summed
-// over rows in order, independent of the thread count.
+// Adds to dinp (N,C), dweight (C), dbias (C), reading each row once;
+// dweight and dbias summed by kernels/chunks, independent of the thread count.
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C);
@@ -19,8 +19,8 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
 // saves rstd (N).
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps);
 
-// Adds to dinp (N,C) and dweight (C); dweight's columns are summed over
-// rows in order, independent of the thread count.
+// Adds to dinp (N,C) and dweight (C), reading each row once; dweight summed
+// by kernels/chunks, independent of the thread count.
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                       const float *rstd, int N, int C);
 

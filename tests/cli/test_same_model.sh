@@ -4,9 +4,10 @@
 # restructured: gpt2-tiny on the byte tokenizer, 10 steps with clipping
 # active and an evaluation, in four layouts — one process, dp=2 ZeRO-0,
 # dp=4 ZeRO-3 and one process with --grad-accum 2. The expected values in
-# tests/cli/expected/same_model.txt were written by the code before the
-# training stack was restructured (one step, one path), on this project's
-# machines (results are bitwise repeatable for a given thread count and
+# tests/cli/expected/same_model.txt were first written by the code before
+# the training stack was restructured (one step, one path), and again when
+# the bias and norm gradients took their sums by chunks of rows, on this
+# project's machines (results are bitwise repeatable for a given thread count and
 # CPU, so the runs pin their threads, and the file records the CPU — name,
 # family, model, the instruction sets the kernels choose by — and OpenBLAS
 # kernel it was written on: on another the comparison is skipped, saying

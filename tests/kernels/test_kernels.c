@@ -284,6 +284,7 @@ static void test_layernorm(void) {
     check_layernorm(5, 7);
     check_layernorm(1, 3);
     check_layernorm(13, 130);
+    check_layernorm(600, 9);   // 19 chunks of the parameters' sums (kernels/chunks)
 }
 
 // ---- rmsnorm ----
@@ -317,6 +318,7 @@ static void test_rmsnorm(void) {
     check_rmsnorm(5, 7);
     check_rmsnorm(1, 3);
     check_rmsnorm(13, 130);
+    check_rmsnorm(600, 9);
 }
 
 // ---- swiglu ----
@@ -496,23 +498,41 @@ static void test_attention(void) {
     }
 }
 
-// Threads must not change results of the kernels with reductions.
-static void test_thread_invariance(void) {
-    int N = 37, C = 130;
-    float *x = fbuf(N * C), *dy = fbuf(N * C), *w = fbuf(C), *mean = fbuf(N), *rstd = fbuf(N), *y = fbuf(N * C);
-    float *dx1 = fbuf(N * C), *dw1 = fbuf(C), *db1 = fbuf(C), *dx2 = fbuf(N * C), *dw2 = fbuf(C), *db2 = fbuf(C);
-    randn(x, N * C, 1); randn(dy, N * C, 1); randn(w, C, 1);
+// Threads must not change results of the kernels with reductions: the
+// norms' backward passes and the bias gradient's column sums, in 2 chunks
+// of rows, in 32 and in the most, 64 (kernels/chunks), on 1, 2 and 3 threads.
+static void thread_invariance(int N, int C) {
+    size_t nc = (size_t)N * C;
+    float *x = fbuf(nc), *dy = fbuf(nc), *w = fbuf(C), *mean = fbuf(N), *rstd = fbuf(N), *y = fbuf(nc);
+    float *dx[3], *dw[3], *db[3], *rx[3], *rw[3], *cs[3];
+    randn(x, nc, 1); randn(dy, nc, 1); randn(w, C, 1);
     int saved = kernels_threads();
     kernels_set_threads(1);
     layernorm_forward(y, mean, rstd, x, w, w, N, C);
-    layernorm_backward(dx1, dw1, db1, dy, x, w, mean, rstd, N, C);
-    kernels_set_threads(2);
-    layernorm_backward(dx2, dw2, db2, dy, x, w, mean, rstd, N, C);
+    for (int t = 0; t < 3; t++) {
+        dx[t] = fbuf(nc), dw[t] = fbuf(C), db[t] = fbuf(C), rx[t] = fbuf(nc), rw[t] = fbuf(C), cs[t] = fbuf(C);
+        kernels_set_threads(t + 1);
+        layernorm_backward(dx[t], dw[t], db[t], dy, x, w, mean, rstd, N, C);
+        rmsnorm_backward(rx[t], rw[t], dy, x, w, rstd, N, C);
+        colsum_add(cs[t], dy, N, C);
+    }
     kernels_set_threads(saved);
-    EXPECT(memcmp(dw1, dw2, C * 4) == 0 && memcmp(db1, db2, C * 4) == 0 && memcmp(dx1, dx2, N * C * 4) == 0,
-           "layernorm backward differs between 1 and 2 threads");
+    for (int t = 1; t < 3; t++) {
+        EXPECT(memcmp(dw[0], dw[t], C * 4) == 0 && memcmp(db[0], db[t], C * 4) == 0 &&
+                   memcmp(dx[0], dx[t], nc * 4) == 0,
+               "layernorm backward N=%d differs between 1 and %d threads", N, t + 1);
+        EXPECT(memcmp(rw[0], rw[t], C * 4) == 0 && memcmp(rx[0], rx[t], nc * 4) == 0,
+               "rmsnorm backward N=%d differs between 1 and %d threads", N, t + 1);
+        EXPECT(memcmp(cs[0], cs[t], C * 4) == 0, "colsum_add N=%d differs between 1 and %d threads", N, t + 1);
+    }
     free(x); free(dy); free(w); free(mean); free(rstd); free(y);
-    free(dx1); free(dw1); free(db1); free(dx2); free(dw2); free(db2);
+    for (int t = 0; t < 3; t++) free(dx[t]), free(dw[t]), free(db[t]), free(rx[t]), free(rw[t]), free(cs[t]);
+}
+
+static void test_thread_invariance(void) {
+    thread_invariance(37, 130);
+    thread_invariance(1000, 130);
+    thread_invariance(2500, 70);
 }
 
 int main(void) {
