@@ -1,7 +1,12 @@
 #include "kernels/pointwise.h"
 
+#include <string.h>
+
+#include "core/check.h"
 #include "core/half.h"
 #include "core/prof.h"
+#include "kernels/chunks.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/vmath_impl.h"
 
 #define GELU_K 0.7978845608028654f   // sqrt(2/pi)
@@ -158,6 +163,38 @@ void gelu_backward16(float *dinp, const uint16_t *inp16, const float *dout, size
         gelu_grad_span(dinp + b * BLK, t, dout + b * BLK, blk_len(n, b));
     }
     prof_end(t0, PROF_POINTWISE, 0, 10.0 * n);
+}
+
+void gelu_backward16_rows(float *dout, float *dbias, const uint16_t *inp16, int N, int F) {
+    if (N <= 0 || F <= 0) return;
+    double t0 = prof_begin();
+    int nc = chunks_of(N);
+    float *part = chunk_parts((size_t)nc * F);
+    CHECKF(part, "out of memory for the GELU bias gradient's %d chunks", nc);
+    #pragma omp parallel
+    {
+        #pragma omp for schedule(static)
+        for (int k = 0; k < nc; k++) {
+            float *p = part + (size_t)k * F;
+            int n0 = chunk_lo(N, nc, k);
+            for (int n = n0; n < chunk_lo(N, nc, k + 1); n++)
+                for (int c = 0; c < F; c += BLK) {   // the block's floats all read before its bf16 is stored
+                    float t[BLK], u[BLK];
+                    int m = F - c < BLK ? F - c : BLK;
+                    float *row = dout + (size_t)n * F;
+                    widen(t, inp16 + (size_t)n * F + c, m);
+                    gelu_grad_span(u, t, row + c, m);
+                    if (n == n0) memcpy(p + c, u, (size_t)m * sizeof *u);
+                    else {
+                        #pragma omp simd
+                        for (int j = 0; j < m; j++) p[c + j] += u[j];
+                    }
+                    bf16_round_row((uint16_t *)row + c, u, (size_t)m);
+                }
+        }
+        chunks_add(dbias, part, nc, (size_t)F, F);
+    }
+    prof_end(t0, PROF_POINTWISE, 0, 8.0 * N * (double)F);
 }
 
 void swiglu_forward(float *out, const float *gu, int N, int F) {

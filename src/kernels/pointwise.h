@@ -18,6 +18,14 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 // inp NULL: inp16 holds the input already (a product wrote it there).
 void gelu_forward16(uint16_t *out16, uint16_t *inp16, const float *inp, size_t n);
 void gelu_backward16(float *dinp, const uint16_t *inp16, const float *dout, size_t n);
+// gelu_backward16 for products that read their output gradient in bf16
+// (N rows of F, F even): each row's d(inp) stored in bf16 at the start of
+// its own row of dout (uint16 rows 2F apart), rounded as the tiles' packers
+// round fp32 (bf16_round_row), and dbias (F) += the column sums of the
+// floats before that rounding, by kernels/chunks. The bits of
+// gelu_backward16 and then colsum_add, and the products' operands the
+// values their packers would have rounded the floats to; dout is read once.
+void gelu_backward16_rows(float *dout, float *dbias, const uint16_t *inp16, int N, int F);
 
 // SwiGLU (Shazeer 2020): out (N,F) = silu(gate) · up, for gu (N,2F) whose
 // rows are F gate values then F up values; silu(x) = x·sigmoid(x).

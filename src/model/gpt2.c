@@ -152,9 +152,15 @@ static void block_backward(const BlockRun *r) {
     // MLP: res3 = res2 + gelu(ln2(res2)·Wfc + bfc)·Wp + bp
     linear_backward(dfch, g[PROJ_W], g[PROJ_B], arch_rows_of_dres(r, r->scr[S_DY]), a[A_FCH_GELU], w[PROJ_W], N,
                     d->Fl, C, 0);
-    if (r->in16 && r->in16[A_FCH]) gelu_backward16(dfch, r->in16[A_FCH], dfch, (size_t)N * d->Fl);
-    else gelu_backward(dfch, a[A_FCH], dfch, (size_t)N * d->Fl);
-    linear_backward(dbtc, g[FC_W], g[FC_B], dfch, a[A_LN2], w[FC_W], N, C, d->Fl, 0);   // partial over TP
+    if (r->in16 && r->in16[A_FCH] && matmul_grad16() && d->Fl % 2 == 0) {
+        // the tiles round d(fc output) to bf16 as they pack it: it leaves GELU's pass in bf16, with the bias's sums
+        gelu_backward16_rows(dfch, g[FC_B], r->in16[A_FCH], N, d->Fl);
+        linear_backward16(dbtc, g[FC_W], (const uint16_t *)dfch, 2 * d->Fl, a[A_LN2], w[FC_W], N, C, d->Fl, 0);
+    } else {
+        if (r->in16 && r->in16[A_FCH]) gelu_backward16(dfch, r->in16[A_FCH], dfch, (size_t)N * d->Fl);
+        else gelu_backward(dfch, a[A_FCH], dfch, (size_t)N * d->Fl);
+        linear_backward(dbtc, g[FC_W], g[FC_B], dfch, a[A_LN2], w[FC_W], N, C, d->Fl, 0);   // partial over TP
+    }
     layernorm_backward(r->dres, gn[0], gn[1], tp_reduce(r->tp, dbtc, N, C), a[A_RES2], w[LN2_W], a[A_LN2_MEAN],
                        a[A_LN2_RSTD], Ns, C);
     // Attention: res2 = x + attn(ln1(x)·Wqkv + bqkv)·Wo + bo

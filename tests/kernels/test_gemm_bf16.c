@@ -1,8 +1,8 @@
 // The bf16 products (kernels/gemm_bf16) against float64 products of the same
 // bf16-rounded operands, on every tile edge, stride, odd reduction and
-// blocked reduction; the packers exactly; the linear layers under bf16; the
-// elementwise kernels on 16-bit stores; and the arithmetic peak probe
-// (kernels/peak) for sanity.
+// blocked reduction; the packers exactly; the linear layers under bf16; and
+// the arithmetic peak probe (kernels/peak) for sanity. The elementwise
+// kernels on 16-bit stores: test_act16.
 #include <math.h>
 #include <string.h>
 
@@ -527,40 +527,6 @@ static void test_bound(void) {
     matmul_set_bf16(prev);
 }
 
-// The 16-bit variants: the bits of rounding the input, the fp32 kernel and
-// rounding its output (forward), and of the fp32 kernel on the widened store
-// (backward) — across SwiGLU's spans of 4096 and a partial last vector.
-static void test_act16(void) {
-    int n = 9003, N = 2, F = 4100;
-    float *x = randn(n, 3), *dy = randn(n, 1), *y = calloc(n, 4), *dx = calloc(n, 4), *dx16 = calloc(n, 4);
-    uint16_t *x16 = calloc(n, 2), *y16 = calloc(n, 2), *ry16 = calloc(n, 2);
-    gelu_forward16(y16, x16, x, n);
-    half_round(PREC_BF16, x, x, n);
-    gelu_forward(y, x, n);
-    half_pack(PREC_BF16, ry16, y, n);
-    int ok = !memcmp(y16, ry16, n * 2);
-    for (int i = 0; i < n; i++) ok &= x16[i] == f32_to_bf16(x[i]);
-    EXPECT(ok, "gelu_forward16: not the bits of gelu_forward on the rounded input, rounded");
-    gelu_backward(dx, x, dy, n);
-    gelu_backward16(dx16, x16, dy, n);
-    EXPECT(!memcmp(dx, dx16, n * sizeof *dx), "gelu_backward16: not the bits of gelu_backward on the widened store");
-    size_t ng = (size_t)N * 2 * F, nh = (size_t)N * F;
-    float *gu = randn(ng, 2), *h = calloc(nh, 4), *dh = randn(nh, 1), *dgu = calloc(ng, 4), *dgu16 = calloc(ng, 4);
-    uint16_t *gu16 = calloc(ng, 2), *h16 = calloc(nh, 2), *rh16 = calloc(nh, 2);
-    swiglu_forward16(h16, gu16, gu, N, F);
-    half_round(PREC_BF16, gu, gu, ng);
-    swiglu_forward(h, gu, N, F);
-    half_pack(PREC_BF16, rh16, h, nh);
-    ok = !memcmp(h16, rh16, nh * 2);
-    for (size_t i = 0; i < ng; i++) ok &= gu16[i] == f32_to_bf16(gu[i]);
-    EXPECT(ok, "swiglu_forward16: not the bits of swiglu_forward on the rounded input, rounded");
-    swiglu_backward(dgu, gu, dh, N, F);
-    swiglu_backward16(dgu16, gu16, dh, N, F);
-    EXPECT(!memcmp(dgu, dgu16, ng * sizeof *dgu), "swiglu_backward16: not the bits of swiglu_backward on the widened store");
-    free(x); free(dy); free(y); free(dx); free(dx16); free(x16); free(y16); free(ry16);
-    free(gu); free(h); free(dh); free(dgu); free(dgu16); free(gu16); free(h16); free(rh16);
-}
-
 // The peaks: positive where the CPU has the unit, ordered, and for the threads asked.
 static void test_peak(void) {
     Peaks p;
@@ -612,7 +578,6 @@ static void on_unit(void) {
 int main(void) {
     kernels_set_threads(2);
     RUN(test_peak);
-    RUN(test_act16);
     if (!gemm_bf16_own()) {
         printf("     the bf16 kernel is not built in (no AVX512_BF16): linear layers multiply in fp32\n");
         RUN(test_no_kernel);

@@ -22,7 +22,7 @@ static inline float *randn(size_t n, float std) {
     return x;
 }
 
-static void each_bf16_unit(void (*cases)(void)) {
+static inline void each_bf16_unit(void (*cases)(void)) {
     Bf16Unit units[] = {BF16_DOT, BF16_AMX}, chosen = gemm_bf16_unit();
     for (int u = 0; u < 2; u++) {
         if (!gemm_bf16_use(units[u])) {
