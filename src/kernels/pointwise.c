@@ -246,6 +246,23 @@ void swiglu_backward16(float *dgu, const uint16_t *gu16, const float *dout, int 
     prof_end(t0, PROF_POINTWISE, 0, 16.0 * N * (double)F);
 }
 
+void swiglu_backward16_rows(uint16_t *dgu16, const uint16_t *gu16, const float *dout, int N, int F) {
+    double t0 = prof_begin();
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < F; c += BLK) {
+            float tg[BLK], tu[BLK], dg[BLK], du[BLK];
+            int m = F - c < BLK ? F - c : BLK;
+            size_t g = (size_t)n * 2 * F + c;
+            widen(tg, gu16 + g, m);
+            widen(tu, gu16 + g + F, m);
+            swiglu_grad_span(dg, du, tg, tu, dout + (size_t)n * F + c, m);
+            bf16_round_row(dgu16 + g, dg, (size_t)m);
+            bf16_round_row(dgu16 + g + F, du, (size_t)m);
+        }
+    prof_end(t0, PROF_POINTWISE, 0, 12.0 * N * (double)F);
+}
+
 void residual_forward(float *out, const float *x, const float *y, const float *bias, int N, int C) {
     double t0 = prof_begin();
     #pragma omp parallel for schedule(static)

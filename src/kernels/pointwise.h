@@ -35,6 +35,10 @@ void swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int 
 // The same with 16-bit stores, as gelu_forward16 and gelu_backward16.
 void swiglu_forward16(uint16_t *out16, uint16_t *gu16, const float *gu, int N, int F);
 void swiglu_backward16(float *dgu, const uint16_t *gu16, const float *dout, int N, int F);
+// swiglu_backward16's gradients in bf16 (dgu16 (N,2F), rows 2F apart),
+// rounded as the tiles' packers round fp32 (bf16_round_row): the values
+// the products would have rounded its floats to.
+void swiglu_backward16_rows(uint16_t *dgu16, const uint16_t *gu16, const float *dout, int N, int F);
 
 // out (N,C) = x + y + bias (bias (C) may be NULL); out may alias x or y.
 void residual_forward(float *out, const float *x, const float *y, const float *bias, int N, int C);

@@ -145,9 +145,16 @@ void llama_block_backward(const BlockRun *r) {
     for (int k = 0; k < 2; k++) gn[k] = sp ? r->scr[S_NORMG] + (size_t)k * C : g[norms[k]];
     // MLP: res3 = res2 + swiglu(rmsnorm(res2)·[Wg;Wu])·Wd
     linear_backward(dh, g[DOWN_W], NULL, arch_rows_of_dres(r, r->scr[S_DY]), a[A_H], w[DOWN_W], N, d->Fl, C, 0);
-    if (r->in16 && r->in16[A_GU]) swiglu_backward16(dgu, r->in16[A_GU], dh, N, d->Fl);
-    else swiglu_backward(dgu, a[A_GU], dh, N, d->Fl);
-    linear_backward(dbtc, g[GATE_W], NULL, dgu, a[A_LN2], w[GATE_W], N, C, 2 * d->Fl, 0);   // partial over TP
+    if (r->in16 && r->in16[A_GU] && matmul_grad16()) {
+        // the tiles round d(gate, up) to bf16 as they pack it: it leaves SwiGLU's pass in bf16, in dgu's room
+        uint16_t *dgu16 = (uint16_t *)dgu;
+        swiglu_backward16_rows(dgu16, r->in16[A_GU], dh, N, d->Fl);
+        linear_backward16(dbtc, g[GATE_W], dgu16, 2 * d->Fl, a[A_LN2], w[GATE_W], N, C, 2 * d->Fl, 0);
+    } else {
+        if (r->in16 && r->in16[A_GU]) swiglu_backward16(dgu, r->in16[A_GU], dh, N, d->Fl);
+        else swiglu_backward(dgu, a[A_GU], dh, N, d->Fl);
+        linear_backward(dbtc, g[GATE_W], NULL, dgu, a[A_LN2], w[GATE_W], N, C, 2 * d->Fl, 0);   // partial over TP
+    }
     rmsnorm_backward(r->dres, gn[0], tp_reduce(r->tp, dbtc, N, C), a[A_RES2], w[LN2_W], a[A_LN2_RSTD], Ns, C);
     // attention: res2 = x + attn(rope(rmsnorm(x)·[Wq;Wk;Wv]))·Wo
     linear_backward(dbtc, g[O_W], NULL, arch_rows_of_dres(r, r->scr[S_DY]), a[A_ATTY], w[O_W], N, d->Cl, C, 0);

@@ -1,6 +1,6 @@
 // The elementwise kernels on 16-bit stores (kernels/pointwise): GELU's and
 // SwiGLU's bits against the fp32 kernels on the rounded or widened values,
-// and GELU's backward that leaves its gradient in bf16 for the tiles.
+// and their backward passes that leave the gradients in bf16 for the tiles.
 #include <string.h>
 
 #include "core/half.h"
@@ -73,10 +73,28 @@ static void test_gelu_rows16(void) {
     }
 }
 
+// swiglu_backward16_rows: the bits of swiglu_backward16, rounded as
+// bf16_round_row rounds them, across the spans of 4096.
+static void test_swiglu_rows16(void) {
+    int N = 3, F = 4098;
+    size_t ng = (size_t)N * 2 * F, nh = (size_t)N * F;
+    float *gu = randn(ng, 2), *dh = randn(nh, 1), *dgu = calloc(ng, 4), *h = calloc(nh, 4);
+    uint16_t *gu16 = calloc(ng, 2), *h16 = calloc(nh, 2), *r16 = calloc(ng, 2), *d16 = calloc(ng, 2);
+    swiglu_forward16(h16, gu16, gu, N, F);
+    swiglu_backward16(dgu, gu16, dh, N, F);
+    bf16_round_row(r16, dgu, ng);
+    swiglu_backward16_rows(d16, gu16, dh, N, F);
+    EXPECT(!memcmp(d16, r16, ng * 2), "swiglu_backward16_rows: not swiglu_backward16's gradients, rounded");
+    free(gu); free(dh); free(dgu); free(h); free(gu16); free(h16); free(r16); free(d16);
+}
+
 int main(void) {
     kernels_set_threads(2);
     RUN(test_act16);
-    if (gemm_bf16_own()) RUN(test_gelu_rows16);
-    else printf("     no AVX512_BF16: gelu_backward16_rows is not used here\n");
+    if (gemm_bf16_own()) {
+        RUN(test_gelu_rows16);
+        RUN(test_swiglu_rows16);
+    } else
+        printf("     no AVX512_BF16: gelu_backward16_rows and swiglu_backward16_rows are not used here\n");
     return test_finish();
 }
