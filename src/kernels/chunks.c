@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/check.h"
 
 enum { MIN_ROWS = 32, MAX_CHUNKS = 64 };
 
@@ -16,7 +17,12 @@ int chunk_lo(int N, int nc, int c) { return (int)((long)N * c / nc); }
 static _Thread_local void *g_parts;
 static _Thread_local size_t g_parts_bytes;
 
-float *chunk_parts(size_t n) { return mem_grow(&g_parts, &g_parts_bytes, MEM_WORKSPACE, n * sizeof(float)); }
+float *chunk_room(int N, size_t per, int *nc) {
+    *nc = chunks_of(N);
+    float *p = mem_grow(&g_parts, &g_parts_bytes, MEM_WORKSPACE, (size_t)*nc * per * sizeof(float));
+    CHECKF(p, "out of memory for %d chunks of %zu partial sums", *nc, per);
+    return p;
+}
 
 void chunks_add(float *dst, const float *part, int nc, size_t stride, int M) {
     #pragma omp for schedule(static)

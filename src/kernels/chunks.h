@@ -14,9 +14,10 @@
 int chunks_of(int N);
 int chunk_lo(int N, int nc, int c);
 
-// The calling thread's room for n floats of partial sums (kept and grown
-// from call to call), or NULL when it is not to be had.
-float *chunk_parts(size_t n);
+// The chunks of N rows (*nc of them) and the calling thread's room for
+// their partial sums, per floats each (kept and grown from call to call);
+// stops the run when the room is not to be had.
+float *chunk_room(int N, size_t per, int *nc);
 
 // dst (M) += the sums of nc chunks, chunk c's M at part + c·stride, added
 // in chunk order. Shares its columns out as an OpenMP for: inside a

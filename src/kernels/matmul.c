@@ -390,9 +390,8 @@ void linear_forward(float *out, const float *inp, const float *weight, const flo
 // bias gradients of gpt2-124m's layers at 2,048 rows read 30-40% slower.
 void colsum_add(float *colsum, const float *a, int N, int M) {
     if (N <= 0 || M <= 0) return;
-    int nc = chunks_of(N);
-    float *part = chunk_parts((size_t)nc * M);
-    CHECKF(part, "out of memory summing %d columns in %d chunks", M, nc);
+    int nc;
+    float *part = chunk_room(N, (size_t)M, &nc);
     #pragma omp parallel
     {
         #pragma omp for schedule(static)

@@ -4,7 +4,6 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "core/check.h"
 #include "core/prof.h"
 #include "kernels/chunks.h"
 
@@ -57,9 +56,8 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
                       const float *rstd, int N, int C) {
     if (N <= 0) return;
     double t0 = prof_begin();
-    int nc = chunks_of(N);
-    float *dw = chunk_parts((size_t)nc * C);
-    CHECKF(dw, "out of memory for the RMSNorm weight gradient's %d chunks", nc);
+    int nc;
+    float *dw = chunk_room(N, (size_t)C, &nc);
     #pragma omp parallel
     {
         #pragma omp for schedule(static)
@@ -90,9 +88,8 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
                         const float *rstd, int N, int C) {
     if (N <= 0) return;
     double t0 = prof_begin();
-    int nc = chunks_of(N);
-    float *part = chunk_parts((size_t)nc * 2 * C);   // chunk k: its weight's sums, then its bias's
-    CHECKF(part, "out of memory for the LayerNorm parameter gradients' %d chunks", nc);
+    int nc;
+    float *part = chunk_room(N, 2 * (size_t)C, &nc);   // chunk k: its weight's sums, then its bias's
     #pragma omp parallel
     {
         #pragma omp for schedule(static)

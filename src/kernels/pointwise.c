@@ -2,7 +2,6 @@
 
 #include <string.h>
 
-#include "core/check.h"
 #include "core/half.h"
 #include "core/prof.h"
 #include "kernels/chunks.h"
@@ -172,9 +171,8 @@ void gelu_backward16(float *dinp, const uint16_t *inp16, const float *dout, size
 void gelu_backward16_rows(float *dout, float *dbias, const uint16_t *inp16, int N, int F) {
     if (N <= 0 || F <= 0) return;
     double t0 = prof_begin();
-    int nc = chunks_of(N);
-    float *part = chunk_parts((size_t)nc * F);
-    CHECKF(part, "out of memory for the GELU bias gradient's %d chunks", nc);
+    int nc;
+    float *part = chunk_room(N, (size_t)F, &nc);
     #pragma omp parallel
     {
         #pragma omp for schedule(static)
