@@ -356,7 +356,8 @@ static void pack_b_at(const Job *j, uint16_t *pb, size_t pan, int b, int k) {
     case OP_ROWS32: pack_b_rows(d, f + (size_t)2 * j->p0 * ld + col, ld, 1, cb, j->kp, left); break;
     case OP_COLS16: pack_b_cols(d, h + (size_t)col * ld + 2 * j->p0, ld, 0, cb, j->kp, left); break;
     case OP_COLS32: pack_b_cols(d, f + (size_t)col * ld + 2 * j->p0, ld, 1, cb, j->kp, left); break;
-    case OP_PANELS: CHECK(0); break;
+    case OP_PANELS:
+    case OP_STRIPS16: CHECK(0); break;
     }
 }
 
@@ -444,6 +445,7 @@ int gemm_amx(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int ac
              uint16_t *C16, int nt, double *sq) {
     CHECKF(!sq || !C16, "gemm_amx: a sum of squares of sums kept in bf16");
     if (a.form != OP_PAIRS16 && a.form != OP_ROWS32 && a.form != OP_COLS32 && a.form != OP_COLS16) return -1;
+    if (b.form == OP_STRIPS16) return -1;   // the vector units' layout: gemm_bf16 runs it there
     // Inner blocks of equal length in whole chunks of 16 pairs, the last shorter: only the last chunk
     // of the whole reduction is partial. A block's sums go to the next exactly (through the strip or
     // C), so the bits do not depend on the blocks. A short reduction (the forwards of the attention

@@ -152,7 +152,8 @@ typedef struct Block {
     float *C;
     const float *bias;
     double *part;   // or NULL: each tile's sum of squares of C as the last block leaves it, in tile order
-    int R, NC, lda, ldb, ldc, p0, kp, load, last, rt, ct, cpb, MR, NR, pfb;
+    int R, NC, KP, lda, ldb, ldc, p0, kp, load, last, rt, ct, cpb, MR, NR, pfb;
+    int strips;   // B is in strips of NR columns (bf16_strips), else pairs ldb apart
     TileFn fn;
 } Block;
 
@@ -160,11 +161,14 @@ static void block_share(const Block *b, long lo, long hi) {
     for (long x = lo; x < hi; x++) {
         int ri, ci;
         tile_at(x, b->rt, b->ct, b->cpb, &ri, &ci);
-        int i = ri * b->MR, j = ci * b->NR;
-        TileH t = {.A = b->A + (size_t)i * b->lda + 2 * (size_t)b->p0, .B = b->Bp + 2 * ((size_t)b->p0 * b->ldb + j),
-                   .C = b->C + (size_t)i * b->ldc + j, .bias = b->bias ? b->bias + j : NULL, .lda = b->lda,
-                   .ldb = b->ldb, .ldc = b->ldc, .kp = b->kp, .nr = b->NC - j < b->NR ? b->NC - j : b->NR,
-                   .load = b->load, .pfb = b->pfb, .sq = b->part && b->last ? &b->part[x] : NULL};
+        int i = ri * b->MR, j = ci * b->NR, nr = b->NC - j < b->NR ? b->NC - j : b->NR;
+        // In strips, column j's strip starts after j columns' kp pairs and its rows are nr pairs long.
+        const uint16_t *B = b->strips ? b->Bp + 2 * ((size_t)j * b->KP + (size_t)b->p0 * nr)
+                                      : b->Bp + 2 * ((size_t)b->p0 * b->ldb + j);
+        TileH t = {.A = b->A + (size_t)i * b->lda + 2 * (size_t)b->p0, .B = B, .C = b->C + (size_t)i * b->ldc + j,
+                   .bias = b->bias ? b->bias + j : NULL, .lda = b->lda, .ldb = b->strips ? nr : b->ldb,
+                   .ldc = b->ldc, .kp = b->kp, .nr = nr, .load = b->load, .pfb = b->pfb,
+                   .sq = b->part && b->last ? &b->part[x] : NULL};
         // Loaded sums come from memory when C is large (a weight gradient accumulated over micro-batches):
         // the tile below, a block's width of tiles later, is fetched while this one multiplies.
         if (b->load && i + 2 * b->MR <= b->R) t.next = t.C + (size_t)b->MR * b->ldc;
@@ -179,9 +183,23 @@ static int run_threads(int R, int NC, int KP) {
     return omp_in_parallel() || (double)R * NC * KP < 2e6 ? 1 : kernels_threads();
 }
 
-// The product on the vector units, operands in gemm_bf16's layouts.
-static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C,
-                     int ldc, int accumulate, const float *bias, double *sq) {
+// The tile width for NC columns, in vectors of 16: 32, 48 or 64 columns,
+// the one that wastes the fewest lanes on NC, the widest on a tie.
+static int tile_vectors(int NC) {
+    int nv = 4, waste = 1 << 30;
+    for (int v = 4; v >= 2; v--) {
+        int w = (NC + 16 * v - 1) / (16 * v) * 16 * v - NC;
+        if (w < waste) waste = w, nv = v;
+    }
+    return nv;
+}
+
+int bf16_strip_width(int NC) { return 16 * tile_vectors(NC); }
+
+// The product on the vector units, operands in gemm_bf16's layouts (B in
+// strips where strips, else pairs ldb apart).
+static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, int strips,
+                     float *C, int ldc, int accumulate, const float *bias, double *sq) {
     if (R <= 0 || NC <= 0) return;
     if (KP <= 0) {   // an empty reduction: C = 0 or the bias, or unchanged
         for (int i = 0; i < R && !accumulate; i++) {
@@ -190,13 +208,7 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
         }
         return;
     }
-    // The tile width (32, 48 or 64 columns) that wastes the fewest lanes on NC, the widest on a tie.
-    int nv = 4, waste = 1 << 30;
-    for (int v = 4; v >= 2; v--) {
-        int w = (NC + 16 * v - 1) / (16 * v) * 16 * v - NC;
-        if (w < waste) waste = w, nv = v;
-    }
-    int NR = 16 * nv, MR = nv == 2 ? 12 : nv == 3 ? 8 : 6;
+    int nv = tile_vectors(NC), NR = 16 * nv, MR = nv == 2 ? 12 : nv == 3 ? 8 : 6;
     TileFn fn = nv == 2 ? tiles2 : nv == 3 ? tiles3 : tiles4;
     // Reduction blocks of equal length, at most BF16_KPMAX pairs: C is read and written once per block.
     // A tile stores its sums as fp32 and the next block reloads them, so the blocks change no bits.
@@ -213,12 +225,15 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
     long tiles = (long)rt * ct;
     int nt = run_threads(R, NC, KP);
     if (nt > tiles) nt = (int)tiles;
-    // Few rows (a step of 256 tokens, a pipeline's micro-batch): each panel of B serves few row tiles
-    // and comes from memory or L2 as much as from L1, and fetching its rows 4 pairs ahead is 5-10%
-    // faster at 256 rows, 25-40% at 64. With many rows B stays in L2 and the fetches cost a little.
-    int pfb = R <= 512 && KP >= 128 ? 4 : 0;
-    Block b = {.A = A, .Bp = Bp, .C = C, .bias = bias, .R = R, .NC = NC, .lda = lda, .ldb = ldb, .ldc = ldc,
-               .rt = rt, .ct = ct, .cpb = cpb, .MR = MR, .NR = NR, .pfb = pfb, .fn = fn};
+    // B's rows fetched into L1 4 pairs ahead. In pairs, only with few rows (a step of 256 tokens, a
+    // pipeline's micro-batch), where each panel of B serves few row tiles and comes from memory or L2
+    // as much as from L1: 5-10% faster at 256 rows, 25-40% at 64; with many rows B stays in L2 and
+    // the fetches cost a little. In strips, the rows of a strip follow one another, and the fetches
+    // are as fast or faster at every shape of the step (2,048 rows: 0-3%).
+    int pfb = (R <= 512 || strips) && KP >= 128 ? 4 : 0;
+    Block b = {.A = A, .Bp = Bp, .C = C, .bias = bias, .R = R, .NC = NC, .KP = KP, .lda = lda, .ldb = ldb,
+               .ldc = ldc, .rt = rt, .ct = ct, .cpb = cpb, .MR = MR, .NR = NR, .pfb = pfb, .strips = strips,
+               .fn = fn};
     if (sq) b.part = malloc((size_t)tiles * sizeof *b.part);   // NULL: *sq stays as it was
     for (b.p0 = 0; b.p0 < KP; b.p0 += KPC) {
         b.kp = KP - b.p0 < KPC ? KP - b.p0 : KPC, b.load = accumulate || b.p0 > 0, b.last = b.p0 + KPC >= KP;
@@ -243,7 +258,7 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
 int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate,
                     const float *bias, uint16_t *room, double *sq) {
     int KP = (K + 1) / 2;
-    if (R > 0 && NC > 0 && KP > 0 && gemm_bf16_unit() == BF16_AMX &&
+    if (R > 0 && NC > 0 && KP > 0 && gemm_bf16_unit() == BF16_AMX && b.form != OP_STRIPS16 &&
         gemm_amx(R, NC, K, a, b, C, ldc, accumulate, bias, NULL, run_threads(R, NC, KP), sq) == 0)
         return 0;
     if (b.form == OP_PANELS) return -1;
@@ -257,15 +272,13 @@ int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc,
         else CHECKF(0, "gemm_bf16_op: form %d is not an A operand", (int)a.form);
         A = room, lda = 2 * KP, room += (size_t)R * 2 * KP;
     }
-    if (b.form != OP_PAIRS16) {
+    int strips = b.form == OP_STRIPS16;
+    if (b.form != OP_PAIRS16 && !strips) {
         if (!room) return -1;
-        if (b.form == OP_ROWS32) bf16_pack_pairs(room, b.p, b.ld, K, NC);
-        else if (b.form == OP_COLS32) bf16_pack_pairs_t(room, b.p, b.ld, K, NC);
-        else if (b.form == OP_ROWS16) bf16_pairs16(room, b.p, b.ld, K, NC);
-        else bf16_pairs_t16(room, b.p, b.ld, K, NC);
-        Bp = room, ldb = NC;
+        bf16_strips(room, b, K, NC);
+        Bp = room, strips = 1;
     }
-    gemm_run(R, NC, KP, A, lda, Bp, ldb, C, ldc, accumulate, bias, sq);
+    gemm_run(R, NC, KP, A, lda, Bp, ldb, strips, C, ldc, accumulate, bias, sq);
     return 0;
 }
 
@@ -339,6 +352,11 @@ int gemm_bf16_op16(int R, int NC, int K, Bf16Op a, Bf16Op b, uint16_t *C16, floa
 }
 size_t gemm_bf16_panels_len(int K, int NC) {
     (void)K, (void)NC;
+    NOT_BUILT;
+    return 0;
+}
+int bf16_strip_width(int NC) {
+    (void)NC;
     NOT_BUILT;
     return 0;
 }

@@ -57,6 +57,7 @@ typedef enum {
     OP_ROWS32,    // fp32 row-major, A (R,K) or B (K,NC), rounded as read
     OP_COLS32,    // fp32 read transposed, A[r][k] = p[k·ld + r] or B[k][n] = p[n·ld + k], rounded as read
     OP_PANELS,    // B only: the tiles' own panels (gemm_bf16_panels_at), AMX alone; ld: the pairs they were packed over
+    OP_STRIPS16,  // B only: the vector units' strips (bf16_strips) of the whole B; ld unused
 } Bf16Form;
 typedef struct {
     Bf16Form form;
@@ -96,6 +97,18 @@ int gemm_bf16_op16(int R, int NC, int K, Bf16Op a, Bf16Op b, uint16_t *C16, floa
 size_t gemm_bf16_panels_len(int K, int NC);
 void gemm_bf16_panels(uint16_t *dst, Bf16Op b, int K, int NC);
 Bf16Op gemm_bf16_panels_at(const uint16_t *panels, int K, int k0, int c0);
+
+// B (K,NC) from b (rows or columns, fp32 or bf16) as the vector units'
+// strips: the columns in strips of bf16_strip_width(NC) — the width of the
+// tile gemm_bf16 runs on NC columns; the last strip what is left — one
+// after another, each strip's pairs row after row, (kp(K), w, 2). A tile
+// then reads one run of memory, where in the pairs (kp(K), NC, 2) it reads
+// 64-256 bytes of rows NC·4 bytes apart, a page apart at NC ≥ 1,024 (5-10%
+// faster on Zen 5). kp(K)·NC·2 values at dst, as many as the pairs; read as
+// (Bf16Op){OP_STRIPS16, dst, 0} by a product of K and NC alike. gemm_bf16_op
+// packs a B it is given in another form so on the vector units.
+int bf16_strip_width(int NC);
+void bf16_strips(uint16_t *dst, Bf16Op b, int K, int NC);
 
 // The packers, each rounding fp32 to bf16 (nearest even) and writing a zero
 // into the pad of an odd K. kp(K) = (K+1)/2 pairs.

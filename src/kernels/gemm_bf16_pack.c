@@ -19,11 +19,24 @@
 static int pack_threads(double elems) { return omp_in_parallel() || elems < 65536 ? 1 : kernels_threads(); }
 
 // A packer's operands; its passes run over [lo, hi) of its rows or blocks.
+// B's pairs go into strips of W columns (W = NC: the pairs (kp, NC, 2)).
 typedef struct Pack {
     uint16_t *dst;
     const void *src;
-    int ldd, lds, K, NC;
+    int ldd, lds, K, NC, W;
 } Pack;
+
+// Where B's pair p of column n goes: its strip starts after c0 columns' kp
+// pairs, and the strip's rows are w pairs long. n % 16 == 0 for a vector of
+// 16 pairs: W is a multiple of 16, so the vector never straddles two strips.
+static inline int strip_w(const Pack *pk, int n) {
+    int c0 = n - n % pk->W;
+    return pk->NC - c0 < pk->W ? pk->NC - c0 : pk->W;
+}
+static inline uint16_t *pair_at(const Pack *pk, int p, int n) {
+    int c0 = n - n % pk->W;
+    return pk->dst + 2 * ((size_t)c0 * ((pk->K + 1) / 2) + (size_t)p * strip_w(pk, n) + (n - c0));
+}
 typedef void (*PackFn)(const Pack *pk, int lo, int hi);
 
 // fn over [0, n) in contiguous shares on nt threads; at one thread called
@@ -97,27 +110,31 @@ static void pairs_pass(const Pack *pk, int lo, int hi) {
     int K = pk->K, NC = pk->NC, N16 = NC & ~15;
     for (int p = lo; p < hi; p++) {
         const float *e = (const float *)pk->src + (size_t)(2 * p) * pk->lds, *o = 2 * p + 1 < K ? e + pk->lds : NULL;
-        uint16_t *d = pk->dst + (size_t)p * NC * 2;
-        for (int n = 0; n < N16; n += 16) {
-            __m512 ve = _mm512_loadu_ps(e + n), vo = o ? _mm512_loadu_ps(o + n) : _mm512_setzero_ps();
-            _mm512_storeu_si512(d + 2 * n, bf16_pairs32(ve, vo));
+        for (int c0 = 0; c0 < NC; c0 += pk->W) {   // a strip's row at a time: one run of memory
+            uint16_t *d = pair_at(pk, p, c0) - 2 * c0;   // column n's pair at d + 2n
+            int c1 = c0 + pk->W < N16 ? c0 + pk->W : N16;
+            for (int n = c0; n < c1; n += 16) {
+                __m512 ve = _mm512_loadu_ps(e + n), vo = o ? _mm512_loadu_ps(o + n) : _mm512_setzero_ps();
+                _mm512_storeu_si512(d + 2 * n, bf16_pairs32(ve, vo));
+            }
         }
         for (int n = N16; n < NC; n++) {
-            d[2 * n] = f32_to_bf16(e[n]);
-            d[2 * n + 1] = o ? f32_to_bf16(o[n]) : 0;
+            uint16_t *d = pair_at(pk, p, n);
+            d[0] = f32_to_bf16(e[n]);
+            d[1] = o ? f32_to_bf16(o[n]) : 0;
         }
     }
 }
 
 void bf16_pack_pairs(uint16_t *dst, const float *src, int lds, int K, int NC) {
-    Pack pk = {.dst = dst, .src = src, .lds = lds, .K = K, .NC = NC};
+    Pack pk = {.dst = dst, .src = src, .lds = lds, .K = K, .NC = NC, .W = NC};
     pack_split(pack_threads((double)NC * K), (K + 1) / 2, pairs_pass, &pk);
 }
 
 // 16×16 blocks of pairs: 16 rows of src (16 n, 32 k each) converted into 16 pairs each, transposed in
 // registers, then written as 16 rows of dst (16 p).
 static void pairs_t_pass(const Pack *pk, int lo, int hi) {
-    int K32 = pk->K & ~31, NC = pk->NC;
+    int K32 = pk->K & ~31;
     for (int n0 = 16 * lo; n0 < 16 * hi; n0 += 16) {
         for (int k0 = 0; k0 < K32; k0 += 32) {
             __m512i v[16];
@@ -126,76 +143,100 @@ static void pairs_t_pass(const Pack *pk, int lo, int hi) {
                 v[n] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 16), _mm512_loadu_ps(s));   // pairs (k, k+1)
             }
             bf16_transpose16(v);
-            for (int p = 0; p < 16; p++) _mm512_storeu_si512(pk->dst + 2 * ((size_t)(k0 / 2 + p) * NC + n0), v[p]);
+            uint16_t *d = pair_at(pk, k0 / 2, n0);
+            size_t row = 2 * (size_t)strip_w(pk, n0);
+            for (int p = 0; p < 16; p++) _mm512_storeu_si512(d + p * row, v[p]);
         }
     }
 }
 
-void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC) {
-    int KP = (K + 1) / 2, K32 = K & ~31, N16 = NC & ~15;
-    Pack pk = {.dst = dst, .src = src, .lds = lds, .K = K, .NC = NC};
-    pack_split(pack_threads((double)NC * K), N16 / 16, pairs_t_pass, &pk);
-    for (int n = 0; n < NC; n++)   // the edges: pairs past K32 for every column, every pair of the last NC % 16
+// The edges of a transposed B: pairs past K32 for every column, every pair of the last NC % 16.
+static void pairs_t_edges(const Pack *pk, int f32) {
+    int K = pk->K, KP = (K + 1) / 2, K32 = K & ~31, NC = pk->NC, N16 = NC & ~15;
+    for (int n = 0; n < NC; n++)
         for (int p = n < N16 ? K32 / 2 : 0; p < KP; p++) {
-            const float *s = src + (size_t)n * lds;
-            uint16_t *d = dst + 2 * ((size_t)p * NC + n);
-            d[0] = f32_to_bf16(s[2 * p]);
-            d[1] = 2 * p + 1 < K ? f32_to_bf16(s[2 * p + 1]) : 0;
+            uint16_t *d = pair_at(pk, p, n);
+            if (f32) {
+                const float *s = (const float *)pk->src + (size_t)n * pk->lds;
+                d[0] = f32_to_bf16(s[2 * p]);
+                d[1] = 2 * p + 1 < K ? f32_to_bf16(s[2 * p + 1]) : 0;
+            } else {
+                const uint16_t *s = (const uint16_t *)pk->src + (size_t)n * pk->lds;
+                d[0] = s[2 * p];
+                d[1] = 2 * p + 1 < K ? s[2 * p + 1] : 0;
+            }
         }
 }
 
+void bf16_pack_pairs_t(uint16_t *dst, const float *src, int lds, int K, int NC) {
+    Pack pk = {.dst = dst, .src = src, .lds = lds, .K = K, .NC = NC, .W = NC};
+    pack_split(pack_threads((double)NC * K), (NC & ~15) / 16, pairs_t_pass, &pk);
+    pairs_t_edges(&pk, 1);
+}
+
 static void pairs16_pass(const Pack *pk, int p0, int p1) {
-    int K = pk->K, NC = pk->NC, N32 = NC & ~31;
-    // element 2j of the first vector is row 2p's column j, 2j+1 row 2p+1's; the second vector columns 16-31
-    __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
-                                  36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    int K = pk->K, NC = pk->NC, N16 = NC & ~15;
+    const __m256i zero = _mm256_setzero_si256();
     for (int p = p0; p < p1; p++) {
         const uint16_t *e = (const uint16_t *)pk->src + (size_t)(2 * p) * pk->lds;
         const uint16_t *o = 2 * p + 1 < K ? e + pk->lds : NULL;
-        uint16_t *d = pk->dst + (size_t)p * NC * 2;
-        for (int n = 0; n < N32; n += 32) {
-            __m512i ve = _mm512_loadu_si512(e + n), vo = o ? _mm512_loadu_si512(o + n) : _mm512_setzero_si512();
-            _mm512_storeu_si512(d + 2 * n, _mm512_permutex2var_epi16(ve, lo, vo));
-            _mm512_storeu_si512(d + 2 * n + 32, _mm512_permutex2var_epi16(ve, hi, vo));
+        for (int c0 = 0; c0 < NC; c0 += pk->W) {   // a strip's row at a time: one run of memory
+            uint16_t *d = pair_at(pk, p, c0) - 2 * c0;   // column n's pair at d + 2n
+            int c1 = c0 + pk->W < N16 ? c0 + pk->W : N16;
+            for (int n = c0; n < c1; n += 16) {
+                __m256i ve = _mm256_loadu_si256((const __m256i *)(e + n));
+                __m256i vo = o ? _mm256_loadu_si256((const __m256i *)(o + n)) : zero;
+                _mm512_storeu_si512(d + 2 * n, bf16_pairs16v(ve, vo));
+            }
         }
-        for (int n = N32; n < NC; n++) {
-            d[2 * n] = e[n];
-            d[2 * n + 1] = o ? o[n] : 0;
+        for (int n = N16; n < NC; n++) {
+            uint16_t *d = pair_at(pk, p, n);
+            d[0] = e[n];
+            d[1] = o ? o[n] : 0;
         }
     }
 }
 
 void bf16_pairs16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
-    Pack pk = {.dst = dst, .src = src, .lds = lds, .K = K, .NC = NC};
+    Pack pk = {.dst = dst, .src = src, .lds = lds, .K = K, .NC = NC, .W = NC};
     pack_split(pack_threads((double)NC * K), (K + 1) / 2, pairs16_pass, &pk);
 }
 
 // 16×16 blocks of pairs: 16 rows of src (16 n, 16 pairs each) transposed in registers as 32-bit elements.
 static void pairs_t16_pass(const Pack *pk, int lo, int hi) {
-    int K32 = pk->K & ~31, NC = pk->NC;
+    int K32 = pk->K & ~31;
     for (int n0 = 16 * lo; n0 < 16 * hi; n0 += 16) {
         for (int k0 = 0; k0 < K32; k0 += 32) {
             __m512i v[16];
             for (int n = 0; n < 16; n++)
                 v[n] = _mm512_loadu_si512((const uint16_t *)pk->src + (size_t)(n0 + n) * pk->lds + k0);
             bf16_transpose16(v);
-            for (int p = 0; p < 16; p++) _mm512_storeu_si512(pk->dst + 2 * ((size_t)(k0 / 2 + p) * NC + n0), v[p]);
+            uint16_t *d = pair_at(pk, k0 / 2, n0);
+            size_t row = 2 * (size_t)strip_w(pk, n0);
+            for (int p = 0; p < 16; p++) _mm512_storeu_si512(d + p * row, v[p]);
         }
     }
 }
 
 void bf16_pairs_t16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
-    int KP = (K + 1) / 2, K32 = K & ~31, N16 = NC & ~15;
-    Pack pk = {.dst = dst, .src = src, .lds = lds, .K = K, .NC = NC};
-    pack_split(pack_threads((double)NC * K), N16 / 16, pairs_t16_pass, &pk);
-    for (int n = 0; n < NC; n++)   // the edges, as bf16_pack_pairs_t
-        for (int p = n < N16 ? K32 / 2 : 0; p < KP; p++) {
-            const uint16_t *s = src + (size_t)n * lds;
-            uint16_t *d = dst + 2 * ((size_t)p * NC + n);
-            d[0] = s[2 * p];
-            d[1] = 2 * p + 1 < K ? s[2 * p + 1] : 0;
-        }
+    Pack pk = {.dst = dst, .src = src, .lds = lds, .K = K, .NC = NC, .W = NC};
+    pack_split(pack_threads((double)NC * K), (NC & ~15) / 16, pairs_t16_pass, &pk);
+    pairs_t_edges(&pk, 0);
+}
+
+void bf16_strips(uint16_t *dst, Bf16Op b, int K, int NC) {
+    Pack pk = {.dst = dst, .src = b.p, .lds = b.ld, .K = K, .NC = NC, .W = bf16_strip_width(NC)};
+    int nt = pack_threads((double)NC * K), KP = (K + 1) / 2;
+    switch (b.form) {
+    case OP_ROWS32: pack_split(nt, KP, pairs_pass, &pk); break;
+    case OP_ROWS16: pack_split(nt, KP, pairs16_pass, &pk); break;
+    case OP_COLS32:
+    case OP_COLS16:
+        pack_split(nt, (NC & ~15) / 16, b.form == OP_COLS32 ? pairs_t_pass : pairs_t16_pass, &pk);
+        pairs_t_edges(&pk, b.form == OP_COLS32);
+        break;
+    default: CHECKF(0, "bf16_strips: form %d is not a B to pack", (int)b.form);
+    }
 }
 
 // dst (R, 2·kp(K)) = src^T, src (K,R) bf16: by blocks of 16 × 16, which
@@ -246,6 +287,10 @@ void bf16_pairs16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
 }
 void bf16_pairs_t16(uint16_t *dst, const uint16_t *src, int lds, int K, int NC) {
     (void)dst, (void)src, (void)lds, (void)K, (void)NC;
+    NOT_BUILT;
+}
+void bf16_strips(uint16_t *dst, Bf16Op b, int K, int NC) {
+    (void)dst, (void)b, (void)K, (void)NC;
     NOT_BUILT;
 }
 void bf16_rows_t16(uint16_t *dst, int ldd, const uint16_t *src, int lds, int R, int K) {

@@ -157,13 +157,10 @@ static int weight_op(const float *weight, int N, int C, int OC, int form, Bf16Op
         uint16_t *d = mem_grow(&g_held.buf[form], &g_held.bytes[form], MEM_WORKSPACE, n * sizeof(uint16_t));
         if (!d) return -1;
         if (panels) gemm_bf16_panels(d, *op, K, NC);
-        else if (fwd && w16) bf16_pairs_t16(d, w16, C, C, OC);
-        else if (fwd) bf16_pack_pairs_t(d, weight, C, C, OC);
-        else if (w16) bf16_pairs16(d, w16, C, OC, C);
-        else bf16_pack_pairs(d, weight, C, OC, C);
+        else bf16_strips(d, *op, K, NC);
         g_held.have[form] = 1, g_held.OC = OC, g_held.C = C, g_held.panels = panels;
     }
-    *op = panels ? gemm_bf16_panels_at(g_held.buf[form], K, 0, 0) : (Bf16Op){OP_PAIRS16, g_held.buf[form], NC};
+    *op = panels ? gemm_bf16_panels_at(g_held.buf[form], K, 0, 0) : (Bf16Op){OP_STRIPS16, g_held.buf[form], 0};
     return 0;
 }
 
@@ -189,8 +186,7 @@ static int forward_bf16_t(float *out, const float *inp, const uint16_t *x16, con
     uint16_t *b = scratch16((size_t)kp * N * 2);
     float *t = scratch((size_t)ob * N);
     if (!b || !t) return -1;
-    if (x16) bf16_pairs_t16(b, x16, C, C, N);
-    else bf16_pack_pairs_t(b, inp, C, C, N);
+    bf16_strips(b, x16 ? (Bf16Op){OP_COLS16, x16, C} : (Bf16Op){OP_COLS32, inp, C}, C, N);
     for (int o0 = 0; o0 < OC; o0 += ob) {
         int m = OC - o0 < ob ? OC - o0 : ob;
         if (bias) {
@@ -198,7 +194,8 @@ static int forward_bf16_t(float *out, const float *inp, const uint16_t *x16, con
             for (int o = 0; o < m; o++)
                 for (int n = 0; n < N; n++) t[(size_t)o * N + n] = bias[o0 + o];
         }
-        gemm_bf16(m, N, kp, w16 + (size_t)o0 * C, C, b, N, t, N, bias != NULL);
+        gemm_bf16_op(m, N, C, (Bf16Op){OP_PAIRS16, w16 + (size_t)o0 * C, C}, (Bf16Op){OP_STRIPS16, b, 0}, t, N,
+                     bias != NULL, NULL, NULL);
         transpose_add(out + o0, OC, t, N, NULL, m, N);
     }
     return 0;
@@ -219,7 +216,8 @@ static int forward_bf16(float *out, uint16_t *out16, const float *inp, const flo
     uint16_t *room;
     if (weight_op(weight, N, C, OC, FORM_FWD, &b)) return -1;
     if (out16) return gemm_bf16_op16(N, OC, C, a, b, out16, out, OC, bias);   // the tiles need no room
-    size_t na = x16 ? 0 : (size_t)N * 2 * kp, nb = b.form == OP_PAIRS16 ? 0 : (size_t)kp * OC * 2;
+    size_t na = x16 ? 0 : (size_t)N * 2 * kp;
+    size_t nb = b.form == OP_PAIRS16 || b.form == OP_STRIPS16 ? 0 : (size_t)kp * OC * 2;
     if (room_for(na + nb, &room)) return -1;
     return gemm_bf16_op(N, OC, C, a, b, out, OC, 0, bias, room);
 }
@@ -230,7 +228,8 @@ static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N,
     Bf16Op b;
     uint16_t *room;
     if (weight_op(weight, N, C, OC, FORM_DINP, &b)) return -1;
-    if (room_for((size_t)N * 2 * kp + (b.form == OP_PAIRS16 ? 0 : (size_t)kp * C * 2), &room)) return -1;
+    if (room_for((size_t)N * 2 * kp + (b.form == OP_PAIRS16 || b.form == OP_STRIPS16 ? 0 : (size_t)kp * C * 2), &room))
+        return -1;
     return gemm_bf16_op(N, C, OC, (Bf16Op){OP_ROWS32, dout, OC}, b, dinp, C, accumulate, NULL, room);
 }
 
