@@ -120,9 +120,9 @@ static void check_product(int R, int NC, int K) {
 static void test_products(void) {
     check_product(1, 1, 1);
     check_product(37, 45, 67);      // edges everywhere, odd K
-    check_product(70, 100, 801);    // reduction blocks, a narrow last strip
+    check_product(70, 100, 801);    // a narrow last strip, odd K
     check_product(40, 2100, 400);   // column blocks
-    check_product(20, 100, 1100);   // two reduction blocks, a narrow last strip
+    check_product(20, 100, 4200);   // two reduction blocks, a narrow last strip
     check_product(600, 96, 300);    // many rows (B fetched ahead in strips at any row count)
 }
 

@@ -127,10 +127,10 @@ static void test_gemm_bf16(void) {
     check_gemm(30, 70, 0, 0);     // an empty reduction: C = 0
     check_gemm(30, 70, 0, 1);     // ... or unchanged
     check_gemm(9, 1100, 601, 1);  // column blocks of B (six 64-column tiles each), odd K
-    check_gemm(9, 300, 4101, 1);  // the reduction in five blocks of 411 pairs, the last shorter, odd K
+    check_gemm(9, 300, 4101, 1);  // the reduction in two blocks of 1,026 pairs, the last shorter, odd K
     check_gemm(70, 64, 5001, 0);  // a narrow B, a long whole reduction
     check_gemm(300, 260, 96, 1);  // more rows than columns: row tiles outer
-    check_gemm(40, 2100, 400, 1);  // two column blocks of B at a reduction in two blocks
+    check_gemm(40, 2100, 4200, 1);  // two column blocks of B at a reduction in two blocks
     // threads: tiles split differently, the same sums
     int R = 100, NC = 300, K = 400, kp = K / 2;
     float *A = randn((size_t)R * K, 1), *B = randn((size_t)K * NC, 1);
