@@ -239,16 +239,38 @@ void bf16_strips(uint16_t *dst, Bf16Op b, int K, int NC) {
     }
 }
 
-// dst (R, 2·kp(K)) = src^T, src (K,R) bf16: by blocks of 16 × 16, which
-// keep a block's source rows and destination rows in cache.
+// rows_t_pass from bf16: each pair of rows' 16 values interleaved into one
+// vector of pairs, no rounding. Eight column strips at a time: each row of
+// src is read 256 bytes on.
+static void rows_t16_pass(const Pack *pk, int lo, int hi) {
+    const uint16_t *src = pk->src;
+    int lds = pk->lds, ldd = pk->ldd, K32 = pk->K & ~31;
+    for (int s0 = lo; s0 < hi; s0 += 8) {
+        int s1 = s0 + 8 < hi ? s0 + 8 : hi;
+        for (int k0 = 0; k0 < K32; k0 += 32)
+            for (int st = s0; st < s1; st++) {
+                int r0 = 16 * st;
+                __m512i v[16];
+                for (int p = 0; p < 16; p++) {
+                    const uint16_t *e = src + (size_t)(k0 + 2 * p) * lds + r0;
+                    v[p] = bf16_pairs16v(_mm256_loadu_si256((const __m256i *)e),
+                                         _mm256_loadu_si256((const __m256i *)(e + lds)));
+                }
+                bf16_transpose16(v);
+                for (int r = 0; r < 16; r++) _mm512_storeu_si512(pk->dst + (size_t)(r0 + r) * ldd + k0, v[r]);
+            }
+    }
+}
+
 void bf16_rows_t16(uint16_t *dst, int ldd, const uint16_t *src, int lds, int R, int K) {
-    #pragma omp parallel for schedule(static) if (pack_threads((double)R * K) > 1)
-    for (int r0 = 0; r0 < R; r0 += 16)
-        for (int k0 = 0; k0 < K; k0 += 16)
-            for (int r = r0; r < R && r < r0 + 16; r++)
-                for (int k = k0; k < K && k < k0 + 16; k++) dst[(size_t)r * ldd + k] = src[(size_t)k * lds + r];
-    if (K & 1)
-        for (int r = 0; r < R; r++) dst[(size_t)r * ldd + K] = 0;
+    int R16 = R & ~15, K32 = K & ~31;
+    Pack pk = {.dst = dst, .src = src, .ldd = ldd, .lds = lds, .K = K};
+    pack_split(pack_threads((double)R * K), R16 / 16, rows_t16_pass, &pk);
+    for (int r = 0; r < R; r++) {   // the edges, as bf16_pack_rows_t's
+        uint16_t *d = dst + (size_t)r * ldd;
+        for (int k = r < R16 ? K32 : 0; k < K; k++) d[k] = src[(size_t)k * lds + r];
+        if (K & 1) d[K] = 0;
+    }
 }
 
 void bf16_round_row(uint16_t *dst, const float *src, size_t n) {

@@ -473,7 +473,7 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
     }
 }
 
-int matmul_grad16(void) { return g_bf16 && gemm_bf16_unit() == BF16_AMX; }
+int matmul_grad16(void) { return g_bf16 && gemm_bf16_own(); }
 
 // linear_backward on dout widened, where the tiles could not run a product.
 static void backward_widened(float *dinp, float *dweight, const uint16_t *dout, int ld, const float *inp,
@@ -496,9 +496,11 @@ void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld
     }
     double t0 = prof_begin();
     Bf16Op b;
+    uint16_t *room;
     if (dinp) {   // dinp (N,C) (+)= dout (N,OC) · weight (OC,C): A dout's rows as they lie
         if (weight_op(weight, N, C, OC, FORM_DINP, &b) ||
-            gemm_bf16_op(N, C, OC, (Bf16Op){OP_PAIRS16, dout, ld}, b, dinp, C, accumulate, NULL, NULL)) {
+            room_for(b.form == OP_ROWS16 || b.form == OP_ROWS32 ? (size_t)pairs(OC) * C * 2 : 0, &room) ||
+            gemm_bf16_op(N, C, OC, (Bf16Op){OP_PAIRS16, dout, ld}, b, dinp, C, accumulate, NULL, room)) {
             backward_widened(dinp, dweight, dout, ld, inp, weight, N, C, OC, accumulate);
             return;
         }
@@ -510,7 +512,8 @@ void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld
         SqMarks sq = take_sumsq(dweight, (size_t)OC * C);
         const uint16_t *x16 = matmul_input16(inp, (size_t)N * C);
         b = x16 ? (Bf16Op){OP_ROWS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C};
-        if (gemm_bf16_op_sq(OC, C, N, (Bf16Op){OP_COLS16, dout, ld}, b, dweight, C, !fresh, NULL, NULL, sq.at)) {
+        if (room_for((size_t)OC * 2 * pairs(N) + (size_t)pairs(N) * C * 2, &room) ||
+            gemm_bf16_op_sq(OC, C, N, (Bf16Op){OP_COLS16, dout, ld}, b, dweight, C, !fresh, NULL, room, sq.at)) {
             if (fresh) matmul_grad_fresh(dweight);   // untouched: the widened product writes it
             sumsq_again(&sq);
             backward_widened(NULL, dweight, dout, ld, inp, weight, N, C, OC, accumulate);

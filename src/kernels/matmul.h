@@ -137,8 +137,10 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
                      const float *inp, const float *weight, int N, int C, int OC, int accumulate);
 
 // Whether linear_backward16 reads a bf16 output gradient as it lies: under
-// matmul_set_bf16 on the tiles, whose panels read rows or columns of bf16
-// (the vector units would first copy it into their layouts).
+// matmul_set_bf16 where the bf16 kernel is built in — the tiles' panels
+// read its rows or columns, the vector units its rows as the input
+// gradient's A and its transpose packed for the weight gradient's (from
+// half the bytes the floats would take).
 int matmul_grad16(void);
 // linear_backward (no bias) from an output gradient already in bf16: dout
 // (N,OC) rows ld values apart, OC even. The bits of linear_backward on the

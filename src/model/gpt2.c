@@ -153,7 +153,7 @@ static void block_backward(const BlockRun *r) {
     linear_backward(dfch, g[PROJ_W], g[PROJ_B], arch_rows_of_dres(r, r->scr[S_DY]), a[A_FCH_GELU], w[PROJ_W], N,
                     d->Fl, C, 0);
     if (r->in16 && r->in16[A_FCH] && matmul_grad16() && d->Fl % 2 == 0) {
-        // the tiles round d(fc output) to bf16 as they pack it: it leaves GELU's pass in bf16, with the bias's sums
+        // the bf16 units' packers round d(fc output) to bf16: it leaves GELU's pass in bf16, with the bias's sums
         gelu_backward16_rows(dfch, g[FC_B], r->in16[A_FCH], N, d->Fl);
         linear_backward16(dbtc, g[FC_W], (const uint16_t *)dfch, 2 * d->Fl, a[A_LN2], w[FC_W], N, C, d->Fl, 0);
     } else {

@@ -146,7 +146,7 @@ void llama_block_backward(const BlockRun *r) {
     // MLP: res3 = res2 + swiglu(rmsnorm(res2)·[Wg;Wu])·Wd
     linear_backward(dh, g[DOWN_W], NULL, arch_rows_of_dres(r, r->scr[S_DY]), a[A_H], w[DOWN_W], N, d->Fl, C, 0);
     if (r->in16 && r->in16[A_GU] && matmul_grad16()) {
-        // the tiles round d(gate, up) to bf16 as they pack it: it leaves SwiGLU's pass in bf16, in dgu's room
+        // the bf16 units' packers round d(gate, up) to bf16: it leaves SwiGLU's pass in bf16, in dgu's room
         uint16_t *dgu16 = (uint16_t *)dgu;
         swiglu_backward16_rows(dgu16, r->in16[A_GU], dh, N, d->Fl);
         linear_backward16(dbtc, g[GATE_W], dgu16, 2 * d->Fl, a[A_LN2], w[GATE_W], N, C, 2 * d->Fl, 0);

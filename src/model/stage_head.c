@@ -67,7 +67,7 @@ double stage_head_forward(Stage *s, Slot *sl, const LocalDims *d, int first, con
     // gradient into the final norm's output and the head, chunk by chunk.
     // The chunks are as even as the logits buffer allows (2048 rows in 7
     // chunks of 293 or fewer, not 6 of 333 and a GEMM of 50 rows).
-    // On the tiles the logits' gradient is written in bf16, each row in the
+    // On the bf16 units the logits' gradient is written in bf16, each row in the
     // first half of its own (half the bytes written and read twice, the
     // products' operands as they would round the floats).
     int nchunk = (N + a->head_rows - 1) / a->head_rows, per = (N + nchunk - 1) / nchunk;

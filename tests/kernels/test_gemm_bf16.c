@@ -402,10 +402,10 @@ static void test_hold(void) {
 // The packers from bf16 values give the bits the fp32 packers give on the
 // same values, across full vectors, edges and odd K.
 static void test_pack16(void) {
-    int Ks[] = {37, 64, 65}, NCs[] = {35, 64, 70};
+    int Ks[] = {37, 64, 65}, NCs[] = {35, 64, 70, 150};   // 150: rows_t's groups of 8 strips, and a partial one
     for (int ki = 0; ki < 3; ki++)
-        for (int ni = 0; ni < 3; ni++) {
-            int K = Ks[ki], NC = NCs[ni], kp = (K + 1) / 2, ld = 72;
+        for (int ni = 0; ni < 4; ni++) {
+            int K = Ks[ki], NC = NCs[ni], kp = (K + 1) / 2, ld = 152;
             size_t n = (size_t)(K > NC ? K : NC) * ld;
             float *f = randn(n, 1);
             uint16_t *h = malloc(n * sizeof *h);
@@ -418,6 +418,9 @@ static void test_pack16(void) {
             bf16_pack_pairs_t(p1, f, ld, K, NC);
             bf16_pairs_t16(p2, h, ld, K, NC);
             EXPECT(!memcmp(p1, p2, np * sizeof *p1), "bf16_pairs_t16 K=%d NC=%d", K, NC);
+            bf16_pack_rows_t(p1, 2 * kp, f, ld, NC, K);   // A (NC, K) from src (K, NC): as many values
+            bf16_rows_t16(p2, 2 * kp, h, ld, NC, K);
+            EXPECT(!memcmp(p1, p2, np * sizeof *p1), "bf16_rows_t16 R=%d K=%d", NC, K);
             free(f); free(h); free(p1); free(p2);
         }
 }
