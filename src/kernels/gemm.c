@@ -3,12 +3,15 @@
 #include <cblas.h>
 #include <omp.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "kernels/threads.h"
 #include "kernels/vmath_impl.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+
+#include "kernels/bf16_impl.h"
 
 int gemm_own(void) { return 1; }
 
@@ -25,6 +28,7 @@ typedef struct Tile {
     int pfl;
     const float *pc;   // the next tile of C to prefetch (NULL: none)
     const float *pa;   // the next row tile of A to prefetch (NULL: none), mr rows lda apart
+    double *sq;        // or NULL: the sum of squares of the sums the tile stores (tile_reg_squares)
 } Tile;
 
 // The k-steps of a tile, each B vector loaded by LOAD, with the prefetches
@@ -66,6 +70,7 @@ typedef struct Tile {
         _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                               \
                 _mm512_mask_storeu_ps(C + (size_t)i * ldc + 16 * v, m[v], c[i][v]);                            \
+        if (t->sq) *t->sq = tile_reg_squares_##NV(c, mr);                                                      \
     }
 
 GEMM_TILE(2, 12)
@@ -91,7 +96,8 @@ enum { GEMM_KC = 256 };   // reduction block when B is wide: 256 rows of a panel
 typedef struct Block {
     const float *A, *B;
     float *C;
-    int R, NC, lda, ldb, ldc, p0, kc, load, MR, NR, rt, ct, rows_outer;
+    int R, NC, lda, ldb, ldc, p0, kc, load, last, MR, NR, rt, ct, rows_outer;
+    double *part;   // or NULL: each tile's sum of squares of C as the last block leaves it, by tile index
     TileFn fn;
 } Block;
 
@@ -102,7 +108,8 @@ static void block_tiles(const Block *b, long lo, long hi) {
     for (long x = lo; x < hi; x++) {
         int i = (int)(b->rows_outer ? x / ct : x % rt) * MR, j = (int)(b->rows_outer ? x % ct : x / rt) * NR;
         Tile t = {.A = b->A + (size_t)i * lda + p0, .B = b->B + (size_t)p0 * ldb + j, .C = b->C + (size_t)i * ldc + j,
-                  .lda = lda, .ldb = ldb, .ldc = ldc, .kc = kc, .nr = NC - j < NR ? NC - j : NR, .load = b->load};
+                  .lda = lda, .ldb = ldb, .ldc = ldc, .kc = kc, .nr = NC - j < NR ? NC - j : NR, .load = b->load,
+                  .sq = b->part && b->last ? &b->part[x] : NULL};
         // Columns outer: the row tiles of a panel fetch, one cache line per k, the next panel
         // of B (NV lines in each of kc rows ldb apart, a pattern the hardware prefetcher
         // follows poorly), the first tile the first kc lines, the second the next kc, ...
@@ -120,15 +127,9 @@ static void block_tiles(const Block *b, long lo, long hi) {
     }
 }
 
-void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
-             int accumulate) {
-    if (R <= 0 || NC <= 0) return;
-    if (K <= 0) {   // an empty reduction: C = 0, or unchanged
-        if (!accumulate)
-            for (int i = 0; i < R; i++)
-                for (int j = 0; j < NC; j++) C[(size_t)i * ldc + j] = 0.0f;
-        return;
-    }
+int gemm_nn_sq(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+               int accumulate, double *sq) {
+    if (R <= 0 || NC <= 0 || K <= 0) return -1;
     // The tile width (32, 48 or 64 columns) that wastes the fewest lanes on NC, the widest on a tie.
     int nv = 4, waste = 1 << 30;
     for (int v = 4; v >= 2; v--) {
@@ -141,6 +142,7 @@ void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int 
     int KC = (double)K * NC <= 262144 ? K : GEMM_KC;
     b.rt = (R + b.MR - 1) / b.MR, b.ct = (NC + b.NR - 1) / b.NR;
     long tiles = (long)b.rt * b.ct;
+    if (sq && !(b.part = malloc((size_t)tiles * sizeof *b.part))) return -1;
     // The operand read from memory is walked once: row tiles outer when A is the larger
     // (each A tile stays in L1 across the columns), column panels outer when B is.
     b.rows_outer = (double)R * K >= (double)K * NC;
@@ -148,7 +150,7 @@ void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int 
     if ((double)R * NC * K < 4e6) nt = 1;   // a small product is not worth waking threads
     if (nt > tiles) nt = (int)tiles;
     for (b.p0 = 0; b.p0 < K; b.p0 += KC) {
-        b.kc = K - b.p0 < KC ? K - b.p0 : KC, b.load = accumulate || b.p0 > 0;
+        b.kc = K - b.p0 < KC ? K - b.p0 : KC, b.load = accumulate || b.p0 > 0, b.last = b.p0 + KC >= K;
         if (nt == 1) {   // not even an inactive parallel region: a team's setup costs microseconds a call
             block_tiles(&b, 0, tiles);
             continue;
@@ -159,6 +161,20 @@ void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int 
             block_tiles(&b, tiles * th / n, tiles * (th + 1) / n);   // a contiguous share of the tiles
         }
     }
+    bf16_sum_parts(b.part, tiles, sq);   // by tile index: the same for every thread count
+    return 0;
+}
+
+void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+             int accumulate) {
+    if (R <= 0 || NC <= 0) return;
+    if (K <= 0) {   // an empty reduction: C = 0, or unchanged
+        if (!accumulate)
+            for (int i = 0; i < R; i++)
+                for (int j = 0; j < NC; j++) C[(size_t)i * ldc + j] = 0.0f;
+        return;
+    }
+    gemm_nn_sq(R, NC, K, A, lda, B, ldb, C, ldc, accumulate, NULL);
 }
 
 // dst (8 rows, ldd apart) = the 8×8 block of src (8 rows, lds apart) transposed, + b (8) per row.
@@ -218,6 +234,12 @@ void transpose_add(float *dst, int ldd, const float *src, int lds, const float *
 #else   // no AVX-512: CBLAS, and a plain transpose
 
 int gemm_own(void) { return 0; }
+
+int gemm_nn_sq(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+               int accumulate, double *sq) {
+    (void)R, (void)NC, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc, (void)accumulate, (void)sq;
+    return -1;
+}
 
 void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
              int accumulate) {

@@ -27,6 +27,14 @@ int gemm_own(void);
 // it runs without entering OpenMP at all).
 void gemm_nn(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
              int accumulate);
+// gemm_nn, and *sq = the sum of squares (float64) of C as the product
+// leaves it, each tile's taken from its registers as it is stored last and
+// the tiles' added in tile order, the same for every thread count (a weight
+// gradient's part of the gradient norm). 0, or -1 with nothing done where
+// the kernel is not built in, the product is empty or the tiles' sums have
+// no room: the caller runs gemm_nn.
+int gemm_nn_sq(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+               int accumulate, double *sq);
 
 // dst (C,R) = src (R,C)^T, + bias (R) per row of dst when bias is not NULL
 // (dst[c][r] = src[r][c] + bias[r]); ldd/lds the row strides.

@@ -49,29 +49,6 @@ typedef struct TileH {
     int pfb;             // pairs ahead that B's rows are prefetched (0: none)
 } TileH;
 
-// The sum of squares of a tile's sums, taken from its registers as they are
-// stored (read back from C, each masked store waits to be forwarded, and one
-// chain of float64 adds made it 7% of a bf16 step at 256 rows): a chain per
-// column vector and half, over the rows, then the chains added in order.
-// Lanes past nr hold 0 (B's and C's lanes there are read as 0).
-#define BF16_TILE_SQUARES(NV)                                                                                 \
-    if (t->sq) {                                                                                               \
-        __m512d s[2 * NV];                                                                                     \
-        _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NV; v++) s[v] = _mm512_setzero_pd();                    \
-        _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                             \
-                __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(c[i][v]));                                 \
-                __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c[i][v]), 1))); \
-                s[2 * v] = _mm512_fmadd_pd(lo, lo, s[2 * v]);                                                  \
-                s[2 * v + 1] = _mm512_fmadd_pd(hi, hi, s[2 * v + 1]);                                          \
-            }                                                                                                  \
-        _Pragma("GCC unroll 8") for (int v = 1; v < 2 * NV; v++) s[0] = _mm512_add_pd(s[0], s[v]);             \
-        double l[8], sum = 0;                                                                                  \
-        _mm512_storeu_pd(l, s[0]);                                                                             \
-        for (int k = 0; k < 8; k++) sum += l[k];                                                               \
-        *t->sq = sum;                                                                                          \
-    }
-
 #define BF16_TILE(NV, MRMAX)                                                                                   \
     static inline __attribute__((always_inline)) void tile##NV(int mr, const TileH *t) {                       \
         const uint16_t *A = t->A, *B = t->B;                                                                   \
@@ -106,7 +83,7 @@ typedef struct TileH {
         _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                               \
                 _mm512_mask_storeu_ps(C + (size_t)i * ldc + 16 * v, m[v], c[i][v]);                            \
-        BF16_TILE_SQUARES(NV)                                                                                  \
+        if (t->sq) *t->sq = tile_reg_squares_##NV(c, mr);                                                      \
     }
 
 BF16_TILE(2, 12)

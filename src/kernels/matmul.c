@@ -419,8 +419,10 @@ static void dinp_fp32(float *dinp, const float *dout, const float *weight, int N
                     accumulate ? 1.0f : 0.0f, dinp, C);
 }
 
-// dweight (OC,C) (+)= dout^T (OC,N) · inp (N,C) in fp32; on gemm_pack, with sq
-// given, *sq = dweight's sum of squares as it is stored (else left as it was).
+// dweight (OC,C) (+)= dout^T (OC,N) · inp (N,C) in fp32; on gemm_pack or the
+// own kernel, with sq given, *sq = dweight's sum of squares as it is stored
+// (the own kernel's blocks of output channels added in order; else left as
+// it was).
 static void dweight_fp32(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate,
                          double *sq) {
     int path = matmul_fp32_path(PROD_DWEIGHT, N, C, OC);
@@ -433,11 +435,20 @@ static void dweight_fp32(float *dweight, const float *dout, const float *inp, in
         return;
     }
     // by blocks of output channels, each block of dout transposed first so that it is the broadcast operand
+    double total = 0;
+    int summed = sq != NULL;
     for (int o0 = 0; o0 < OC; o0 += OWN_OC_BLOCK) {
         int ob = OC - o0 < OWN_OC_BLOCK ? OC - o0 : OWN_OC_BLOCK;
+        double part = 0;
+        float *dw = dweight + (size_t)o0 * C;
         transpose_add(s, N, dout + o0, OC, NULL, N, ob);
-        gemm_nn(ob, C, N, s, N, inp, C, dweight + (size_t)o0 * C, C, accumulate);
+        if (!summed || gemm_nn_sq(ob, C, N, s, N, inp, C, dw, C, accumulate, &part)) {
+            gemm_nn(ob, C, N, s, N, inp, C, dw, C, accumulate);
+            summed = 0;
+        }
+        total += part;
     }
+    if (summed) *sq = total;
 }
 
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -98,8 +98,9 @@ int matmul_grads_unwritten(void);
 
 // A weight gradient whose next linear_backward is its last write of the
 // step, *sq negative: where that product runs on the bf16 units, or in
-// fp32 on kernels/gemm_pack (matmul_fp32_sumsq), it stores the gradient's
-// sum of squares (float64, gemm_bf16_op_sq or gemm_pack; never negative)
+// fp32 on kernels/gemm_pack or the own kernel (matmul_fp32_sumsq), it
+// stores the gradient's sum of squares (float64, gemm_bf16_op_sq,
+// gemm_pack or gemm_nn_sq; never negative)
 // in *sq as it writes it, so the gradient norm need not read it again;
 // other paths leave *sq as it was. One product may write neighbouring
 // marked tensors at once (LLaMA's q, k and v): the first one's *sq gets
@@ -109,7 +110,7 @@ void matmul_grad_sumsq(float *dweight, double *sq);
 void matmul_grad_sumsq_clear(void);
 // 1 where the fp32 weight gradient of a layer of N rows, input width C and
 // output width OC takes its sum of squares so (its product on
-// kernels/gemm_pack), else 0.
+// kernels/gemm_pack or kernels/gemm), else 0.
 int matmul_fp32_sumsq(int N, int C, int OC);
 
 // Measured SGEMM throughput in GFLOP/s on n×n×n products with the current

@@ -102,7 +102,10 @@ int matmul_fp32_path(int product, int N, int C, int OC) {
     return PATH_DNNL;
 }
 
-int matmul_fp32_sumsq(int N, int C, int OC) { return matmul_fp32_path(PROD_DWEIGHT, N, C, OC) == PATH_PACK; }
+int matmul_fp32_sumsq(int N, int C, int OC) {
+    int path = matmul_fp32_path(PROD_DWEIGHT, N, C, OC);
+    return path == PATH_PACK || path == PATH_OWN;
+}
 
 // The BLAS and, where oneDNN or the own packed kernel runs some of the fp32
 // products, which.

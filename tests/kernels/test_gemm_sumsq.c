@@ -110,12 +110,38 @@ static void on_unit(void) {
     RUN(test_marks);
 }
 
-// In fp32 a weight gradient's product on kernels/gemm_pack (Intel's cores:
-// matmul_fp32_sumsq) takes the sum, equal to a float64 pass over what it
-// left; the others (OpenBLAS, oneDNN, the own kernel) take none and leave
-// the sum as it was. Either way the mark is used up, and a clear drops a
-// mark no product met.
+// In fp32 a weight gradient's product on kernels/gemm_pack (Intel's cores)
+// or the own kernel (elsewhere, at few rows: matmul_fp32_sumsq) takes the
+// sum, equal to a float64 pass over what it left and the same on 1 and 2
+// threads; the others (OpenBLAS, oneDNN) take none and leave the sum as it
+// was. Either way the mark is used up, and a clear drops a mark no product
+// met.
+static void check_fp32_sq(int N, int C, int OC) {
+    int prev = matmul_set_bf16(0), saved = kernels_threads();
+    float *x = randn((size_t)N * C, 1), *dy = randn((size_t)N * OC, 1), *dw = calloc((size_t)OC * C, sizeof *dw);
+    double s[2] = {-1, -1};
+    for (int t = 0; t < 2; t++) {
+        kernels_set_threads(t + 1);
+        matmul_grad_fresh(dw);   // written, not added to: both runs leave the same gradient
+        matmul_grad_sumsq(dw, &s[t]);
+        linear_backward(NULL, dw, NULL, dy, x, NULL, N, C, OC, 0);
+    }
+    kernels_set_threads(saved);
+    if (matmul_fp32_sumsq(N, C, OC)) {
+        double want = squares64(dw, OC, C, C);
+        EXPECT(fabs(s[0] - want) <= 1e-12 * want, "N=%d C=%d OC=%d: the sum of squares %.17g, a float64 pass %.17g",
+               N, C, OC, s[0], want);
+        EXPECT(s[0] == s[1], "N=%d C=%d OC=%d: %.17g on 1 thread, %.17g on 2", N, C, OC, s[0], s[1]);
+    } else
+        EXPECT(s[0] == -1 && s[1] == -1, "N=%d C=%d OC=%d: an fp32 product that takes none set the sum to %g", N, C,
+               OC, s[0]);
+    matmul_set_bf16(prev);
+    free(x); free(dy); free(dw);
+}
+
 static void test_fp32(void) {
+    check_fp32_sq(64, 256, 300);    // threads split the tiles; a last block of output channels
+    check_fp32_sq(1000, 768, 200);  // past the own kernel's rows: the BLAS or oneDNN where they run it
     int prev = matmul_set_bf16(0), N = 8, C = 16, OC = 24;
     float *x = randn((size_t)N * C, 1), *w = randn((size_t)OC * C, 1), *dy = randn((size_t)N * OC, 1);
     float *dw = randn((size_t)OC * C, 1);
@@ -124,9 +150,9 @@ static void test_fp32(void) {
     linear_backward(NULL, dw, NULL, dy, x, w, N, C, OC, 0);
     if (matmul_fp32_sumsq(N, C, OC)) {
         double want = squares64(dw, OC, C, C);
-        EXPECT(fabs(s - want) <= 1e-12 * want, "gemm_pack's sum of squares %.17g, a float64 pass %.17g", s, want);
+        EXPECT(fabs(s - want) <= 1e-12 * want, "the product's sum of squares %.17g, a float64 pass %.17g", s, want);
     } else
-        EXPECT(s == -1, "an fp32 product off gemm_pack set the sum of squares to %g", s);
+        EXPECT(s == -1, "an fp32 product that takes no sum set it to %g", s);
     s = -1;
     linear_backward(NULL, dw, NULL, dy, x, w, N, C, OC, 0);
     EXPECT(s == -1, "a used mark was used again (%g)", s);
