@@ -90,8 +90,9 @@ static int key_align(const HeadB *h) { return h->panels ? 32 : 2; }
 // the largest A (a block's queries, probabilities or dS rows; dS^T and P^T
 // over the keys), then a block's queries or output gradients as B.
 static size_t room_len(int T, int HS) {
-    size_t a = (size_t)ATT_BQ * 2 * kp(T > HS ? T : HS), at = (size_t)T * 2 * kp(ATT_BQ);
-    return (a > at ? a : at) + (size_t)kp(ATT_BQ) * HS * 2 + 32;
+    size_t a = gemm_bf16_room(ATT_BQ, 0, T > HS ? T : HS, OP_ROWS32, OP_PAIRS16);
+    size_t at = gemm_bf16_room(T, 0, ATT_BQ, OP_ROWS32, OP_PAIRS16);
+    return (a > at ? a : at) + gemm_bf16_room(0, HS, ATT_BQ, OP_PAIRS16, OP_ROWS32) + 32;
 }
 
 // Per-thread bf16 scratch (in values) for head size HS and T positions:

@@ -110,6 +110,7 @@ static void tiles4(int mr, const TileH *t) { switch (mr) { T(4, 6) T(4, 5) T(4, 
 // weight gradient: A, 100 MB, is read once per column block; 5% faster,
 // where the others run 1-3% slower with 512).
 enum {
+    BF16_ROW_PAD = 32,              // values past a packed A row's pairs (gemm_bf16_room)
     BF16_KPMAX = 2048,              // the longest reduction block (pairs): a tile's strip of B at most 512 KiB
     BF16_BLOCK = 384 << 10,         // bytes of packed B a column block holds, about: under half a core's L2
     BF16_BLOCK_TALL = 512 << 10,    // the same where C is BF16_TALL times taller than wide, or more
@@ -250,11 +251,11 @@ int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc,
     int lda = a.ld, ldb = b.ld;
     if (a.form != OP_PAIRS16) {
         if (!room) return -1;
-        if (a.form == OP_ROWS32) bf16_pack_rows(room, 2 * KP, a.p, a.ld, R, K);
-        else if (a.form == OP_COLS32) bf16_pack_rows_t(room, 2 * KP, a.p, a.ld, R, K);
-        else if (a.form == OP_COLS16) bf16_rows_t16(room, 2 * KP, a.p, a.ld, R, K);
+        if (a.form == OP_ROWS32) bf16_pack_rows(room, 2 * KP + BF16_ROW_PAD, a.p, a.ld, R, K);
+        else if (a.form == OP_COLS32) bf16_pack_rows_t(room, 2 * KP + BF16_ROW_PAD, a.p, a.ld, R, K);
+        else if (a.form == OP_COLS16) bf16_rows_t16(room, 2 * KP + BF16_ROW_PAD, a.p, a.ld, R, K);
         else CHECKF(0, "gemm_bf16_op: form %d is not an A operand", (int)a.form);
-        A = room, lda = 2 * KP, room += (size_t)R * 2 * KP;
+        A = room, lda = 2 * KP + BF16_ROW_PAD, room += (size_t)R * lda;
     }
     int strips = b.form == OP_STRIPS16;
     if (b.form != OP_PAIRS16 && !strips) {
@@ -264,6 +265,11 @@ int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc,
     }
     gemm_run(R, NC, KP, A, lda, Bp, ldb, strips, C, ldc, accumulate, bias, sq);
     return 0;
+}
+
+size_t gemm_bf16_room(int R, int NC, int K, Bf16Form a, Bf16Form b) {
+    size_t kp = (size_t)(K + 1) / 2, n = a == OP_PAIRS16 ? 0 : (size_t)R * (2 * kp + BF16_ROW_PAD);
+    return n + (b == OP_PAIRS16 || b == OP_STRIPS16 || b == OP_PANELS ? 0 : kp * NC * 2);
 }
 
 int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
@@ -342,6 +348,10 @@ size_t gemm_bf16_panels_len(int K, int NC) {
 int bf16_strip_width(int NC) {
     (void)NC;
     NOT_BUILT;
+    return 0;
+}
+size_t gemm_bf16_room(int R, int NC, int K, Bf16Form a, Bf16Form b) {
+    (void)R, (void)NC, (void)K, (void)a, (void)b;
     return 0;
 }
 void gemm_bf16_panels(uint16_t *dst, Bf16Op b, int K, int NC) {

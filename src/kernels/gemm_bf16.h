@@ -66,12 +66,18 @@ typedef struct {
 } Bf16Op;
 
 // C (R,NC) = [bias +] A (R,K) · B (K,NC) [+ C when accumulate], the bits of
-// gemm_bf16 on the same values rounded to bf16. room: R·2·kp(K) values for
-// an A not in pairs, then kp(K)·NC·2 for a B not in pairs, read only on the
-// vector units (NULL where the caller knows none is needed). 0, or -1 with C
-// untouched where room is wanting or the vector units meet panels.
+// gemm_bf16 on the same values rounded to bf16. room: gemm_bf16_room's
+// values, read only on the vector units (NULL where the caller knows none
+// is needed). 0, or -1 with C untouched where room is wanting or the vector
+// units meet panels.
 int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate, const float *bias,
                  uint16_t *room);
+// The room (bf16 values) gemm_bf16_op packs operands in these forms into
+// on the vector units: for an A not in pairs R rows of 2·kp(K) + 32 (64
+// bytes past the pairs, so that at a K of a multiple of 128 the rows do not
+// all fall on the same L1 sets: the transposing packer wrote them at half
+// the speed), then kp(K)·NC·2 for a B not in pairs or strips.
+size_t gemm_bf16_room(int R, int NC, int K, Bf16Form a, Bf16Form b);
 // gemm_bf16_op, and with sq given, *sq = the sum of squares (float64) of C's
 // values as the product leaves them, each tile's read as it is stored (the
 // pass a weight gradient's norm would make after its last product): tiles'

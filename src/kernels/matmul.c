@@ -207,7 +207,6 @@ static int forward_bf16_t(float *out, const float *inp, const uint16_t *x16, con
 // is not to be had (or out16 cannot be written so).
 static int forward_bf16(float *out, uint16_t *out16, const float *inp, const float *weight, const float *bias, int N,
                         int C, int OC) {
-    int kp = pairs(C);
     const uint16_t *w16 = weight == g_held.w ? NULL : matmul_bound16(weight, (size_t)OC * C);
     const uint16_t *x16 = C % 2 == 0 ? matmul_input16(inp, (size_t)N * C) : NULL;   // rows of 2·kp values already
     if (w16 && C % 2 == 0 && 2 * N < C) return out16 ? -1 : forward_bf16_t(out, inp, x16, w16, bias, N, C, OC);
@@ -216,20 +215,16 @@ static int forward_bf16(float *out, uint16_t *out16, const float *inp, const flo
     uint16_t *room;
     if (weight_op(weight, N, C, OC, FORM_FWD, &b)) return -1;
     if (out16) return gemm_bf16_op16(N, OC, C, a, b, out16, out, OC, bias);   // the tiles need no room
-    size_t na = x16 ? 0 : (size_t)N * 2 * kp;
-    size_t nb = b.form == OP_PAIRS16 || b.form == OP_STRIPS16 ? 0 : (size_t)kp * OC * 2;
-    if (room_for(na + nb, &room)) return -1;
+    if (room_for(gemm_bf16_room(N, OC, C, a.form, b.form), &room)) return -1;
     return gemm_bf16_op(N, OC, C, a, b, out, OC, 0, bias, room);
 }
 
 // dinp (N,C) (+)= bf16(dout) (N,OC) · bf16(weight) (OC,C).
 static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N, int C, int OC, int accumulate) {
-    int kp = pairs(OC);
     Bf16Op b;
     uint16_t *room;
     if (weight_op(weight, N, C, OC, FORM_DINP, &b)) return -1;
-    if (room_for((size_t)N * 2 * kp + (b.form == OP_PAIRS16 || b.form == OP_STRIPS16 ? 0 : (size_t)kp * C * 2), &room))
-        return -1;
+    if (room_for(gemm_bf16_room(N, C, OC, OP_ROWS32, b.form), &room)) return -1;
     return gemm_bf16_op(N, C, OC, (Bf16Op){OP_ROWS32, dout, OC}, b, dinp, C, accumulate, NULL, room);
 }
 
@@ -237,11 +232,10 @@ static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N,
 // transposed, B the input's rows (its bf16 values where it is bound).
 static int dweight_bf16(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate,
                         double *sq) {
-    int kp = pairs(N);
     const uint16_t *x16 = matmul_input16(inp, (size_t)N * C);
     Bf16Op b = x16 ? (Bf16Op){OP_ROWS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C};
     uint16_t *room;
-    if (room_for((size_t)OC * 2 * kp + (size_t)kp * C * 2, &room)) return -1;
+    if (room_for(gemm_bf16_room(OC, C, N, OP_COLS32, b.form), &room)) return -1;
     return gemm_bf16_op_sq(OC, C, N, (Bf16Op){OP_COLS32, dout, OC}, b, dweight, C, accumulate, NULL, room, sq);
 }
 
@@ -510,7 +504,7 @@ void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld
     uint16_t *room;
     if (dinp) {   // dinp (N,C) (+)= dout (N,OC) · weight (OC,C): A dout's rows as they lie
         if (weight_op(weight, N, C, OC, FORM_DINP, &b) ||
-            room_for(b.form == OP_ROWS16 || b.form == OP_ROWS32 ? (size_t)pairs(OC) * C * 2 : 0, &room) ||
+            room_for(gemm_bf16_room(N, C, OC, OP_PAIRS16, b.form), &room) ||
             gemm_bf16_op(N, C, OC, (Bf16Op){OP_PAIRS16, dout, ld}, b, dinp, C, accumulate, NULL, room)) {
             backward_widened(dinp, dweight, dout, ld, inp, weight, N, C, OC, accumulate);
             return;
@@ -523,7 +517,7 @@ void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld
         SqMarks sq = take_sumsq(dweight, (size_t)OC * C);
         const uint16_t *x16 = matmul_input16(inp, (size_t)N * C);
         b = x16 ? (Bf16Op){OP_ROWS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C};
-        if (room_for((size_t)OC * 2 * pairs(N) + (size_t)pairs(N) * C * 2, &room) ||
+        if (room_for(gemm_bf16_room(OC, C, N, OP_COLS16, b.form), &room) ||
             gemm_bf16_op_sq(OC, C, N, (Bf16Op){OP_COLS16, dout, ld}, b, dweight, C, !fresh, NULL, room, sq.at)) {
             if (fresh) matmul_grad_fresh(dweight);   // untouched: the widened product writes it
             sumsq_again(&sq);

@@ -87,7 +87,7 @@ static void check_product(int R, int NC, int K) {
     size_t n = (size_t)R * ldc;
     float *ref = malloc(n * sizeof *ref), *c = malloc(n * sizeof *c);
     uint16_t *pairs = calloc((size_t)kp * NC * 2, sizeof *pairs), *strips = calloc((size_t)kp * NC * 2, sizeof *strips);
-    uint16_t *room = calloc((size_t)R * 2 * kp + (size_t)kp * NC * 2, sizeof *room);
+    uint16_t *room = calloc(gemm_bf16_room(R, NC, K, OP_ROWS32, OP_ROWS32), sizeof *room);
     bf16_pack_pairs(pairs, f.rows, f.ld, K, NC);
     bf16_strips(strips, (Bf16Op){OP_COLS16, f.cols16, f.ldt}, K, NC);
     Bf16Op a = {OP_ROWS32, A, K};

@@ -169,7 +169,7 @@ static void check_forms(int R, int NC, int K) {
             B16[(size_t)k * ldb + n] = Bt16[(size_t)n * ldbt + k] = f32_to_bf16(B[(size_t)k * ldb + n]);
         }
     uint16_t *a = calloc((size_t)R * 2 * kp, sizeof *a), *b = calloc((size_t)kp * NC * 2, sizeof *b);
-    uint16_t *room = calloc((size_t)R * 2 * kp + (size_t)kp * NC * 2, sizeof *room);
+    uint16_t *room = calloc(gemm_bf16_room(R, NC, K, OP_ROWS32, OP_ROWS32), sizeof *room);
     int amx = gemm_bf16_unit() == BF16_AMX;
     uint16_t *pan = amx ? calloc(gemm_bf16_panels_len(K, NC), sizeof *pan) : NULL;
     bf16_pack_rows(a, 2 * kp, A, lda, R, K);

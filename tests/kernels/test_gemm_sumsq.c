@@ -27,11 +27,11 @@ static double squares64(const float *c, int R, int NC, int ldc) {
 // transposed from fp32, B fp32 rows), rows ldc > NC apart (the padding
 // random, to be left out): sq on 1 and 2 threads.
 static void check_sq(int R, int NC, int K, int acc) {
-    int kp = (K + 1) / 2, ldc = NC + 3, saved = kernels_threads();
+    int ldc = NC + 3, saved = kernels_threads();
     float *At = randn((size_t)K * R, 1), *B = randn((size_t)K * NC, 1), *C0 = randn((size_t)R * ldc, 1);
     size_t n = (size_t)R * ldc;
     float *ref = malloc(n * sizeof *ref), *c = malloc(n * sizeof *c);
-    uint16_t *room = calloc((size_t)R * 2 * kp + (size_t)kp * NC * 2, sizeof *room);
+    uint16_t *room = calloc(gemm_bf16_room(R, NC, K, OP_ROWS32, OP_ROWS32), sizeof *room);
     Bf16Op a = {OP_COLS32, At, R}, b = {OP_ROWS32, B, NC};
     memcpy(ref, C0, n * sizeof *ref);
     EXPECT(gemm_bf16_op(R, NC, K, a, b, ref, ldc, acc, NULL, room) == 0, "gemm_bf16_op R=%d NC=%d K=%d failed", R, NC, K);
