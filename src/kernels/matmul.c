@@ -186,7 +186,13 @@ static int forward_bf16_t(float *out, const float *inp, const uint16_t *x16, con
     uint16_t *b = scratch16((size_t)kp * N * 2);
     float *t = scratch((size_t)ob * N);
     if (!b || !t) return -1;
-    bf16_strips(b, x16 ? (Bf16Op){OP_COLS16, x16, C} : (Bf16Op){OP_COLS32, inp, C}, C, N);
+    // the vector units read x^T in strips; the tiles pack their panels from the pairs
+    int strips = gemm_bf16_unit() != BF16_AMX;
+    Bf16Op xt = x16 ? (Bf16Op){OP_COLS16, x16, C} : (Bf16Op){OP_COLS32, inp, C};
+    if (strips) bf16_strips(b, xt, C, N);
+    else if (x16) bf16_pairs_t16(b, x16, C, C, N);
+    else bf16_pack_pairs_t(b, inp, C, C, N);
+    Bf16Op bop = strips ? (Bf16Op){OP_STRIPS16, b, 0} : (Bf16Op){OP_PAIRS16, b, N};
     for (int o0 = 0; o0 < OC; o0 += ob) {
         int m = OC - o0 < ob ? OC - o0 : ob;
         if (bias) {
@@ -194,8 +200,7 @@ static int forward_bf16_t(float *out, const float *inp, const uint16_t *x16, con
             for (int o = 0; o < m; o++)
                 for (int n = 0; n < N; n++) t[(size_t)o * N + n] = bias[o0 + o];
         }
-        gemm_bf16_op(m, N, C, (Bf16Op){OP_PAIRS16, w16 + (size_t)o0 * C, C}, (Bf16Op){OP_STRIPS16, b, 0}, t, N,
-                     bias != NULL, NULL, NULL);
+        gemm_bf16_op(m, N, C, (Bf16Op){OP_PAIRS16, w16 + (size_t)o0 * C, C}, bop, t, N, bias != NULL, NULL, NULL);
         transpose_add(out + o0, OC, t, N, NULL, m, N);
     }
     return 0;
