@@ -146,8 +146,9 @@ int matmul_grad16(void);
 // linear_backward (no bias) from an output gradient already in bf16: dout
 // (N,OC) rows ld values apart, OC even. The bits of linear_backward on the
 // widened floats under matmul_set_bf16, which rounds them to the same
-// values as it packs them. Where the tiles cannot run it (matmul_grad16()
-// is 0, or their panels' memory is not to be had) dout is widened first.
+// values as it packs them. Where the bf16 units cannot run it
+// (matmul_grad16() is 0, or the memory for their panels or packed operands
+// is not to be had) dout is widened first.
 void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld, const float *inp,
                        const float *weight, int N, int C, int OC, int accumulate);
 
