@@ -1,7 +1,8 @@
 // kernels/bf16_impl.h — the register shuffles the bf16 packers share
 // (kernels/gemm_bf16's layouts, kernels/gemm_amx's panels), and the sums of
 // squares both kernels, and kernels/gemm_pack's fp32 tiles, take of a weight
-// gradient's tiles. x86-64 only; each function carries the instruction sets
+// gradient's tiles; and the tile width both vector kernels (gemm_bf16's and
+// kernels/gemm's) choose for a product's columns. x86-64 only; each function carries the instruction sets
 // it needs, so a file built for an older target may still hold packers that
 // run only on newer CPUs.
 #ifndef TSR_KERNELS_BF16_IMPL_H
@@ -89,6 +90,17 @@ __attribute__((target("avx512f"))) static inline double bf16_tile_squares(const 
 // rows, then the chains added in order. Lanes past the tile's columns hold
 // 0 (the kernels read B's and C's lanes there as 0). gemm_bf16's vector
 // tiles and kernels/gemm's fp32 tiles take it.
+// The tile width for NC columns, in vectors of 16: 32, 48 or 64 columns,
+// the one that wastes the fewest lanes on NC, the widest on a tie.
+static inline int tile_vectors(int NC) {
+    int nv = 4, waste = 1 << 30;
+    for (int v = 4; v >= 2; v--) {
+        int w = (NC + 16 * v - 1) / (16 * v) * 16 * v - NC;
+        if (w < waste) waste = w, nv = v;
+    }
+    return nv;
+}
+
 #define TILE_REG_SQUARES(NV, MRMAX)                                                                            \
     __attribute__((target("avx512f"), always_inline)) static inline double tile_reg_squares_##NV(             \
         __m512 c[MRMAX][NV], int mr) {                                                                         \

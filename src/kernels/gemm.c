@@ -130,12 +130,7 @@ static void block_tiles(const Block *b, long lo, long hi) {
 int gemm_nn_sq(int R, int NC, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
                int accumulate, double *sq) {
     if (R <= 0 || NC <= 0 || K <= 0) return -1;
-    // The tile width (32, 48 or 64 columns) that wastes the fewest lanes on NC, the widest on a tie.
-    int nv = 4, waste = 1 << 30;
-    for (int v = 4; v >= 2; v--) {
-        int w = (NC + 16 * v - 1) / (16 * v) * 16 * v - NC;
-        if (w < waste) waste = w, nv = v;
-    }
+    int nv = tile_vectors(NC);
     Block b = {.A = A, .B = B, .C = C, .R = R, .NC = NC, .lda = lda, .ldb = ldb, .ldc = ldc, .NR = 16 * nv,
                .MR = nv == 2 ? 12 : nv == 3 ? 8 : 6, .fn = nv == 2 ? tiles2 : nv == 3 ? tiles3 : tiles4};
     // A B of at most 1 MiB stays in L2 whole: no reduction blocks, each tile of C written once.

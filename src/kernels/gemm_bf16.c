@@ -167,17 +167,6 @@ static int run_threads(int R, int NC, int KP) {
     return omp_in_parallel() || (double)R * NC * KP < 2e6 ? 1 : kernels_threads();
 }
 
-// The tile width for NC columns, in vectors of 16: 32, 48 or 64 columns,
-// the one that wastes the fewest lanes on NC, the widest on a tie.
-static int tile_vectors(int NC) {
-    int nv = 4, waste = 1 << 30;
-    for (int v = 4; v >= 2; v--) {
-        int w = (NC + 16 * v - 1) / (16 * v) * 16 * v - NC;
-        if (w < waste) waste = w, nv = v;
-    }
-    return nv;
-}
-
 int bf16_strip_width(int NC) { return 16 * tile_vectors(NC); }
 
 // The product on the vector units, operands in gemm_bf16's layouts (B in
