@@ -101,8 +101,9 @@ typedef struct Block {
     TileFn fn;
 } Block;
 
-// Tiles [lo, hi) of a block: one thread's contiguous share.
-static void block_tiles(const Block *b, long lo, long hi) {
+// Tiles [lo, hi) of a block: a chunk one thread takes.
+static void block_tiles(const void *arg, long lo, long hi) {
+    const Block *b = arg;
     const int MR = b->MR, NR = b->NR, ct = b->ct, rt = b->rt, p0 = b->p0, kc = b->kc;
     const int lda = b->lda, ldb = b->ldb, ldc = b->ldc, R = b->R, NC = b->NC;
     for (long x = lo; x < hi; x++) {
@@ -144,17 +145,12 @@ int gemm_nn_sq(int R, int NC, int K, const float *A, int lda, const float *B, in
     int nt = omp_in_parallel() ? 1 : kernels_threads();
     if ((double)R * NC * K < 4e6) nt = 1;   // a small product is not worth waking threads
     if (nt > tiles) nt = (int)tiles;
+    // The threads take a row tile's run of columns (rows outer) or a column panel's run of rows at a
+    // time, at least 8 each, as each finishes its last (threads_chunks: gemm_bf16 says why).
+    long chunk = threads_chunk(tiles, nt, b.rows_outer ? b.ct : b.rt, 8);
     for (b.p0 = 0; b.p0 < K; b.p0 += KC) {
         b.kc = K - b.p0 < KC ? K - b.p0 : KC, b.load = accumulate || b.p0 > 0, b.last = b.p0 + KC >= K;
-        if (nt == 1) {   // not even an inactive parallel region: a team's setup costs microseconds a call
-            block_tiles(&b, 0, tiles);
-            continue;
-        }
-        #pragma omp parallel num_threads(nt)
-        {
-            int th = omp_get_thread_num(), n = omp_get_num_threads();
-            block_tiles(&b, tiles * th / n, tiles * (th + 1) / n);   // a contiguous share of the tiles
-        }
+        threads_chunks(nt, tiles, chunk, block_tiles, &b);
     }
     bf16_sum_parts(b.part, tiles, sq);   // by tile index: the same for every thread count
     return 0;

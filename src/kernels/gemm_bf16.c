@@ -141,7 +141,8 @@ typedef struct Block {
     TileFn fn;
 } Block;
 
-static void block_share(const Block *b, long lo, long hi) {
+static void block_share(const void *arg, long lo, long hi) {
+    const Block *b = arg;
     for (long x = lo; x < hi; x++) {
         int ri, ci;
         tile_at(x, b->rt, b->ct, b->cpb, &ri, &ci);
@@ -209,19 +210,13 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
                .ldc = ldc, .rt = rt, .ct = ct, .cpb = cpb, .MR = MR, .NR = NR, .pfb = pfb, .strips = strips,
                .fn = fn};
     if (sq) b.part = malloc((size_t)tiles * sizeof *b.part);   // NULL: *sq stays as it was
+    // The threads take a row tile's run across a column block at a time (A's tiles stay in L1 across
+    // it), at least 8 runs each: balanced as they go, a product on 2 vCPUs whose one ran 30% slower
+    // took 11-18% less time than in two equal contiguous shares.
+    long chunk = threads_chunk(tiles, nt, cpb, 8);
     for (b.p0 = 0; b.p0 < KP; b.p0 += KPC) {
         b.kp = KP - b.p0 < KPC ? KP - b.p0 : KPC, b.load = accumulate || b.p0 > 0, b.last = b.p0 + KPC >= KP;
-        // One thread runs the tiles itself: a region of one thread costs microseconds of OpenMP's
-        // setup, thousands of times a step where attention calls small products from its threads.
-        if (nt == 1) {
-            block_share(&b, 0, tiles);
-            continue;
-        }
-        #pragma omp parallel num_threads(nt)
-        {
-            int th = omp_get_thread_num(), n = omp_get_num_threads();
-            block_share(&b, tiles * th / n, tiles * (th + 1) / n);   // a contiguous share of the tiles
-        }
+        threads_chunks(nt, tiles, chunk, block_share, &b);
     }
     bf16_sum_parts(b.part, tiles, sq);
 }

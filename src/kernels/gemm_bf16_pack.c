@@ -39,18 +39,20 @@ static inline uint16_t *pair_at(const Pack *pk, int p, int n) {
 }
 typedef void (*PackFn)(const Pack *pk, int lo, int hi);
 
-// fn over [0, n) in contiguous shares on nt threads; at one thread called
-// directly, not through OpenMP (gemm_run says why).
+typedef struct {
+    PackFn fn;
+    const Pack *pk;
+} PackJob;
+static void pack_chunk(const void *arg, long lo, long hi) {
+    const PackJob *j = arg;
+    j->fn(j->pk, (int)lo, (int)hi);
+}
+
+// fn over [0, n) on nt threads, in chunks each takes as it finishes its
+// last (threads_chunks), at least 8 a thread.
 static void pack_split(int nt, int n, PackFn fn, const Pack *pk) {
-    if (nt <= 1) {
-        fn(pk, 0, n);
-        return;
-    }
-    #pragma omp parallel num_threads(nt)
-    {
-        int th = omp_get_thread_num(), m = omp_get_num_threads();
-        fn(pk, (int)((long)n * th / m), (int)((long)n * (th + 1) / m));
-    }
+    PackJob j = {fn, pk};
+    threads_chunks(nt, n, threads_chunk(n, nt, n, 8), pack_chunk, &j);
 }
 
 // 16 floats to 16 bf16, nearest even.

@@ -21,6 +21,24 @@ void kernels_set_threads(int n) {
 
 int kernels_threads(void) { return g_threads ? g_threads : omp_get_max_threads(); }
 
+void threads_chunks(int nt, long n, long chunk, ChunkFn fn, const void *arg) {
+    if (n <= 0) return;
+    if (chunk < 1) chunk = 1;
+    long nch = (n + chunk - 1) / chunk;
+    if (nt <= 1 || nch == 1) {
+        fn(arg, 0, n);
+        return;
+    }
+    #pragma omp parallel for num_threads(nt < nch ? nt : (int)nch) schedule(dynamic, 1)
+    for (long c = 0; c < nch; c++) fn(arg, c * chunk, (c + 1) * chunk < n ? (c + 1) * chunk : n);
+}
+
+long threads_chunk(long n, int nt, long want, int per) {
+    long cap = n / ((long)nt * per);
+    if (want > cap) want = cap;
+    return want < 1 ? 1 : want;
+}
+
 int threads_any_failed(int *failed, int ok) {
     if (!ok) {
         #pragma omp atomic write

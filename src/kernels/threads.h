@@ -11,6 +11,19 @@ void kernels_set_threads(int n);
 // The threads set, or OpenMP's default before any.
 int kernels_threads(void);
 
+// fn(arg, lo, hi) over the items [0, n), in chunks of `chunk` items that
+// the nt threads take one at a time, each the next chunk as it finishes
+// its last: a thread whose core runs slower (a neighbour on a shared host,
+// interrupts) takes fewer, where equal contiguous shares would keep the
+// others waiting for it. Each item runs whole on one thread, so no result
+// depends on which. One thread: fn(arg, 0, n), without entering OpenMP
+// (a team's setup costs microseconds a call).
+typedef void (*ChunkFn)(const void *arg, long lo, long hi);
+void threads_chunks(int nt, long n, long chunk, ChunkFn fn, const void *arg);
+// The chunk for n items on nt threads: `want` (the caller's natural unit),
+// cut so that each thread has at least `per` chunks to balance with.
+long threads_chunk(long n, int nt, long want, int per);
+
 // Inside a parallel region, every thread of the team with the same
 // *failed (0 at the region's start) and its own ok: 1 for every thread
 // when any thread's ok is 0, else 0 — the answer after a barrier, so the
