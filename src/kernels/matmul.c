@@ -99,12 +99,12 @@ void matmul_hold(const float *weight, uint64_t version, int uses) {
 
 void matmul_release(void) { g_held.w = NULL; }
 
-// Bound weights' input-gradient panels kept across calls (matmul_keep16),
+// Bound weights' input-gradient forms kept across calls (matmul_keep16),
 // by their 16-bit values' address.
 typedef struct Kept {
     const uint16_t *w16;
-    uint64_t version;   // of the values the panels were packed from
-    int K, NC;
+    uint64_t version;   // of the values the form was packed from
+    int K, NC, panels;  // panels: the tiles' form, else the strips
     void *buf;
     size_t bytes;
 } Kept;
@@ -115,21 +115,26 @@ static _Thread_local uint64_t g_keep;
 
 void matmul_keep16(uint64_t version) { g_keep = version; }
 
-// The kept panels of the bound weight at w16, B (K,NC) in the form src,
-// packed where they are older than the version: NULL where there is no
-// room for them (the product then reads the weight as it lies).
-static const uint16_t *kept_panels(const uint16_t *w16, int K, int NC, Bf16Op src) {
-    int e = 0;
+// The kept form of the bound weight at w16, B (K,NC) in the form src — the
+// tiles' panels where they are the unit, else the vector units' strips —
+// packed where it is older than the version: 0, or -1 where there is no
+// room for it (the product then packs the weight from its rows).
+static int kept_form(const uint16_t *w16, int K, int NC, Bf16Op *op) {
+    int e = 0, panels = gemm_bf16_unit() == BF16_AMX;
     while (e < g_nkept && g_kept[e].w16 != w16) e++;
-    if (e == KEPT_MAX) return NULL;
+    if (e == KEPT_MAX) return -1;
     Kept *k = &g_kept[e];
     if (e == g_nkept) g_nkept++, *k = (Kept){.w16 = w16};
-    if (k->version == g_keep && k->K == K && k->NC == NC) return k->buf;
-    uint16_t *d = mem_grow(&k->buf, &k->bytes, MEM_WORKSPACE, gemm_bf16_panels_len(K, NC) * sizeof(uint16_t));
-    if (!d) return NULL;
-    gemm_bf16_panels(d, src, K, NC);
-    k->version = g_keep, k->K = K, k->NC = NC;
-    return d;
+    if (k->version != g_keep || k->K != K || k->NC != NC || k->panels != panels) {
+        size_t n = panels ? gemm_bf16_panels_len(K, NC) : (size_t)pairs(K) * NC * 2;
+        uint16_t *d = mem_grow(&k->buf, &k->bytes, MEM_WORKSPACE, n * sizeof(uint16_t));
+        if (!d) return -1;
+        if (panels) gemm_bf16_panels(d, *op, K, NC);
+        else bf16_strips(d, *op, K, NC);
+        k->version = g_keep, k->K = K, k->NC = NC, k->panels = panels;
+    }
+    *op = panels ? gemm_bf16_panels_at(k->buf, K, 0, 0) : (Bf16Op){OP_STRIPS16, k->buf, 0};
+    return 0;
 }
 
 // The B operand a weight (OC,C) gives a product of N rows: the forward's,
@@ -145,9 +150,7 @@ static int weight_op(const float *weight, int N, int C, int OC, int form, Bf16Op
     int fwd = form == FORM_FWD, K = fwd ? C : OC, NC = fwd ? OC : C;
     *op = (Bf16Op){fwd ? (w16 ? OP_COLS16 : OP_COLS32) : (w16 ? OP_ROWS16 : OP_ROWS32), w16 ? (const void *)w16 : weight, C};
     if (weight != g_held.w) {
-        const uint16_t *p = NULL;
-        if (!fwd && w16 && g_keep && N <= KEEP_ROWS && gemm_bf16_unit() == BF16_AMX) p = kept_panels(w16, K, NC, *op);
-        if (p) *op = gemm_bf16_panels_at(p, K, 0, 0);
+        if (!fwd && w16 && g_keep && N <= KEEP_ROWS) kept_form(w16, K, NC, op);   // else *op as it lies
         return 0;
     }
     int panels = gemm_bf16_unit() == BF16_AMX;

@@ -45,12 +45,13 @@ void matmul_release(void);
 
 // From matmul_keep16(version) on (nonzero: the bound 16-bit copy's values,
 // the same for the step's micro-batches), the input gradient of a bound
-// weight (matmul_bind16) on the tiles, of at most 256 rows, reads the
-// weight's panels packed once per version and kept (MEM_WORKSPACE: about
-// the bound weights' bytes again), not packed from its rows in every call,
-// where a micro-batch's few rows make that packing most of the product
-// (gpt2-124m's, 64 rows a micro-batch: 2x faster). 0 stops it; the panels
-// stay for the next version. The bits are the same.
+// weight (matmul_bind16) of at most 256 rows reads the weight's panels (on
+// the tiles) or strips (on the vector units) packed once per version and
+// kept (MEM_WORKSPACE: about the bound weights' bytes again), not packed
+// from its rows in every call, where a micro-batch's few rows make that
+// packing most of the product (gpt2-124m's, 64 rows a micro-batch: 2x
+// faster on the tiles). 0 stops it; the forms stay for the next version.
+// The bits are the same.
 void matmul_keep16(uint64_t version);
 
 // A weight of n floats at w whose bf16 values are at src16: until
