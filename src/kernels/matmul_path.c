@@ -62,10 +62,12 @@ static int intel_cpu(void) {
 // bench/bench_dnnl and the step's shapes measured side by side (gpt2-124m,
 // 2 threads, Zen 5):
 // - the own kernel up to OWN_MAX_ROWS rows, where it packs nothing;
-// - the own kernel for every input gradient: it reads both operands in
-//   place and reached 80–88% of the fp32 peak at 2048 rows, where oneDNN
-//   reached 73–90% and OpenBLAS's AVX-512 kernels 79–83%; at the head's
-//   (293 rows, a reduction over 50,304) 80–83%, against 58% and 70–73%;
+// - kernels/gemm_pack for the input gradients past that: at B=8 T=256 in
+//   the step, 5–11% faster than the own kernel reading both operands in
+//   place (1,399–1,532 against 1,531–1,728 ms a step), the step 0.5–1%
+//   faster with OpenBLAS held to Haswell and 2–3.5% with nothing set; the
+//   same bits (each element's sum over k in order, in fp32 FMAs). At 256
+//   rows and fewer it is no faster;
 // - the linked BLAS when it runs 512-bit kernels (OpenBLAS's reach 78–85%
 //   on the forward and weight gradient);
 // - otherwise oneDNN, whose cache-blocked brgemm reaches 75–90% there
@@ -96,6 +98,7 @@ int matmul_fp32_path(int product, int N, int C, int OC) {
         if (gemm_pack_own() && product == PROD_DINP) return PATH_PACK;
         if (dnnl_own()) return PATH_DNNL;   // the forwards, and the head's weight gradient
     }
+    if (product == PROD_DINP && N > OWN_MAX_ROWS && gemm_pack_own()) return PATH_PACK;
     if (N <= OWN_MAX_ROWS || product == PROD_DINP) return PATH_OWN;
     if (blas_512()) return PATH_BLAS;
     if (!dnnl_own() || (product == PROD_DWEIGHT && (C > OC || OC >= 8 * C))) return PATH_OWN;
@@ -129,6 +132,9 @@ const char *kernels_blas_info(void) {
     if (matmul_fp32_path(PROD_DINP, 65, 1, 1) == PATH_PACK)
         snprintf(buf + n, sizeof buf - n, "; the own packed kernel for the other fp32 weight gradients and the input "
                  "gradients of more than 64 rows");
+    else if (matmul_fp32_path(PROD_DINP, OWN_MAX_ROWS + 1, 1, 1) == PATH_PACK)
+        snprintf(buf + n, sizeof buf - n, "; the own packed kernel for fp32 input gradients of more than %d rows",
+                 OWN_MAX_ROWS);
     return buf;
 }
 
