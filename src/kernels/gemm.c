@@ -145,9 +145,9 @@ int gemm_nn_sq(int R, int NC, int K, const float *A, int lda, const float *B, in
     int nt = omp_in_parallel() ? 1 : kernels_threads();
     if ((double)R * NC * K < 4e6) nt = 1;   // a small product is not worth waking threads
     if (nt > tiles) nt = (int)tiles;
-    // The threads take a row tile's run of columns (rows outer) or a column panel's run of rows at a
-    // time, at least 8 each, as each finishes its last (threads_chunks: gemm_bf16 says why).
-    long chunk = threads_chunk(tiles, nt, b.rows_outer ? b.ct : b.rt, 8);
+    // The threads take runs of a row tile's columns (rows outer) or of a column panel's rows, as each
+    // finishes its last (threads_chunks: gemm_bf16 says why).
+    long chunk = threads_chunk(tiles, nt, b.rows_outer ? b.ct : b.rt, 2.0 * b.MR * b.NR * KC);
     for (b.p0 = 0; b.p0 < K; b.p0 += KC) {
         b.kc = K - b.p0 < KC ? K - b.p0 : KC, b.load = accumulate || b.p0 > 0, b.last = b.p0 + KC >= K;
         threads_chunks(nt, tiles, chunk, block_tiles, &b);

@@ -49,10 +49,10 @@ static void pack_chunk(const void *arg, long lo, long hi) {
 }
 
 // fn over [0, n) on nt threads, in chunks each takes as it finishes its
-// last (threads_chunks), at least 8 a thread.
+// last (threads_chunks), 8 a thread.
 static void pack_split(int nt, int n, PackFn fn, const Pack *pk) {
     PackJob j = {fn, pk};
-    threads_chunks(nt, n, threads_chunk(n, nt, n, 8), pack_chunk, &j);
+    threads_chunks(nt, n, threads_chunk(n, nt, n, CHUNK_FLOPS), pack_chunk, &j);
 }
 
 // 16 floats to 16 bf16, nearest even.

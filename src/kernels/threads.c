@@ -33,10 +33,12 @@ void threads_chunks(int nt, long n, long chunk, ChunkFn fn, const void *arg) {
     for (long c = 0; c < nch; c++) fn(arg, c * chunk, (c + 1) * chunk < n ? (c + 1) * chunk : n);
 }
 
-long threads_chunk(long n, int nt, long want, int per) {
-    long cap = n / ((long)nt * per);
-    if (want > cap) want = cap;
-    return want < 1 ? 1 : want;
+long threads_chunk(long n, int nt, long unit, double flops) {
+    if (unit < 1) unit = 1;
+    long runs = flops * unit >= CHUNK_FLOPS ? 1 : (long)(CHUNK_FLOPS / (flops * unit + 1)) + 1;
+    long chunk = runs * unit, most = n / (8L * (nt > 1 ? nt : 1));
+    if (chunk > most) chunk = most;
+    return chunk < 1 ? 1 : chunk;
 }
 
 int threads_any_failed(int *failed, int ok) {

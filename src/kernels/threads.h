@@ -20,9 +20,14 @@ int kernels_threads(void);
 // (a team's setup costs microseconds a call).
 typedef void (*ChunkFn)(const void *arg, long lo, long hi);
 void threads_chunks(int nt, long n, long chunk, ChunkFn fn, const void *arg);
-// The chunk for n items on nt threads: `want` (the caller's natural unit),
-// cut so that each thread has at least `per` chunks to balance with.
-long threads_chunk(long n, int nt, long want, int per);
+// The chunk for n items of `flops` each on nt threads: whole runs of
+// `unit` items (the caller's natural run, 1 for none) that add up to about
+// CHUNK_FLOPS, as few as leave each thread 8 chunks to balance with. A
+// thread claims each chunk with an atomic add on a line the threads share,
+// which moves between cores at every claim: a microsecond on a VM. Chunks
+// of one tile (a few microseconds of work) cost 2-3% of a bf16 step there.
+enum { CHUNK_FLOPS = 32 << 20 };
+long threads_chunk(long n, int nt, long unit, double flops);
 
 // Inside a parallel region, every thread of the team with the same
 // *failed (0 at the region's start) and its own ok: 1 for every thread

@@ -1,8 +1,9 @@
 // kernels/threads' chunks: every item [0, n) run once and once only, for
 // any count of items, chunk and threads; a call inside a parallel region
-// runs on its caller's thread; the chunk cut to leave each thread `per`;
-// and a thread that is slow takes fewer chunks than the others, not an
-// equal share (the point of taking chunks as threads finish).
+// runs on its caller's thread; the chunk as many runs as make CHUNK_FLOPS,
+// cut to leave each thread 8; and a thread that is slow takes fewer chunks
+// than the others, not an equal share (the point of taking chunks as
+// threads finish).
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,9 +69,11 @@ static void test_nested(void) {
 }
 
 static void test_chunk(void) {
-    EXPECT(threads_chunk(1000, 2, 64, 8) == 62, "1000 items, 2 threads, 8 each: chunk %ld", threads_chunk(1000, 2, 64, 8));
-    EXPECT(threads_chunk(1000, 2, 10, 8) == 10, "the caller's unit when it leaves enough: %ld", threads_chunk(1000, 2, 10, 8));
-    EXPECT(threads_chunk(5, 2, 64, 8) == 1, "fewer items than chunks wanted: %ld", threads_chunk(5, 2, 64, 8));
+    // runs of 10 items of 1 MFLOP: 4 runs make CHUNK_FLOPS (32 Mi)
+    EXPECT(threads_chunk(1000, 2, 10, 1e6) == 40, "runs to CHUNK_FLOPS: %ld", threads_chunk(1000, 2, 10, 1e6));
+    EXPECT(threads_chunk(1000, 2, 10, 1e9) == 10, "one run past CHUNK_FLOPS: %ld", threads_chunk(1000, 2, 10, 1e9));
+    EXPECT(threads_chunk(1000, 2, 64, 1e9) == 62, "8 chunks a thread at most: %ld", threads_chunk(1000, 2, 64, 1e9));
+    EXPECT(threads_chunk(5, 2, 64, 1) == 1, "fewer items than chunks wanted: %ld", threads_chunk(5, 2, 64, 1));
 }
 
 // Thread 0 sleeps 2 ms in each of its chunks; thread 1 does not. Equal
