@@ -64,7 +64,7 @@ static int intel_cpu(void) {
 // - the own kernel up to OWN_MAX_ROWS rows, where it packs nothing;
 // - kernels/gemm_pack for the input gradients past that: at B=8 T=256 in
 //   the step, 5–11% faster than the own kernel reading both operands in
-//   place (1,399–1,532 against 1,531–1,728 ms a step), the step 0.5–1%
+//   place (all of them 1,399–1,532 against 1,531–1,728 ms), the step 0.5–1%
 //   faster with OpenBLAS held to Haswell and 2–3.5% with nothing set; the
 //   same bits (each element's sum over k in order, in fp32 FMAs). At 256
 //   rows and fewer it is no faster;

@@ -22,7 +22,7 @@ typedef void (*ChunkFn)(const void *arg, long lo, long hi);
 void threads_chunks(int nt, long n, long chunk, ChunkFn fn, const void *arg);
 // The chunk for n items of `flops` each on nt threads: whole runs of
 // `unit` items (the caller's natural run, 1 for none) that add up to about
-// CHUNK_FLOPS, as few as leave each thread 8 chunks to balance with. A
+// CHUNK_FLOPS, but no more items than leave each thread 8 chunks. A
 // thread claims each chunk with an atomic add on a line the threads share,
 // which moves between cores at every claim: a microsecond on a VM. Chunks
 // of one tile (a few microseconds of work) cost 2-3% of a bf16 step there.
