@@ -2,9 +2,9 @@
 // (kernels/gemm_bf16's layouts, kernels/gemm_amx's panels), and the sums of
 // squares both kernels, and kernels/gemm_pack's fp32 tiles, take of a weight
 // gradient's tiles; and the tile width both vector kernels (gemm_bf16's and
-// kernels/gemm's) choose for a product's columns. x86-64 only; each function carries the instruction sets
-// it needs, so a file built for an older target may still hold packers that
-// run only on newer CPUs.
+// kernels/gemm's) choose for a product's columns. x86-64 only; each
+// function carries the instruction sets it needs, so a file built for an
+// older target may still hold packers that run only on newer CPUs.
 #ifndef TSR_KERNELS_BF16_IMPL_H
 #define TSR_KERNELS_BF16_IMPL_H
 
@@ -83,13 +83,6 @@ __attribute__((target("avx512f"))) static inline double bf16_tile_squares(const 
     return s;
 }
 
-// The sum of squares (float64) of a register tile's sums c[i][v], i < mr,
-// v < NV, taken as they are stored — read back from C, each masked store
-// waits to be forwarded, and one chain of float64 adds made it 7% of a bf16
-// step at 256 rows (Zen 5): a chain per column vector and half, over the
-// rows, then the chains added in order. Lanes past the tile's columns hold
-// 0 (the kernels read B's and C's lanes there as 0). gemm_bf16's vector
-// tiles and kernels/gemm's fp32 tiles take it.
 // The tile width for NC columns, in vectors of 16: 32, 48 or 64 columns,
 // the one that wastes the fewest lanes on NC, the widest on a tie.
 static inline int tile_vectors(int NC) {
@@ -101,6 +94,13 @@ static inline int tile_vectors(int NC) {
     return nv;
 }
 
+// The sum of squares (float64) of a register tile's sums c[i][v], i < mr,
+// v < NV, taken as they are stored — read back from C, each masked store
+// waits to be forwarded, and one chain of float64 adds made it 7% of a bf16
+// step at 256 rows (Zen 5): a chain per column vector and half, over the
+// rows, then the chains added in order. Lanes past the tile's columns hold
+// 0 (the kernels read B's and C's lanes there as 0). gemm_bf16's vector
+// tiles and kernels/gemm's fp32 tiles take it.
 #define TILE_REG_SQUARES(NV, MRMAX)                                                                            \
     __attribute__((target("avx512f"), always_inline)) static inline double tile_reg_squares_##NV(             \
         __m512 c[MRMAX][NV], int mr) {                                                                         \

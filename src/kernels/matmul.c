@@ -115,8 +115,22 @@ static _Thread_local uint64_t g_keep;
 
 void matmul_keep16(uint64_t version) { g_keep = version; }
 
-// The kept form of the bound weight at w16, B (K,NC) in the form src — the
-// tiles' panels where they are the unit, else the vector units' strips —
+// B (K,NC) from src packed into *buf (grown as needed) in the form the unit
+// holds a weight in: the tiles' panels, else the vector units' strips. 0,
+// or -1 where the memory is not to be had. held_op: the operand reading it.
+static int pack_held(void **buf, size_t *bytes, int panels, int K, int NC, Bf16Op src) {
+    size_t n = panels ? gemm_bf16_panels_len(K, NC) : (size_t)pairs(K) * NC * 2;
+    uint16_t *d = mem_grow(buf, bytes, MEM_WORKSPACE, n * sizeof(uint16_t));
+    if (!d) return -1;
+    if (panels) gemm_bf16_panels(d, src, K, NC);
+    else bf16_strips(d, src, K, NC);
+    return 0;
+}
+static Bf16Op held_op(const void *buf, int panels, int K) {
+    return panels ? gemm_bf16_panels_at(buf, K, 0, 0) : (Bf16Op){OP_STRIPS16, buf, 0};
+}
+
+// The kept form of the bound weight at w16, B (K,NC) in the form *op,
 // packed where it is older than the version: 0, or -1 where there is no
 // room for it (the product then packs the weight from its rows).
 static int kept_form(const uint16_t *w16, int K, int NC, Bf16Op *op) {
@@ -126,14 +140,10 @@ static int kept_form(const uint16_t *w16, int K, int NC, Bf16Op *op) {
     Kept *k = &g_kept[e];
     if (e == g_nkept) g_nkept++, *k = (Kept){.w16 = w16};
     if (k->version != g_keep || k->K != K || k->NC != NC || k->panels != panels) {
-        size_t n = panels ? gemm_bf16_panels_len(K, NC) : (size_t)pairs(K) * NC * 2;
-        uint16_t *d = mem_grow(&k->buf, &k->bytes, MEM_WORKSPACE, n * sizeof(uint16_t));
-        if (!d) return -1;
-        if (panels) gemm_bf16_panels(d, *op, K, NC);
-        else bf16_strips(d, *op, K, NC);
+        if (pack_held(&k->buf, &k->bytes, panels, K, NC, *op)) return -1;
         k->version = g_keep, k->K = K, k->NC = NC, k->panels = panels;
     }
-    *op = panels ? gemm_bf16_panels_at(k->buf, K, 0, 0) : (Bf16Op){OP_STRIPS16, k->buf, 0};
+    *op = held_op(k->buf, panels, K);
     return 0;
 }
 
@@ -156,14 +166,10 @@ static int weight_op(const float *weight, int N, int C, int OC, int form, Bf16Op
     int panels = gemm_bf16_unit() == BF16_AMX;
     if (g_held.OC != OC || g_held.C != C || g_held.panels != panels) g_held.have[FORM_FWD] = g_held.have[FORM_DINP] = 0;
     if (!g_held.have[form]) {
-        size_t n = panels ? gemm_bf16_panels_len(K, NC) : (size_t)pairs(K) * NC * 2;
-        uint16_t *d = mem_grow(&g_held.buf[form], &g_held.bytes[form], MEM_WORKSPACE, n * sizeof(uint16_t));
-        if (!d) return -1;
-        if (panels) gemm_bf16_panels(d, *op, K, NC);
-        else bf16_strips(d, *op, K, NC);
+        if (pack_held(&g_held.buf[form], &g_held.bytes[form], panels, K, NC, *op)) return -1;
         g_held.have[form] = 1, g_held.OC = OC, g_held.C = C, g_held.panels = panels;
     }
-    *op = panels ? gemm_bf16_panels_at(g_held.buf[form], K, 0, 0) : (Bf16Op){OP_STRIPS16, g_held.buf[form], 0};
+    *op = held_op(g_held.buf[form], panels, K);
     return 0;
 }
 
