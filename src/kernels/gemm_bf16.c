@@ -12,6 +12,7 @@
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
+#include "core/half_x16.h"
 #include "kernels/bf16_impl.h"
 
 int gemm_bf16_own(void) { return 1; }
@@ -45,6 +46,7 @@ typedef struct TileH {
     const float *next;   // with load: the sums a later tile loads, fetched into cache meanwhile (NULL: none)
     const float *bias;   // with load 0: the sums start from these nr values, every row alike (NULL: from 0)
     double *sq;          // or NULL: the sum of squares (float64) of the sums the tile stores
+    uint16_t *C16;       // or NULL: the sums stored there in bf16 (half_pack's rounding), rows ldc apart, not in C
     int lda, ldb, ldc, kp, nr, load;
     int pfb;             // pairs ahead that B's rows are prefetched (0: none)
 } TileH;
@@ -80,7 +82,11 @@ typedef struct TileH {
                 _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) c[i][v] = _mm512_dpbf16_ps(c[i][v], x, y[v]); \
             }                                                                                                  \
         }                                                                                                      \
-        _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                  \
+        if (t->C16) _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                      \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                               \
+                _mm512_mask_cvtepi32_storeu_epi16(t->C16 + (size_t)i * ldc + 16 * v, m[v],                     \
+                                                  f32_to_bf16_x16(_mm512_castps_si512(c[i][v])));               \
+        else _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                             \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                               \
                 _mm512_mask_storeu_ps(C + (size_t)i * ldc + 16 * v, m[v], c[i][v]);                            \
         if (t->sq) *t->sq = tile_reg_squares_##NV(c, mr);                                                      \
@@ -134,6 +140,7 @@ static void tile_at(long x, int rt, int ct, int cpb, int *ri, int *ci) {
 typedef struct Block {
     const uint16_t *A, *Bp;
     float *C;
+    uint16_t *C16;  // or NULL: the last block's sums in bf16 there, not in C
     const float *bias;
     double *part;   // or NULL: each tile's sum of squares of C as the last block leaves it, in tile order
     int R, NC, KP, lda, ldb, ldc, p0, kp, load, last, rt, ct, cpb, MR, NR, pfb;
@@ -153,7 +160,8 @@ static void block_share(const void *arg, long lo, long hi) {
         TileH t = {.A = b->A + (size_t)i * b->lda + 2 * (size_t)b->p0, .B = B, .C = b->C + (size_t)i * b->ldc + j,
                    .bias = b->bias ? b->bias + j : NULL, .lda = b->lda, .ldb = b->strips ? nr : b->ldb,
                    .ldc = b->ldc, .kp = b->kp, .nr = nr, .load = b->load, .pfb = b->pfb,
-                   .sq = b->part && b->last ? &b->part[x] : NULL};
+                   .sq = b->part && b->last ? &b->part[x] : NULL,
+                   .C16 = b->C16 && b->last ? b->C16 + (size_t)i * b->ldc + j : NULL};
         // Loaded sums come from memory when C is large (a weight gradient accumulated over micro-batches):
         // the tile below, a block's width of tiles later, is fetched while this one multiplies.
         if (b->load && i + 2 * b->MR <= b->R) t.next = t.C + (size_t)b->MR * b->ldc;
@@ -173,7 +181,7 @@ int bf16_strip_width(int NC) { return 16 * tile_vectors(NC); }
 // The product on the vector units, operands in gemm_bf16's layouts (B in
 // strips where strips, else pairs ldb apart).
 static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, int strips,
-                     float *C, int ldc, int accumulate, const float *bias, double *sq) {
+                     float *C, uint16_t *C16, int ldc, int accumulate, const float *bias, double *sq) {
     if (R <= 0 || NC <= 0) return;
     if (KP <= 0) {   // an empty reduction: C = 0 or the bias, or unchanged
         for (int i = 0; i < R && !accumulate; i++) {
@@ -206,7 +214,7 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
     // the fetches cost a little. In strips, the rows of a strip follow one another, and the fetches
     // are as fast or faster at every shape of the step (2,048 rows: 0-3%).
     int pfb = (R <= 512 || strips) && KP >= 128 ? 4 : 0;
-    Block b = {.A = A, .Bp = Bp, .C = C, .bias = bias, .R = R, .NC = NC, .KP = KP, .lda = lda, .ldb = ldb,
+    Block b = {.A = A, .Bp = Bp, .C = C, .C16 = C16, .bias = bias, .R = R, .NC = NC, .KP = KP, .lda = lda, .ldb = ldb,
                .ldc = ldc, .rt = rt, .ct = ct, .cpb = cpb, .MR = MR, .NR = NR, .pfb = pfb, .strips = strips,
                .fn = fn};
     if (sq) b.part = malloc((size_t)tiles * sizeof *b.part);   // NULL: *sq stays as it was
@@ -221,16 +229,13 @@ static void gemm_run(int R, int NC, int KP, const uint16_t *A, int lda, const ui
     bf16_sum_parts(b.part, tiles, sq);
 }
 
-// The tiles first where they are the unit; the vector units with the
-// operands packed into gemm_bf16's layouts in room otherwise, or where the
-// tiles' panels were not to be had.
-int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate,
-                    const float *bias, uint16_t *room, double *sq) {
-    int KP = (K + 1) / 2;
-    if (R > 0 && NC > 0 && KP > 0 && gemm_bf16_unit() == BF16_AMX && b.form != OP_STRIPS16 &&
-        gemm_amx(R, NC, K, a, b, C, ldc, accumulate, bias, NULL, run_threads(R, NC, KP), sq) == 0)
-        return 0;
+// The product on the vector units, A and B packed into gemm_bf16's layouts
+// in room where they are in another form; the last block's sums into C16 in
+// bf16 where it is given.
+static int vector_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, uint16_t *C16, int ldc, int accumulate,
+                     const float *bias, uint16_t *room, double *sq) {
     if (b.form == OP_PANELS) return -1;
+    int KP = (K + 1) / 2;
     const uint16_t *A = a.p, *Bp = b.p;
     int lda = a.ld, ldb = b.ld;
     if (a.form != OP_PAIRS16) {
@@ -247,8 +252,19 @@ int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc,
         bf16_strips(room, b, K, NC);
         Bp = room, strips = 1;
     }
-    gemm_run(R, NC, KP, A, lda, Bp, ldb, strips, C, ldc, accumulate, bias, sq);
+    gemm_run(R, NC, KP, A, lda, Bp, ldb, strips, C, C16, ldc, accumulate, bias, sq);
     return 0;
+}
+
+// The tiles first where they are the unit; the vector units otherwise, or
+// where the tiles' panels were not to be had.
+int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate,
+                    const float *bias, uint16_t *room, double *sq) {
+    int KP = (K + 1) / 2;
+    if (R > 0 && NC > 0 && KP > 0 && gemm_bf16_unit() == BF16_AMX && b.form != OP_STRIPS16 &&
+        gemm_amx(R, NC, K, a, b, C, ldc, accumulate, bias, NULL, run_threads(R, NC, KP), sq) == 0)
+        return 0;
+    return vector_op(R, NC, K, a, b, C, NULL, ldc, accumulate, bias, room, sq);
 }
 
 size_t gemm_bf16_room(int R, int NC, int K, Bf16Form a, Bf16Form b) {
@@ -261,10 +277,13 @@ int gemm_bf16_op(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, in
     return gemm_bf16_op_sq(R, NC, K, a, b, C, ldc, accumulate, bias, room, NULL);
 }
 
-int gemm_bf16_op16(int R, int NC, int K, Bf16Op a, Bf16Op b, uint16_t *C16, float *C, int ldc, const float *bias) {
+int gemm_bf16_op16(int R, int NC, int K, Bf16Op a, Bf16Op b, uint16_t *C16, float *C, int ldc, const float *bias,
+                   uint16_t *room) {
     int KP = (K + 1) / 2;
-    if (R <= 0 || NC <= 0 || KP <= 0 || gemm_bf16_unit() != BF16_AMX) return -1;
-    return gemm_amx(R, NC, K, a, b, C, ldc, 0, bias, C16, run_threads(R, NC, KP), NULL);
+    if (R <= 0 || NC <= 0 || KP <= 0) return -1;
+    if (gemm_bf16_unit() == BF16_AMX && b.form != OP_STRIPS16)
+        return gemm_amx(R, NC, K, a, b, C, ldc, 0, bias, C16, run_threads(R, NC, KP), NULL);
+    return vector_op(R, NC, K, a, b, C, C16, ldc, 0, bias, room, NULL);
 }
 
 void gemm_bf16(int R, int NC, int KP, const uint16_t *A, int lda, const uint16_t *Bp, int ldb, float *C, int ldc,
@@ -319,8 +338,9 @@ int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc,
     (void)sq;
     return gemm_bf16_op(R, NC, K, a, b, C, ldc, accumulate, bias, room);
 }
-int gemm_bf16_op16(int R, int NC, int K, Bf16Op a, Bf16Op b, uint16_t *C16, float *C, int ldc, const float *bias) {
-    (void)R, (void)NC, (void)K, (void)a, (void)b, (void)C16, (void)C, (void)ldc, (void)bias;
+int gemm_bf16_op16(int R, int NC, int K, Bf16Op a, Bf16Op b, uint16_t *C16, float *C, int ldc, const float *bias,
+                   uint16_t *room) {
+    (void)R, (void)NC, (void)K, (void)a, (void)b, (void)C16, (void)C, (void)ldc, (void)bias, (void)room;
     NOT_BUILT;
     return -1;
 }

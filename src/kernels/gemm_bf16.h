@@ -87,12 +87,15 @@ size_t gemm_bf16_room(int R, int NC, int K, Bf16Form a, Bf16Form b);
 int gemm_bf16_op_sq(int R, int NC, int K, Bf16Op a, Bf16Op b, float *C, int ldc, int accumulate,
                     const float *bias, uint16_t *room, double *sq);
 
-// C16 (R,NC) = the bf16 values (half_pack's rounding) of [bias +] A · B, on
-// the tiles alone: the product's output where only its 16-bit store is kept,
-// with no fp32 pass between. C (R,NC) is the tiles' room for a reduction in
-// blocks, its values left undefined. 0, or -1 with nothing written where the
-// tiles are not the unit (the caller multiplies into C and packs it).
-int gemm_bf16_op16(int R, int NC, int K, Bf16Op a, Bf16Op b, uint16_t *C16, float *C, int ldc, const float *bias);
+// C16 (R,NC) = the bf16 values (half_pack's rounding) of [bias +] A · B,
+// rows ldc apart: the product's output where only its 16-bit store is kept,
+// each tile's sums rounded as it stores them, with no fp32 pass between. C
+// (R,NC) is room for a reduction in blocks, its values left undefined; room
+// as gemm_bf16_op's. 0, or -1 with nothing written where the product is
+// empty or the operands' room is missing (the caller multiplies into C and
+// packs it).
+int gemm_bf16_op16(int R, int NC, int K, Bf16Op a, Bf16Op b, uint16_t *C16, float *C, int ldc, const float *bias,
+                   uint16_t *room);
 
 // B (K,NC) from b as the tiles' panels, for an operand read by many products
 // (a weight held across calls, a head's keys); only where gemm_bf16_unit()

@@ -217,8 +217,8 @@ static int forward_bf16_t(float *out, const float *inp, const uint16_t *x16, con
 
 // out (N,OC) = bf16(inp) (N,C) · bf16(weight)^T + bias: A the input's rows,
 // B the weight's rows read as columns; with out16 given, its bf16 values
-// there instead, on the tiles alone (gemm_bf16_op16). 0, or -1 when memory
-// is not to be had (or out16 cannot be written so).
+// there instead (gemm_bf16_op16). 0, or -1 when memory is not to be had (or
+// out16 cannot be written so).
 static int forward_bf16(float *out, uint16_t *out16, const float *inp, const float *weight, const float *bias, int N,
                         int C, int OC) {
     const uint16_t *w16 = weight == g_held.w ? NULL : matmul_bound16(weight, (size_t)OC * C);
@@ -228,8 +228,8 @@ static int forward_bf16(float *out, uint16_t *out16, const float *inp, const flo
     Bf16Op a = x16 ? (Bf16Op){OP_PAIRS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C}, b;
     uint16_t *room;
     if (weight_op(weight, N, C, OC, FORM_FWD, &b)) return -1;
-    if (out16) return gemm_bf16_op16(N, OC, C, a, b, out16, out, OC, bias);   // the tiles need no room
     if (room_for(gemm_bf16_room(N, OC, C, a.form, b.form), &room)) return -1;
+    if (out16) return gemm_bf16_op16(N, OC, C, a, b, out16, out, OC, bias, room);
     return gemm_bf16_op(N, OC, C, a, b, out, OC, 0, bias, room);
 }
 
@@ -341,7 +341,7 @@ static void sumsq_again(const SqMarks *m) {
 
 int linear_forward16(uint16_t *out16, float *out, const float *inp, const float *weight, const float *bias, int N,
                      int C, int OC) {
-    if (!g_bf16 || N < 2 || OC == 0 || gemm_bf16_unit() != BF16_AMX) return -1;
+    if (!g_bf16 || N < 2 || OC == 0 || !gemm_bf16_own()) return -1;
     double t0 = prof_begin();
     if (forward_bf16(out, out16, inp, weight, bias, N, C, OC)) return -1;
     prof_gemm(t0, PROF_GEMM_FWD, N, OC, C);

@@ -124,10 +124,10 @@ double kernels_sgemm_gflops(int n, int reps);
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                     int N, int C, int OC);
 // The same output straight into its 16-bit store: out16 (N,OC) = the bf16
-// values half_pack gives linear_forward's out, under matmul_set_bf16 on the
-// tiles (gemm_bf16_op16), out only their room. 0, or -1 with nothing
-// written where the product cannot run so (the vector units, one row, the
-// transposed forward of few rows): then linear_forward and a pack.
+// values half_pack gives linear_forward's out, under matmul_set_bf16 on
+// the bf16 units (gemm_bf16_op16), out only their room. 0, or -1 with
+// nothing written where the product cannot run so (one row, the transposed
+// forward of few rows): then linear_forward and a pack.
 int linear_forward16(uint16_t *out16, float *out, const float *inp, const float *weight, const float *bias, int N,
                      int C, int OC);
 
