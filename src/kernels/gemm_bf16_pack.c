@@ -52,7 +52,7 @@ static void pack_chunk(const void *arg, long lo, long hi) {
 // last (threads_chunks), 8 a thread.
 static void pack_split(int nt, int n, PackFn fn, const Pack *pk) {
     PackJob j = {fn, pk};
-    threads_chunks(nt, n, threads_chunk(n, nt, n, CHUNK_FLOPS), pack_chunk, &j);
+    threads_chunks(nt, n, n / (8L * (nt > 1 ? nt : 1)), pack_chunk, &j);
 }
 
 // 16 floats to 16 bf16, nearest even.
