@@ -193,7 +193,7 @@ test-run: tessera $(TEST_BUILD) $(ASAN_BIN) $(ASAN_CLI)
 # layers run on OpenBLAS and bf16 multiplies in fp32, built apart in
 # $(BUILD)/x86-64-v3 and its kernel and model tests run (CI runs it).
 PORT_DIR   := $(BUILD)/x86-64-v3
-PORT_TESTS := tests/kernels/test_kernels tests/kernels/test_lookup_loss_adamw tests/kernels/test_gemm_pack tests/kernels/test_gemm_bf16 tests/kernels/test_act16 tests/kernels/test_gemm_sumsq tests/kernels/test_bf16_strips tests/kernels/test_threads tests/kernels/test_attention_bf16 tests/model/test_model tests/parallel/test_norm_sums tests/train/test_train
+PORT_TESTS := tests/kernels/test_kernels tests/kernels/test_lookup_loss_adamw tests/model/test_defer tests/kernels/test_gemm_pack tests/kernels/test_gemm_bf16 tests/kernels/test_act16 tests/kernels/test_gemm_sumsq tests/kernels/test_bf16_strips tests/kernels/test_threads tests/kernels/test_attention_bf16 tests/model/test_model tests/parallel/test_norm_sums tests/train/test_train
 test-portable:
 	@$(MAKE) --no-print-directory BUILD=$(PORT_DIR) ARCH=-march=x86-64-v3 $(PORT_TESTS:%=$(PORT_DIR)/%)
 	@bash tests/run.sh $(PORT_TESTS:%=$(PORT_DIR)/%)

@@ -74,6 +74,7 @@ static const struct {
     [PROF_POINTWISE] = {"pointwise", "pointwise"},
     [PROF_EMBEDDING] = {"embedding", "embedding"},
     [PROF_HALF] = {"16-bit copies", "half"},
+    [PROF_QUEUE] = {"queued rows", "queued_rows"},
     [PROF_OPTIMIZER] = {"AdamW", "adamw"},
     [PROF_GRADS] = {"grads zero/norm", "grads"},
     [PROF_LOADER] = {"loader wait", "loader"},

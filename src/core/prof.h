@@ -23,6 +23,7 @@ typedef enum {
     PROF_POINTWISE,   // GELU, SwiGLU, RoPE, residual adds, bias gradients
     PROF_EMBEDDING,   // token and position lookups and their gradients
     PROF_HALF,        // 16-bit copies of weights and activations
+    PROF_QUEUE,       // weight-gradient rows copied for a later product (kernels/matmul: matmul_defer)
     PROF_OPTIMIZER,   // AdamW
     PROF_GRADS,       // zeroing the gradients, their norm, the overflow scan
     PROF_LOADER,      // waiting for the next batch

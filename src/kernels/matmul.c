@@ -242,17 +242,6 @@ static int dinp_bf16(float *dinp, const float *dout, const float *weight, int N,
     return gemm_bf16_op(N, C, OC, (Bf16Op){OP_ROWS32, dout, OC}, b, dinp, C, accumulate, NULL, room);
 }
 
-// dweight (OC,C) (+)= bf16(dout)^T (OC,N) · bf16(inp) (N,C): A dout read
-// transposed, B the input's rows (its bf16 values where it is bound).
-static int dweight_bf16(float *dweight, const float *dout, const float *inp, int N, int C, int OC, int accumulate,
-                        double *sq) {
-    const uint16_t *x16 = matmul_input16(inp, (size_t)N * C);
-    Bf16Op b = x16 ? (Bf16Op){OP_ROWS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C};
-    uint16_t *room;
-    if (room_for(gemm_bf16_room(OC, C, N, OP_COLS32, b.form), &room)) return -1;
-    return gemm_bf16_op_sq(OC, C, N, (Bf16Op){OP_COLS32, dout, OC}, b, dweight, C, accumulate, NULL, room, sq);
-}
-
 // ---- weight gradients written by their first product of a step ----
 
 enum { FRESH_MAX = 64 };
@@ -264,7 +253,11 @@ void matmul_grad_fresh(float *dweight) {
     g_fresh[g_nfresh++] = dweight;
 }
 
-int matmul_grads_unwritten(void) { return g_nfresh; }
+int matmul_grads_unwritten(void) {
+    int n = 0;
+    for (int i = 0; i < g_nfresh; i++) n += !defer_holds(g_fresh[i]);   // queued rows will write it
+    return n;
+}
 
 // Whether the gradient of n floats at dweight is marked unwritten: the marks
 // inside it are used up (one product may write neighbouring tensors at once,
@@ -294,7 +287,12 @@ void matmul_grad_sumsq(float *dweight, double *sq) {
     g_sqw[g_nsq] = dweight, g_sqv[g_nsq++] = sq;
 }
 
-void matmul_grad_sumsq_clear(void) { g_nsq = 0; }
+void matmul_grad_sumsq_clear(void) {
+    int n = 0;
+    for (int i = 0; i < g_nsq; i++)   // kept: those of gradients with rows queued, for the product that takes them
+        if (defer_holds(g_sqw[i])) g_sqw[n] = g_sqw[i], g_sqv[n++] = g_sqv[i];
+    g_nsq = n;
+}
 
 // The marks inside a product's gradient, taken: at, the first tensor's
 // (where the product's sum goes), and the others' (one product writes a
@@ -330,11 +328,6 @@ static void sumsq_done(const SqMarks *m) {
     if (!m->at || *m->at < 0) return;
     for (int i = 0; i < m->n; i++)
         if (m->v[i] != m->at) *m->v[i] = 0.0;
-}
-
-// The marks back, for the product that will write the gradient instead.
-static void sumsq_again(const SqMarks *m) {
-    for (int i = 0; i < m->n; i++) matmul_grad_sumsq(m->w[i], m->v[i]);
 }
 
 // ---- the linear layers ----
@@ -459,34 +452,104 @@ static void dweight_fp32(float *dweight, const float *dout, const float *inp, in
     if (summed) *sq = total;
 }
 
+static int g_defer_ok = 1;   // process-wide: matmul_defer_allow
+
+void matmul_defer_allow(int on) { g_defer_ok = on; }
+
+// The most rows one product of a weight gradient may gather over
+// micro-batches (matmul_defer) with the arithmetic of the products it
+// replaces (each element summed over the rows in order from the stored
+// gradient): the bf16 vector units, or the own fp32 kernel at both N and
+// OWN_MAX_ROWS rows; 0 elsewhere.
+static int defer_limit(int N, int C, int OC) {
+    if (!g_defer_ok) return 0;
+    if (g_bf16) return gemm_bf16_unit() == BF16_DOT ? OWN_MAX_ROWS : 0;
+    return matmul_fp32_path(PROD_DWEIGHT, N, C, OC) == PATH_OWN &&
+                   matmul_fp32_path(PROD_DWEIGHT, OWN_MAX_ROWS, C, OC) == PATH_OWN
+               ? OWN_MAX_ROWS
+               : 0;
+}
+
+int matmul_defer_rows(int N, int C, int OC) { return defer_limit(N, C, OC); }
+
+// rows (rows, cols) of bf16 ld apart widened into a new block; NULL when it cannot be had.
+static float *widened(const uint16_t *src, int ld, int rows, int cols) {
+    float *f = mem_alloc(MEM_WORKSPACE, (size_t)rows * cols * sizeof(float));
+    for (int i = 0; f && i < rows; i++)
+        for (int c = 0; c < cols; c++) f[(size_t)i * cols + c] = bf16_to_f32(src[(size_t)i * ld + c]);
+    return f;
+}
+
+// dweight (OC,C) (+)= dout^T (OC,rows) · inp (rows,C) for r: on the bf16
+// units where bf16, else (or where their room is wanting) in fp32, a bf16
+// operand widened. sq: as dweight_fp32's.
+static void dweight_rows(float *dweight, const WRows *r, int C, int OC, int bf16, int accumulate, double *sq) {
+    uint16_t *room;
+    if (bf16) {
+        Bf16Op a = {r->dout16 ? OP_COLS16 : OP_COLS32, r->dout, r->ldo};
+        Bf16Op b = {r->inp16 ? OP_ROWS16 : OP_ROWS32, r->inp, C};
+        if (!room_for(gemm_bf16_room(OC, C, r->rows, a.form, b.form), &room) &&
+            !gemm_bf16_op_sq(OC, C, r->rows, a, b, dweight, C, accumulate, NULL, room, sq))
+            return;
+    }
+    float *d = r->dout16 ? widened(r->dout, r->ldo, r->rows, OC) : NULL;
+    float *x = r->inp16 ? widened(r->inp, C, r->rows, C) : NULL;
+    CHECKF((d || !r->dout16) && (x || !r->inp16), "out of memory widening a weight gradient's operands (%d rows)",
+           r->rows);
+    dweight_fp32(dweight, d ? d : r->dout, x ? x : r->inp, r->rows, C, OC, accumulate, sq);
+    mem_free(d);
+    mem_free(x);
+}
+
+// dweight (OC,C) (+)= r's dout^T · inp, written where marked unwritten.
+static void weight_product(float *dweight, const WRows *r, int C, int OC, int bf16) {
+    int fresh = take_fresh(dweight, (size_t)OC * C);
+    CHECKF(r->rows > 0 || !fresh, "an unwritten weight gradient (%d×%d) met no rows", OC, C);
+    if (r->rows == 0) return;
+    double t0 = prof_begin();
+    SqMarks sq = take_sumsq(dweight, (size_t)OC * C);   // *sq.at left as it was by the unfused products
+    dweight_rows(dweight, r, C, OC, bf16, !fresh, sq.at);
+    sumsq_done(&sq);
+    prof_gemm(t0, PROF_GEMM_DW, OC, C, r->rows);
+}
+
+// dweight (OC,C) (+)= dout^T · inp over N rows, dout's rows ldo apart,
+// bf16 where dout16; or the rows queued for a later product
+// (matmul_defer), or the queued ones with these.
+static void weight_grad(float *dweight, const void *dout, int ldo, int dout16, const float *inp, int N, int C,
+                        int OC) {
+    WRows r = {dout, inp, ldo, N, dout16, 0};
+    if (g_bf16) {
+        const uint16_t *x16 = matmul_input16(inp, (size_t)N * C);
+        if (x16) r.inp = x16, r.inp16 = 1;
+    } else if (N > 0) {
+        r.inp = matmul_input_fp32(inp, (size_t)N * C);
+        CHECKF(r.inp, "out of memory widening a 16-bit input (%d×%d)", N, C);
+    }
+    if (!defer_take(dweight, OC, C, defer_limit(N, C, OC), g_bf16, &r)) weight_product(dweight, &r, C, OC, g_bf16);
+}
+
+void matmul_defer_flush(void) {
+    float *dweight;
+    int OC, C, bf16;
+    WRows r;
+    while (defer_next(&dweight, &OC, &C, &bf16, &r)) weight_product(dweight, &r, C, OC, bf16);
+}
+
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC, int accumulate) {
-    CHECKF(N > 0 || !dweight || !take_fresh(dweight, (size_t)OC * C), "an unwritten weight gradient (%d×%d) met no rows",
-           OC, C);
-    if (N == 0) return;
-    double t0 = prof_begin();
-    if (dinp) {
+    if (dinp && N > 0) {
+        double t0 = prof_begin();
         if (!g_bf16 || dinp_bf16(dinp, dout, weight, N, C, OC, accumulate)) {
             const float *w = weight_fp32(weight, (size_t)OC * C);
             CHECKF(w, "out of memory widening a 16-bit weight (%d×%d)", OC, C);
             dinp_fp32(dinp, dout, w, N, C, OC, accumulate);
         }
         prof_gemm(t0, PROF_GEMM_DX, N, C, OC);
-        t0 = prof_begin();
     }
-    if (dweight) {
-        int acc = !take_fresh(dweight, (size_t)OC * C);
-        SqMarks sq = take_sumsq(dweight, (size_t)OC * C);   // *sq.at left as it was by the unfused products
-        if (!g_bf16 || dweight_bf16(dweight, dout, inp, N, C, OC, acc, sq.at)) {
-            const float *x = matmul_input_fp32(inp, (size_t)N * C);
-            CHECKF(x, "out of memory widening a 16-bit input (%d×%d)", N, C);
-            dweight_fp32(dweight, dout, x, N, C, OC, acc, sq.at);
-        }
-        sumsq_done(&sq);
-        prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
-        t0 = prof_begin();
-    }
-    if (dbias) {
+    if (dweight) weight_grad(dweight, dout, OC, 0, inp, N, C, OC);
+    if (dbias && N > 0) {
+        double t0 = prof_begin();
         colsum_add(dbias, dout, N, OC);
         prof_end(t0, PROF_POINTWISE, 0, (double)N * OC * sizeof(float));
     }
@@ -524,21 +587,6 @@ void linear_backward16(float *dinp, float *dweight, const uint16_t *dout, int ld
             return;
         }
         prof_gemm(t0, PROF_GEMM_DX, N, C, OC);
-        t0 = prof_begin();
     }
-    if (dweight) {   // dweight (OC,C) (+)= dout^T (OC,N) · inp (N,C): A dout read transposed
-        int fresh = take_fresh(dweight, (size_t)OC * C);
-        SqMarks sq = take_sumsq(dweight, (size_t)OC * C);
-        const uint16_t *x16 = matmul_input16(inp, (size_t)N * C);
-        b = x16 ? (Bf16Op){OP_ROWS16, x16, C} : (Bf16Op){OP_ROWS32, inp, C};
-        if (room_for(gemm_bf16_room(OC, C, N, OP_COLS16, b.form), &room) ||
-            gemm_bf16_op_sq(OC, C, N, (Bf16Op){OP_COLS16, dout, ld}, b, dweight, C, !fresh, NULL, room, sq.at)) {
-            if (fresh) matmul_grad_fresh(dweight);   // untouched: the widened product writes it
-            sumsq_again(&sq);
-            backward_widened(NULL, dweight, dout, ld, inp, weight, N, C, OC, accumulate);
-            return;
-        }
-        sumsq_done(&sq);
-        prof_gemm(t0, PROF_GEMM_DW, OC, C, N);
-    }
+    if (dweight) weight_grad(dweight, dout, ld, 1, inp, N, C, OC);
 }

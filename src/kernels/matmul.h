@@ -93,7 +93,8 @@ const float *matmul_input_fp32(const float *x, size_t n);
 // into dweight writes it (dout^T · inp, no addition) instead of adding to
 // it; later ones add. A stage marks its linear layers' gradients so at the
 // start of a step instead of zeroing them first (Stage: stage_grads_begin).
-// Calling thread only; matmul_grads_unwritten() counts marks not yet used.
+// Calling thread only; matmul_grads_unwritten() counts marks not yet used
+// but those of gradients with rows queued (matmul_defer): these write them.
 void matmul_grad_fresh(float *dweight);
 int matmul_grads_unwritten(void);
 
@@ -113,6 +114,46 @@ void matmul_grad_sumsq_clear(void);
 // output width OC takes its sum of squares so (its product on
 // kernels/gemm_pack or kernels/gemm), else 0.
 int matmul_fp32_sumsq(int N, int C, int OC);
+
+// Weight gradients over several micro-batches in one product. A
+// micro-batch of a pipeline stage (or of gradient accumulation) of 64 rows
+// adds 2·64 FLOP to each element of a weight gradient that lives in memory:
+// its products wait on memory (68-73% of the fp32 peak on one thread of
+// Zen 5, where 256 rows reach 85-90%). With matmul_defer(mb) in force (mb:
+// the micro-batch the passes are of), linear_backward and
+// linear_backward16 queue a weight gradient's rows — the output gradient's
+// and the input's, copied in the form the product reads (bf16 under
+// matmul_set_bf16) — and every g-th micro-batch of the gradient
+// (kernels/matmul_defer: the gradients take turns) multiplies the queued
+// rows and its own in one product of at most 256 rows; so does every call
+// with matmul_defer(-1). Only where that product is the same arithmetic as
+// the ones it replaces: the own fp32 kernel, or vdpbf16ps, each element's
+// sum running over the rows in order from the stored gradient, so the
+// gradients come out bit for bit as without it (elsewhere every call
+// multiplies at once). A gradient's first product and its sum of squares
+// (matmul_grad_fresh, matmul_grad_sumsq) move with its rows. Calling
+// thread only. The caller turns it off (-1) before the pass whose
+// gradients must be whole (a step's last micro-batch), and around a
+// gradient that something else adds to between micro-batches (a tied
+// head's, which the embedding lookup's rows join); it returns the setting
+// it replaces. matmul_deferred() counts the gradients with rows still
+// queued (0 after a pass with it off).
+// MATMUL_DEFER_ALL: every gradient queues its rows, whatever its turn, as
+// long as one product can still take them and as many again; the caller
+// then runs the queued products with matmul_defer_flush() (a pipeline
+// stage, after it has sent the last micro-batch's input gradient on:
+// the previous stage need not wait for them).
+enum { MATMUL_DEFER_ALL = -2 };
+int matmul_defer(int mb);
+int matmul_deferred(void);
+void matmul_defer_flush(void);
+// The most rows one product gathers for a weight gradient of N rows a
+// call, input width C and output width OC under the current precision (0:
+// none, every call multiplies at once).
+int matmul_defer_rows(int N, int C, int OC);
+// Process-wide, before the passes: 0 makes every call multiply at once
+// (tests compare the two).
+void matmul_defer_allow(int on);
 
 // Measured SGEMM throughput in GFLOP/s on n×n×n products with the current
 // threads (the best of `reps` timed calls after two warm-up calls, so a

@@ -278,6 +278,17 @@ double stage_take_aux(Stage *s);
 // over neighbouring tensors (LLaMA's q, k, v) is the first's, the others 0.
 void stage_fuse_norm(Stage *s, int on);
 void stage_microbatch(Stage *s, int mb, int M);
+// The micro-batches' weight gradients are gathered into fewer products of
+// more rows (kernels/matmul: matmul_defer; the same bits as without):
+// stage_microbatch sets it up, and each gradient's products take turns
+// over the micro-batches before the last; the last one's passes finish
+// every gradient. With stage_grads_hold(s, 1), and where no hook reads the
+// gradients as they are finished, the last micro-batch's products wait for
+// stage_grads_flush instead, which the caller must then run after that
+// micro-batch's backward (a pipeline stage: once its input gradient is on
+// its way, so that the previous stage does not wait for them).
+void stage_grads_hold(Stage *s, int on);
+void stage_grads_flush(Stage *s);
 const double *stage_grad_sumsq(const Stage *s);
 
 // Back-propagates the slot's micro-batch through the blocks (after

@@ -120,6 +120,23 @@ void stage_microbatch(Stage *s, int mb, int M) {
     if (!s->acts) return;
     s->acts->mb_last = M > 0 && mb == M - 1;
     s->acts->mb_count = M;
+    // The weight gradients of micro-batches before the last in fewer, larger
+    // products, where the stage adds into its own buffers (not hooks'
+    // pools); the last one's too where the caller multiplies them after
+    // (stage_grads_hold) and no hook reads them as its passes finish them.
+    int own = M > 1 && s->grads && !s->hooks.grads;
+    int hold = s->acts->hold_last && no_hooks(s);
+    matmul_defer(!own ? -1 : mb < M - 1 ? mb : hold ? MATMUL_DEFER_ALL : -1);
+    CHECKF(M > 0 || !matmul_deferred(), "weight gradients still queued after a step's passes");
+}
+
+void stage_grads_hold(Stage *s, int on) {
+    if (s->acts) s->acts->hold_last = on;
+}
+
+void stage_grads_flush(Stage *s) {
+    (void)s;
+    matmul_defer_flush();
 }
 
 const double *stage_grad_sumsq(const Stage *s) { return s->acts ? s->acts->gsq : NULL; }

@@ -74,6 +74,8 @@ double stage_head_forward(Stage *s, Slot *sl, const LocalDims *d, int first, con
     int g16 = dscale != 0.0f && matmul_grad16();
     // every chunk, every micro-batch of a step: the same weight (the step's micro-batches: stage_microbatch)
     matmul_hold(head, stage16_version(s), dscale != 0.0f && a->mb_count > 0 ? nchunk * a->mb_count : 0);
+    // a tied head beside its lookup: the lookup's rows join its gradient every micro-batch, after it (not queued)
+    int here = tied && first, defer = here ? matmul_defer(-1) : -1;
     for (int r0 = 0; r0 < N; r0 += per) {
         int nr = N - r0 < per ? N - r0 : per;
         const float *x = lnf + (size_t)r0 * C;
@@ -85,6 +87,7 @@ double stage_head_forward(Stage *s, Slot *sl, const LocalDims *d, int first, con
         else if (dscale != 0.0f) linear_backward(dx, dhead, NULL, a->logits, x, head, nr, C, Vl, 0);
     }
     matmul_release();
+    if (here) matmul_defer(defer);
     if (tied) stage_seg_params_done(s, se);
     // a tied head on a pipeline's last stage, or a deferred lookup: the
     // embeddings' gradient here is complete

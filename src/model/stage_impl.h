@@ -52,6 +52,7 @@ struct StageActs {
     double *gsq;                            // per tensor: its gradient's sum of squares taken by its last product
                                             // this step, negative where not (NULL: none taken, stage_fuse_norm)
     int mb_last, mb_count;                  // the passes are of the step's last micro-batch; its micro-batches
+    int hold_last;                          // the last micro-batch queues its weight gradients too (stage_grads_hold)
                                             // (0: outside a training step) (stage_microbatch)
     uint16_t *w16;                          // bf16/fp16: the 16-bit copy of the weights (table.total), or NULL
     unsigned char *w16_stale;               // per segment: the copy is older than the parameters

@@ -327,6 +327,7 @@ int pipe_step(Pipe *p, Dp *dp, const int *tokens, const int *targets, int B, int
     *loss_sum = 0;
     p->nfree = st->slots;
     for (int k = 0; k < st->slots; k++) p->free_slots[k] = st->slots - 1 - k;   // slot 0 first
+    stage_grads_hold(st, 1);   // the last micro-batch's weight gradients after its input gradient is sent
     for (int i = 0; i < p->nops; i++) {
         PipeOp op = p->ops[i];
         int *slot = &p->slot_of[op.chunk * p->M + op.mb];
@@ -342,8 +343,10 @@ int pipe_step(Pipe *p, Dp *dp, const int *tokens, const int *targets, int B, int
         if (receive(p, grad_from(p, op.chunk), stage_grad_output(st, *slot), n, err)) return -1;
         stage_backward(st, *slot, tok, B, T);
         if (send_grad(p, *slot, grad_to(p, op.chunk), n, err)) return -1;
+        if (op.mb == p->M - 1) stage_grads_flush(st);   // the gradients the last micro-batch's passes queued
         p->free_slots[p->nfree++] = *slot;
     }
+    stage_grads_hold(st, 0);
     stage_microbatch(st, 0, 0);   // the passes after the step's are not the step's
     for (int k = 0; k < st->slots; k++)
         if (settle(p, k, err)) return -1;

@@ -48,7 +48,7 @@ if len(sys.argv) > 2:
     want, pid = int(sys.argv[3]), int(sys.argv[4])
     names = {"gemm fwd": "gemm_fwd", "gemm dinp": "gemm_dinp", "gemm dweight": "gemm_dweight", "attention": "attention",
              "softmax + loss": "softmax_loss", "norms": "norm", "pointwise": "pointwise", "embedding": "embedding",
-             "16-bit copies": "half", "AdamW": "adamw", "grads zero/norm": "grads", "loader wait": "loader",
+             "16-bit copies": "half", "queued rows": "queued_rows", "AdamW": "adamw", "grads zero/norm": "grads", "loader wait": "loader",
              "communication": "comm", "checkpoint I/O": "ckpt"}
     table, nrows, steps, n = {}, {}, 0, 0
     for line in open(sys.argv[2], encoding="utf-8"):
