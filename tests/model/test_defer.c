@@ -18,6 +18,7 @@
 #include "model/stage.h"
 #include "test.h"
 #include "kernels/units.h"
+#include "model/configs.h"
 
 enum { NG = 3, M = 7 };
 static const int OCS[NG] = {24, 64, 10}, CS[NG] = {40, 48, 30};
@@ -128,17 +129,6 @@ static void test_kernel_bf16(void) {
 
 // ---- whole models ----
 
-static ModelConfig cfg(ArchId arch, int L, int NH, int C, int F, int T, int V) {
-    ModelConfig c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.name, sizeof c.name, "test");
-    c.arch = arch;
-    c.n_layer = L; c.n_head = NH; c.n_kv_head = arch == ARCH_GPT2 ? 0 : NH / 2; c.d_model = C; c.d_ff = F;
-    c.max_seq = T;
-    config_set_vocab(&c, V);
-    return c;
-}
-
 // Two steps of K micro-batches of B×T (each forward then its backward), the
 // gradients left in g and the norm's taken sums in sq; with hold, the last
 // micro-batch's products after its backward.
@@ -195,9 +185,9 @@ static void check_model(ModelConfig c, unsigned flags, const char *what) {
 static void each_model(unsigned flags, const char *prec) {
     char what[96];
     snprintf(what, sizeof what, "gpt2 (a tied head beside its lookup), %s", prec);
-    check_model(cfg(ARCH_GPT2, 2, 2, 32, 64, 16, 50), flags, what);
+    check_model(small_config(ARCH_GPT2, 2, 2, 32, 64, 16, 50), flags, what);
     snprintf(what, sizeof what, "llama (an untied head, q k v in one product), %s", prec);
-    check_model(cfg(ARCH_LLAMA, 2, 4, 32, 48, 16, 50), flags, what);
+    check_model(small_config(ARCH_LLAMA, 2, 4, 32, 48, 16, 50), flags, what);
 }
 
 static void test_models_fp32(void) { each_model(0, "fp32"); }

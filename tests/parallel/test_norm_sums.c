@@ -20,17 +20,7 @@
 #include "parallel/dp.h"
 #include "test.h"
 #include "kernels/units.h"
-
-static ModelConfig cfg(ArchId arch, int L, int NH, int C, int F, int T, int V) {
-    ModelConfig c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.name, sizeof c.name, "test");
-    c.arch = arch;
-    c.n_layer = L; c.n_head = NH; c.n_kv_head = arch == ARCH_GPT2 ? 0 : NH / 2; c.d_model = C; c.d_ff = F;
-    c.max_seq = T;
-    config_set_vocab(&c, V);
-    return c;
-}
+#include "model/configs.h"
 
 static double squares64(const float *g, size_t n) {
     double s = 0;
@@ -115,9 +105,9 @@ static void each_model(unsigned flags, int B) {
         const char *order = gpipe ? "every forward first" : "forward, backward";
         char what[96];
         snprintf(what, sizeof what, "gpt2 (tied head), %d rows, %s", 16 * B, order);
-        check_model(cfg(ARCH_GPT2, 2, 2, 32, 64, 16, 50), flags, gpipe, B, what);
+        check_model(small_config(ARCH_GPT2, 2, 2, 32, 64, 16, 50), flags, gpipe, B, what);
         snprintf(what, sizeof what, "llama (untied head, q k v in one product), %d rows, %s", 16 * B, order);
-        check_model(cfg(ARCH_LLAMA, 2, 4, 32, 48, 16, 50), flags, gpipe, B, what);
+        check_model(small_config(ARCH_LLAMA, 2, 4, 32, 48, 16, 50), flags, gpipe, B, what);
     }
 }
 
