@@ -472,10 +472,13 @@ static int defer_limit(int N, int C, int OC) {
 
 int matmul_defer_rows(int N, int C, int OC) { return defer_limit(N, C, OC); }
 
-// rows (rows, cols) of bf16 ld apart widened into a new block; NULL when it cannot be had.
+// rows (rows, cols) of bf16 ld apart widened into a new block (MEM_WORKSPACE,
+// cols apart); NULL when it cannot be had.
 static float *widened(const uint16_t *src, int ld, int rows, int cols) {
     float *f = mem_alloc(MEM_WORKSPACE, (size_t)rows * cols * sizeof(float));
-    for (int i = 0; f && i < rows; i++)
+    if (!f) return NULL;
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++)
         for (int c = 0; c < cols; c++) f[(size_t)i * cols + c] = bf16_to_f32(src[(size_t)i * ld + c]);
     return f;
 }
@@ -560,11 +563,8 @@ int matmul_grad16(void) { return g_bf16 && gemm_bf16_own(); }
 // linear_backward on dout widened, where the tiles could not run a product.
 static void backward_widened(float *dinp, float *dweight, const uint16_t *dout, int ld, const float *inp,
                              const float *weight, int N, int C, int OC, int accumulate) {
-    float *f = mem_alloc(MEM_WORKSPACE, (size_t)N * OC * sizeof(float));
+    float *f = widened(dout, ld, N, OC);
     CHECKF(f, "out of memory widening a bf16 output gradient (%d×%d)", N, OC);
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) f[(size_t)n * OC + o] = bf16_to_f32(dout[(size_t)n * ld + o]);
     linear_backward(dinp, dweight, NULL, f, inp, weight, N, C, OC, accumulate);
     mem_free(f);
 }
